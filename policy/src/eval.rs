@@ -1,0 +1,174 @@
+//! `evaluate(&PolicySet, &Input) -> Decision`: the pure decision core.
+//!
+//! It binds only the variables the applicable rules read, runs only the rules whose tool
+//! globs admit the call, and combines: deny > require_approval > allow, no match falls to the
+//! default, agent and tool flags raise allow to require_approval, and a rule that fails (or
+//! whose classifier failed) yields `on_error`, which is never allow. Rule order cannot change
+//! the result: matches are combined with `max`, and explanations are sorted.
+//!
+//! It reads no clock, does no I/O, is not async and cannot fail.
+
+use std::collections::BTreeMap;
+
+use cel::common::types::{CelDouble, CelList, CelMap, CelMapKey, CelString, CelTimestamp};
+use cel::common::value::Val;
+use cel::{Context, Value as CelValue};
+
+use crate::cel::{json_to_val, VARIABLES};
+use crate::load::{PolicySet, Rule};
+use crate::model::{ClassifierOutcome, Decision, DecisionKind, Input, RuleError, RuleMessage};
+
+/// What one rule contributed.
+enum Outcome {
+    NoMatch,
+    Match,
+    /// The rule could not be evaluated; it yields this decision instead.
+    Error(String, DecisionKind),
+}
+
+/// Decides `input` under `set`.
+pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
+    let applicable: Vec<&Rule> = set.rules.iter().filter(|r| r.applies_to(input.tool)).collect();
+    let uses = applicable.iter().fold(0u8, |acc, r| acc | r.uses);
+
+    let mut ctx = Context::with_env(set.env.clone());
+    bind(&mut ctx, uses, input);
+
+    let mut decision: Option<DecisionKind> = None;
+    let mut approval = None;
+    let mut rules = Vec::new();
+    let mut errors = Vec::new();
+    let mut messages = Vec::new();
+    for rule in applicable {
+        let yielded = match run(rule, &ctx, input, set.defaults.on_error) {
+            Outcome::NoMatch => continue,
+            Outcome::Match => {
+                rules.push(rule.id.clone());
+                if let Some(message) = &rule.message {
+                    messages.push(RuleMessage {
+                        rule: rule.id.clone(),
+                        message: message.clone(),
+                    });
+                }
+                rule.decision
+            }
+            Outcome::Error(reason, on_error) => {
+                errors.push(RuleError {
+                    rule: rule.id.clone(),
+                    reason,
+                });
+                // INVARIANT: an error never yields allow, whatever the caller put in on_error.
+                on_error.max(DecisionKind::RequireApproval)
+            }
+        };
+        decision = decision.max(Some(yielded));
+        if yielded == DecisionKind::RequireApproval {
+            approval = Some(match approval {
+                None => rule.approval.clone(),
+                Some(a) => rule.approval.strictest(&a),
+            });
+        }
+    }
+
+    let mut flagged = false;
+    if let Some(agent) = input.context.get("agent_id").and_then(|a| a.as_str()) {
+        if set.agents.contains(agent) {
+            rules.push(format!("agent:{agent}"));
+            flagged = true;
+        }
+    }
+    for glob in &set.tool_flags {
+        if glob.matches(input.tool) {
+            rules.push(format!("tool:{}", glob.as_str()));
+            flagged = true;
+        }
+    }
+
+    let mut decision = decision.unwrap_or(set.defaults.decision);
+    if flagged && decision == DecisionKind::Allow {
+        decision = DecisionKind::RequireApproval;
+    }
+    let approval = (decision == DecisionKind::RequireApproval)
+        .then(|| approval.unwrap_or_else(|| set.defaults.approval.clone()));
+    rules.sort();
+    errors.sort_by(|a, b| a.rule.cmp(&b.rule));
+    messages.sort_by(|a, b| a.rule.cmp(&b.rule));
+    Decision {
+        decision,
+        rules,
+        errors,
+        messages,
+        policy_version: set.version.clone(),
+        approval,
+    }
+}
+
+fn run(rule: &Rule, ctx: &Context<'_, '_>, input: &Input<'_>, on_error: DecisionKind) -> Outcome {
+    for name in &rule.classifiers {
+        match input.classifiers.get(name) {
+            Some(ClassifierOutcome::Ok(_)) => {}
+            Some(ClassifierOutcome::Failed { reason, on_error }) => {
+                return Outcome::Error(format!("classifier `{name}` failed: {reason}"), *on_error)
+            }
+            None => {
+                return Outcome::Error(format!("classifier `{name}` has no result"), on_error)
+            }
+        }
+    }
+    match rule.program.execute(ctx) {
+        Ok(CelValue::Bool(true)) => Outcome::Match,
+        Ok(CelValue::Bool(false)) => Outcome::NoMatch,
+        Ok(other) => Outcome::Error(
+            format!("`when` gave {other:?}, not a bool"),
+            on_error,
+        ),
+        Err(e) => Outcome::Error(e.to_string(), on_error),
+    }
+}
+
+/// Binds the variables in the `uses` bitmask (bit i is `VARIABLES[i]`).
+fn bind<'v>(ctx: &mut Context<'_, 'v>, uses: u8, input: &Input<'v>) {
+    for (i, name) in VARIABLES.iter().enumerate() {
+        if uses & (1 << i) == 0 {
+            continue;
+        }
+        let value: Box<dyn Val + 'v> = match *name {
+            "tool" => Box::new(CelString::from(input.tool)),
+            "args" => json_to_val(input.args),
+            "context" => json_to_val(input.context),
+            "principal" => json_to_val(input.principal),
+            "fingerprint" => Box::new(CelString::from(input.fingerprint)),
+            "now" => {
+                let now: chrono::DateTime<chrono::Utc> = input.now.into();
+                Box::new(CelTimestamp::from(now.fixed_offset()))
+            }
+            _ => classifier_val(input.classifiers),
+        };
+        ctx.add_variable_as_val(*name, value);
+    }
+}
+
+/// `classifier`: a map from classifier name to `{score, labels, detail}`, for those that ran.
+fn classifier_val<'v>(results: &'v BTreeMap<String, ClassifierOutcome>) -> Box<dyn Val + 'v> {
+    let mut map = std::collections::HashMap::new();
+    for (name, outcome) in results {
+        let ClassifierOutcome::Ok(result) = outcome else {
+            continue;
+        };
+        let labels: Vec<Box<dyn Val + 'v>> = result
+            .labels
+            .iter()
+            .map(|l| Box::new(CelString::from(l.as_str())) as Box<dyn Val + 'v>)
+            .collect();
+        let mut fields: std::collections::HashMap<CelMapKey<'v>, Box<dyn Val + 'v>> =
+            std::collections::HashMap::new();
+        fields.insert(CelMapKey::from("score"), Box::new(CelDouble::from(result.score)));
+        fields.insert(CelMapKey::from("labels"), Box::new(CelList::from(labels)));
+        fields.insert(CelMapKey::from("detail"), json_to_val(&result.detail));
+        map.insert(
+            CelMapKey::from(name.as_str()),
+            Box::new(CelMap::from(fields)) as Box<dyn Val + 'v>,
+        );
+    }
+    Box::new(CelMap::from(map))
+}

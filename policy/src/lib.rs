@@ -1,0 +1,38 @@
+//! airlock's decision core: strict JSON intake, RFC 8785 fingerprints, and CEL policy sets.
+//!
+//! The flow a front end follows:
+//! 1. [`ToolCall::from_body`] parses a request strictly and fingerprints it;
+//! 2. [`PolicySet::load`] (once, at start-up or reload) compiles a policy set;
+//! 3. [`evaluate`] decides one call from an [`Input`], and explains itself in a [`Decision`].
+//!
+//! [`cases`] runs the `*.cases.toml` golden files of `airlock policy test`.
+//!
+//! This crate is pure and synchronous: no tokio, no storage, no clock (time is an input).
+
+mod call;
+mod canonical;
+pub mod cases;
+mod cel;
+mod duration;
+mod error;
+mod eval;
+mod glob;
+pub mod json;
+mod load;
+mod model;
+
+pub use call::{ToolCall, MAX_ARGS_DEPTH};
+pub use canonical::{
+    canonicalize, fingerprint, fingerprint_canonical, hex, validate_tool_name, write_canonical,
+    Fingerprint,
+};
+pub use cel::build_env;
+pub use duration::{format_duration, parse_duration};
+pub use error::{PolicyError, PolicyErrors, RequestError};
+pub use eval::evaluate;
+pub use glob::Glob;
+pub use load::{Defaults, Location, PolicySet, Rule, Source};
+pub use model::{
+    ApprovalSettings, ClassifierOutcome, ClassifierResult, Decision, DecisionKind, GrantScope,
+    GrantSettings, Input, RuleError, RuleMessage,
+};

@@ -1,0 +1,629 @@
+//! Loading a policy set: TOML files in, a compiled, checked [`PolicySet`] out.
+//!
+//! A set is one `.toml` file or a folder of them (not recursive, `*.cases.toml` skipped). Every
+//! file is parsed with unknown keys refused; then the files merge (one `[defaults]`, no key or
+//! rule id twice), every `when` compiles, and every name it uses is checked. A set with any
+//! problem is refused whole, with every problem listed as `file:line:col`, rule id and code.
+//!
+//! It does not evaluate: [`crate::eval`] does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cel::{Env, Program};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use toml::Spanned;
+
+use crate::canonical::hex;
+use crate::cel::{references, shared_env};
+use crate::duration::parse_duration;
+use crate::error::{line_col, PolicyError, PolicyErrors};
+use crate::glob::Glob;
+use crate::model::{ApprovalSettings, DecisionKind, GrantScope, GrantSettings};
+
+const DEFAULT_APPROVAL_TTL: Duration = Duration::from_secs(15 * 60);
+const DEFAULT_GRANT: GrantSettings = GrantSettings {
+    uses: 1,
+    ttl: Duration::from_secs(10 * 60),
+    scope: GrantScope::Run,
+};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    version: Option<Spanned<i64>>,
+    defaults: Option<Spanned<RawDefaults>>,
+    #[serde(default)]
+    agents: BTreeMap<String, Spanned<RawAgent>>,
+    #[serde(default)]
+    tools: BTreeMap<String, Spanned<RawToolFlag>>,
+    #[serde(default)]
+    rules: Vec<Spanned<RawRule>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDefaults {
+    decision: DecisionKind,
+    on_error: Option<Spanned<DecisionKind>>,
+    approval_ttl: Option<Spanned<String>>,
+    grant: Option<Spanned<RawGrant>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    uses: Option<u32>,
+    ttl: Option<String>,
+    scope: Option<GrantScope>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAgent {
+    require_tool_approval: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolFlag {
+    require_approval: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    id: Spanned<String>,
+    tools: Option<Vec<Spanned<String>>>,
+    when: Option<Spanned<String>>,
+    decision: DecisionKind,
+    message: Option<String>,
+    approvers: Option<Vec<String>>,
+    quorum: Option<Spanned<u32>>,
+    approval_ttl: Option<Spanned<String>>,
+    grant: Option<Spanned<RawGrant>>,
+    classifier: Option<Spanned<OneOrMany>>,
+}
+
+/// Where a policy element was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub file: PathBuf,
+    pub line: usize,
+    pub col: usize,
+}
+
+/// The policy-wide settings of `[defaults]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defaults {
+    pub decision: DecisionKind,
+    /// What a rule that fails to evaluate yields; never `Allow`.
+    pub on_error: DecisionKind,
+    pub approval: ApprovalSettings,
+}
+
+/// One compiled rule.
+#[derive(Debug)]
+pub struct Rule {
+    pub id: String,
+    /// Tool-name pre-filter; empty means every tool.
+    pub tools: Vec<Glob>,
+    /// The CEL source, as written.
+    pub when: String,
+    pub decision: DecisionKind,
+    pub message: Option<String>,
+    /// The rule's approval settings with the defaults filled in; for a rule that is not
+    /// `require_approval` these are the defaults, used if it errors into `on_error`.
+    pub approval: ApprovalSettings,
+    /// Classifiers the rule names; their results are bound as `classifier.<name>`.
+    pub classifiers: Vec<String>,
+    pub location: Location,
+    pub(crate) program: Program,
+    /// Bitmask over the declared variables the rule reads.
+    pub(crate) uses: u8,
+}
+
+impl Rule {
+    /// Whether the rule's tool pre-filter admits `tool`.
+    pub fn applies_to(&self, tool: &str) -> bool {
+        self.tools.is_empty() || self.tools.iter().any(|g| g.matches(tool))
+    }
+}
+
+/// One source file of a set, for `GET /v1/policy`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Source {
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+/// A compiled policy set. Immutable once loaded: reloading builds a new one.
+pub struct PolicySet {
+    pub(crate) version: String,
+    pub(crate) sources: Vec<Source>,
+    pub(crate) defaults: Defaults,
+    /// Agents whose every call needs approval.
+    pub(crate) agents: BTreeSet<String>,
+    /// Tool patterns whose every call needs approval.
+    pub(crate) tool_flags: Vec<Glob>,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) env: Arc<Env>,
+}
+
+impl std::fmt::Debug for PolicySet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicySet")
+            .field("version", &self.version)
+            .field("rules", &self.rules.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicySet {
+    /// Loads the set at `path`: one `.toml` file, or a folder of them.
+    pub fn load(path: &Path) -> Result<PolicySet, PolicyErrors> {
+        let files = if path.is_dir() {
+            policy_files(path)?
+        } else {
+            vec![path.to_path_buf()]
+        };
+        let mut sources = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|e| {
+                PolicyError::new("policy.io", &file, format!("cannot read the file: {e}"))
+            })?;
+            sources.push((file, text));
+        }
+        PolicySet::from_sources(sources)
+    }
+
+    /// Builds a set from `(path, text)` pairs, as if read from those files.
+    pub fn from_sources(mut sources: Vec<(PathBuf, String)>) -> Result<PolicySet, PolicyErrors> {
+        sources.sort_by(|a, b| a.0.cmp(&b.0));
+        let env = shared_env().map_err(|e| PolicyError::new("policy.internal", "", e))?;
+        let mut builder = Builder::default();
+        for (path, text) in &sources {
+            builder.add_file(path, text, &env);
+        }
+        let version = policy_version(&sources);
+        let source_list = sources
+            .iter()
+            .map(|(path, text)| Source {
+                path: path.clone(),
+                sha256: hex(&Sha256::digest(text.as_bytes())),
+            })
+            .collect();
+        builder.finish(version, source_list, env)
+    }
+
+    /// `sha256:` + hex of the hash over every source, in path order.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    pub fn sources(&self) -> &[Source] {
+        &self.sources
+    }
+
+    pub fn defaults(&self) -> &Defaults {
+        &self.defaults
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The classifiers that rules which may apply to `tool` name: the gateway runs these, and
+    /// only these, before evaluating.
+    pub fn classifiers_for(&self, tool: &str) -> BTreeSet<&str> {
+        self.rules
+            .iter()
+            .filter(|r| r.applies_to(tool))
+            .flat_map(|r| r.classifiers.iter().map(String::as_str))
+            .collect()
+    }
+
+    /// Every classifier any rule names, to check against the configured ones.
+    pub fn classifier_names(&self) -> BTreeSet<&str> {
+        self.rules
+            .iter()
+            .flat_map(|r| r.classifiers.iter().map(String::as_str))
+            .collect()
+    }
+
+    /// Refuses a set that names a classifier outside `known` (the configured ones).
+    pub fn check_classifiers(&self, known: &BTreeSet<String>) -> Result<(), PolicyErrors> {
+        let errors: Vec<PolicyError> = self
+            .rules
+            .iter()
+            .flat_map(|r| r.classifiers.iter().map(move |c| (r, c)))
+            .filter(|(_, c)| !known.contains(*c))
+            .map(|(r, c)| {
+                PolicyError::new(
+                    "policy.unknown_classifier",
+                    &r.location.file,
+                    format!("classifier `{c}` is not configured"),
+                )
+                .at((r.location.line, r.location.col))
+                .in_rule(&r.id)
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(PolicyErrors(errors))
+        }
+    }
+}
+
+/// The policy files of a folder: `*.toml` but not `*.cases.toml`, sorted, not recursive.
+fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, PolicyErrors> {
+    let io = |e: std::io::Error| PolicyError::new("policy.io", dir, format!("cannot read the folder: {e}"));
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_file() && name.ends_with(".toml") && !name.ends_with(".cases.toml") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(PolicyError::new("policy.empty", dir, "the folder holds no policy `.toml` file").into());
+    }
+    Ok(files)
+}
+
+fn policy_version(sources: &[(PathBuf, String)]) -> String {
+    let mut h = Sha256::new();
+    h.update(b"airlock.policy.v1\n");
+    for (path, text) in sources {
+        let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        h.update(name.as_bytes());
+        h.update(b"\n");
+        h.update(text.len().to_string().as_bytes());
+        h.update(b"\n");
+        h.update(text.as_bytes());
+    }
+    format!("sha256:{}", hex(&h.finalize()))
+}
+
+/// A `grant` table as written: what it leaves out comes from the defaults.
+#[derive(Clone, Copy, Default)]
+struct PartialGrant {
+    uses: Option<u32>,
+    ttl: Option<Duration>,
+    scope: Option<GrantScope>,
+}
+
+impl PartialGrant {
+    fn over(self, base: GrantSettings) -> GrantSettings {
+        GrantSettings {
+            uses: self.uses.unwrap_or(base.uses),
+            ttl: self.ttl.unwrap_or(base.ttl),
+            scope: self.scope.unwrap_or(base.scope),
+        }
+    }
+}
+
+/// A compiled rule whose approval settings still wait for `[defaults]`, which may sit in a
+/// file read later.
+struct PendingRule {
+    rule: Rule,
+    approval_ttl: Option<Duration>,
+    grant: PartialGrant,
+}
+
+/// Collects files, then checks and compiles them as one set.
+#[derive(Default)]
+struct Builder {
+    errors: Vec<PolicyError>,
+    defaults: Option<(Defaults, PathBuf)>,
+    agents: BTreeMap<String, (bool, PathBuf)>,
+    tool_flags: BTreeMap<String, (bool, PathBuf)>,
+    rules: Vec<PendingRule>,
+}
+
+/// One file being read: its path and text, to turn spans into `file:line:col` errors.
+struct FileCtx<'a> {
+    path: &'a Path,
+    text: &'a str,
+}
+
+impl FileCtx<'_> {
+    fn err(&self, code: &'static str, span: std::ops::Range<usize>, message: impl Into<String>) -> PolicyError {
+        PolicyError::new(code, self.path, message).at(line_col(self.text, span.start))
+    }
+
+    fn duration(&self, raw: &Spanned<String>) -> Result<Duration, PolicyError> {
+        parse_duration(raw.get_ref()).map_err(|m| self.err("policy.invalid_duration", raw.span(), m))
+    }
+
+    fn grant(&self, raw: &Spanned<RawGrant>) -> Result<PartialGrant, PolicyError> {
+        let g = raw.get_ref();
+        if g.uses == Some(0) {
+            return Err(self.err("policy.invalid", raw.span(), "grant `uses` must be at least 1"));
+        }
+        let ttl = match &g.ttl {
+            Some(t) => Some(parse_duration(t).map_err(|m| self.err("policy.invalid_duration", raw.span(), m))?),
+            None => None,
+        };
+        Ok(PartialGrant {
+            uses: g.uses,
+            ttl,
+            scope: g.scope,
+        })
+    }
+}
+
+impl Builder {
+    fn add_file(&mut self, path: &Path, text: &str, env: &Env) {
+        let ctx = FileCtx { path, text };
+        let raw: RawFile = match toml::from_str(text) {
+            Ok(raw) => raw,
+            Err(e) => {
+                let code = if e.message().contains("unknown field") {
+                    "policy.unknown_key"
+                } else {
+                    "policy.syntax"
+                };
+                let span = e.span().unwrap_or(0..0);
+                self.errors.push(ctx.err(code, span, e.message().trim().to_owned()));
+                return;
+            }
+        };
+        if let Some(v) = &raw.version {
+            if *v.get_ref() != 1 {
+                self.errors.push(ctx.err("policy.unsupported_version", v.span(), format!("unsupported policy version {}; this airlock reads version 1", v.get_ref())));
+            }
+        }
+        if let Some(d) = &raw.defaults {
+            match self.defaults(&ctx, d) {
+                Ok(defaults) => {
+                    if let Some((_, first)) = &self.defaults {
+                        self.errors.push(ctx.err(
+                            "policy.duplicate_defaults",
+                            d.span(),
+                            format!("`[defaults]` already appears in {}", first.display()),
+                        ));
+                    } else {
+                        self.defaults = Some((defaults, path.to_path_buf()));
+                    }
+                }
+                Err(e) => self.errors.push(e),
+            }
+        }
+        for (name, agent) in &raw.agents {
+            if let Some((_, first)) = self.agents.get(name) {
+                self.errors.push(ctx.err("policy.duplicate_key", agent.span(), format!("agent `{name}` is already configured in {}", first.display())));
+            } else {
+                self.agents.insert(name.clone(), (agent.get_ref().require_tool_approval, path.to_path_buf()));
+            }
+        }
+        for (pattern, flag) in &raw.tools {
+            if let Err(m) = Glob::new(pattern) {
+                self.errors.push(ctx.err("policy.invalid_glob", flag.span(), m));
+            } else if let Some((_, first)) = self.tool_flags.get(pattern) {
+                self.errors.push(ctx.err("policy.duplicate_key", flag.span(), format!("tool `{pattern}` is already configured in {}", first.display())));
+            } else {
+                self.tool_flags.insert(pattern.clone(), (flag.get_ref().require_approval, path.to_path_buf()));
+            }
+        }
+        for rule in raw.rules {
+            self.rule(&ctx, rule, env);
+        }
+    }
+
+    fn defaults(&self, ctx: &FileCtx<'_>, raw: &Spanned<RawDefaults>) -> Result<Defaults, PolicyError> {
+        let d = raw.get_ref();
+        let on_error = match &d.on_error {
+            Some(on_error) if *on_error.get_ref() == DecisionKind::Allow => {
+                return Err(ctx.err("policy.on_error_allow", on_error.span(), "`on_error` must be `deny` or `require_approval`: a failing rule never allows"));
+            }
+            Some(on_error) => *on_error.get_ref(),
+            None => DecisionKind::RequireApproval,
+        };
+        let approval_ttl = match &d.approval_ttl {
+            Some(t) => ctx.duration(t)?,
+            None => DEFAULT_APPROVAL_TTL,
+        };
+        let grant = match &d.grant {
+            Some(g) => ctx.grant(g)?.over(DEFAULT_GRANT),
+            None => DEFAULT_GRANT,
+        };
+        Ok(Defaults {
+            decision: d.decision,
+            on_error,
+            approval: ApprovalSettings {
+                approvers: BTreeSet::new(),
+                quorum: 1,
+                approval_ttl,
+                grant,
+            },
+        })
+    }
+
+    fn rule(&mut self, ctx: &FileCtx<'_>, raw: Spanned<RawRule>, env: &Env) {
+        let span = raw.span();
+        let r = raw.into_inner();
+        let id = r.id.get_ref().clone();
+        let fail = |e: PolicyError| e.in_rule(&id);
+        let valid_id = id.len() <= 128
+            && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && id.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+        if !valid_id {
+            self.errors.push(fail(ctx.err("policy.invalid_rule_id", r.id.span(), format!("invalid rule id `{id}`: use letters, digits, `_`, `.` and `-`"))));
+            return;
+        }
+        if let Some(first) = self.rules.iter().map(|p| &p.rule).find(|x| x.id == id) {
+            self.errors.push(fail(ctx.err("policy.duplicate_rule", r.id.span(), format!("rule id `{id}` is already used at {}:{}", first.location.file.display(), first.location.line))));
+            return;
+        }
+        let mut tools = Vec::new();
+        for t in r.tools.iter().flatten() {
+            match Glob::new(t.get_ref()) {
+                Ok(g) => tools.push(g),
+                Err(m) => self.errors.push(fail(ctx.err("policy.invalid_glob", t.span(), m))),
+            }
+        }
+        if r.tools.as_ref().is_some_and(Vec::is_empty) {
+            self.errors.push(fail(ctx.err("policy.invalid_glob", span.clone(), "`tools` is empty, so the rule could never apply; omit it to apply to every tool")));
+        }
+        let has_approval_settings = r.approvers.is_some() || r.quorum.is_some() || r.approval_ttl.is_some() || r.grant.is_some();
+        if has_approval_settings && r.decision != DecisionKind::RequireApproval {
+            self.errors.push(fail(ctx.err("policy.invalid", span.clone(), "`approvers`, `quorum`, `approval_ttl` and `grant` only apply to `require_approval` rules")));
+        }
+        // Approval settings are resolved against the defaults in `finish`, once they are known;
+        // here they are kept raw.
+        let quorum = r.quorum.as_ref().map(|q| *q.get_ref()).unwrap_or(1);
+        if quorum == 0 {
+            self.errors.push(fail(ctx.err("policy.invalid", r.quorum.as_ref().map(Spanned::span).unwrap_or(span.clone()), "`quorum` must be at least 1")));
+        }
+        let approvers: BTreeSet<String> = r.approvers.clone().unwrap_or_default().into_iter().collect();
+        if approvers.iter().any(String::is_empty) {
+            self.errors.push(fail(ctx.err("policy.invalid", span.clone(), "approver group names must not be empty")));
+        }
+        let approval_ttl = r.approval_ttl.as_ref().map(|t| ctx.duration(t)).transpose();
+        let grant = r.grant.as_ref().map(|g| ctx.grant(g)).transpose();
+        let (approval_ttl, grant) = match (approval_ttl, grant) {
+            (Ok(t), Ok(g)) => (t, g),
+            (Err(e), _) | (_, Err(e)) => {
+                self.errors.push(fail(e));
+                return;
+            }
+        };
+        let classifiers: Vec<String> = match r.classifier.as_ref().map(Spanned::get_ref) {
+            None => Vec::new(),
+            Some(OneOrMany::One(c)) => vec![c.clone()],
+            Some(OneOrMany::Many(cs)) => cs.clone(),
+        };
+        let (when, when_span) = match &r.when {
+            Some(w) => (w.get_ref().clone(), Some(w.span())),
+            None => ("true".to_owned(), None),
+        };
+        let when_pos = |expr_offset: usize| -> (usize, usize) {
+            match &when_span {
+                Some(s) => {
+                    let quote = if ctx.text[s.start..].starts_with("'''") || ctx.text[s.start..].starts_with("\"\"\"") { 3 } else { 1 };
+                    line_col(ctx.text, s.start + quote + expr_offset)
+                }
+                None => line_col(ctx.text, span.start),
+            }
+        };
+        if when.contains("__airlock") {
+            self.errors.push(fail(PolicyError::new("policy.reserved_name", ctx.path, "names starting with `__airlock` are reserved").at(when_pos(when.find("__airlock").unwrap_or(0)))));
+            return;
+        }
+        let program = match env.compile(&when) {
+            Ok(p) => p,
+            Err(errs) => {
+                for e in errs.errors {
+                    let code = if e.msg.starts_with("invalid regex") {
+                        "policy.invalid_regex"
+                    } else if e.msg.starts_with("the pattern of `matches`") {
+                        "policy.dynamic_regex"
+                    } else {
+                        "policy.cel_syntax"
+                    };
+                    let offset = expr_offset(&when, e.pos.0, e.pos.1);
+                    self.errors.push(fail(PolicyError::new(code, ctx.path, e.msg.clone()).at(when_pos(offset))));
+                }
+                return;
+            }
+        };
+        let refs = references(&program);
+        let offset_of = |id: u64| program.source_info().offset_for(id).map(|(s, _)| s as usize).unwrap_or(0);
+        for (name, id) in &refs.unknown {
+            self.errors.push(fail(PolicyError::new("policy.unknown_variable", ctx.path, format!("undeclared variable `{name}`; rules may use tool, args, context, principal, fingerprint, now and classifier.<name>")).at(when_pos(offset_of(*id)))));
+        }
+        if refs.classifier_whole {
+            self.errors.push(fail(PolicyError::new("policy.unknown_classifier", ctx.path, "use `classifier.<name>`, naming a classifier the rule lists in `classifier`").at(when_pos(0))));
+        }
+        for c in &refs.classifiers {
+            if !classifiers.contains(c) {
+                self.errors.push(fail(PolicyError::new("policy.unknown_classifier", ctx.path, format!("`classifier.{c}` is used but the rule does not name `{c}` in `classifier`")).at(when_pos(0))));
+            }
+        }
+        let (line, col) = line_col(ctx.text, span.start);
+        let rule = Rule {
+            id,
+            tools,
+            when,
+            decision: r.decision,
+            message: r.message,
+            approval: ApprovalSettings {
+                approvers,
+                quorum: quorum.max(1),
+                approval_ttl: DEFAULT_APPROVAL_TTL,
+                grant: DEFAULT_GRANT,
+            },
+            classifiers,
+            location: Location { file: ctx.path.to_path_buf(), line, col },
+            program,
+            uses: refs.uses,
+        };
+        self.rules.push(PendingRule {
+            rule,
+            approval_ttl,
+            grant: grant.unwrap_or_default(),
+        });
+    }
+
+    fn finish(mut self, version: String, sources: Vec<Source>, env: Arc<Env>) -> Result<PolicySet, PolicyErrors> {
+        let defaults = match self.defaults.take() {
+            Some((d, _)) => Some(d),
+            None => {
+                let file = sources.first().map(|s| s.path.clone()).unwrap_or_default();
+                self.errors.push(PolicyError::new("policy.missing_defaults", file, "the policy set has no `[defaults]` section with a `decision`"));
+                None
+            }
+        };
+        match defaults {
+            Some(defaults) if self.errors.is_empty() => {
+                let rules = self
+                    .rules
+                    .into_iter()
+                    .map(|p| {
+                        let mut rule = p.rule;
+                        rule.approval.approval_ttl = p.approval_ttl.unwrap_or(defaults.approval.approval_ttl);
+                        rule.approval.grant = p.grant.over(defaults.approval.grant);
+                        rule
+                    })
+                    .collect();
+                Ok(PolicySet {
+                    version,
+                    sources,
+                    defaults,
+                    agents: self.agents.into_iter().filter(|(_, (on, _))| *on).map(|(k, _)| k).collect(),
+                    tool_flags: self
+                        .tool_flags
+                        .into_iter()
+                        .filter(|(_, (on, _))| *on)
+                        .filter_map(|(k, _)| Glob::new(&k).ok())
+                        .collect(),
+                    rules,
+                    env,
+                })
+            }
+            _ => Err(PolicyErrors(self.errors)),
+        }
+    }
+}
+
+/// The byte offset in `expr` of 1-based `(line, col)`, as the CEL parser reports positions.
+fn expr_offset(expr: &str, line: isize, col: isize) -> usize {
+    let line = line.max(1) as usize;
+    let col = col.max(1) as usize;
+    let line_start: usize = expr.split_inclusive('\n').take(line - 1).map(str::len).sum();
+    (line_start + col - 1).min(expr.len())
+}

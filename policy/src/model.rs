@@ -1,0 +1,157 @@
+//! The values policy evaluation takes and gives: [`Input`] in, [`Decision`] out.
+//!
+//! These are plain data with serde forms; the JSON of a [`Decision`] is what
+//! `airlock policy eval` prints and `POST /v1/policy/evaluate` answers.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::duration::format_duration;
+
+/// What policy says about a call. Ordered by strictness: `Allow < RequireApproval < Deny`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    Allow,
+    RequireApproval,
+    Deny,
+}
+
+impl DecisionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::Allow => "allow",
+            DecisionKind::RequireApproval => "require_approval",
+            DecisionKind::Deny => "deny",
+        }
+    }
+}
+
+/// Whose later calls an approval's grant covers. Ordered narrowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantScope {
+    /// The approved call alone.
+    Call,
+    /// Calls of the same `context.run_id` (the call alone when it has none).
+    Run,
+    /// Calls of the same requesting principal.
+    Principal,
+}
+
+/// What an approval grants: `uses` calls with the approved fingerprint within `ttl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GrantSettings {
+    pub uses: u32,
+    #[serde(serialize_with = "ser_duration")]
+    pub ttl: Duration,
+    pub scope: GrantScope,
+}
+
+/// Who may approve, how many, and for how long, once a call needs approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovalSettings {
+    /// Approver groups allowed to decide; empty means any approver.
+    pub approvers: BTreeSet<String>,
+    /// Distinct approvals needed.
+    pub quorum: u32,
+    #[serde(serialize_with = "ser_duration")]
+    pub approval_ttl: Duration,
+    pub grant: GrantSettings,
+}
+
+impl ApprovalSettings {
+    /// The strictest of `self` and `other` (DESIGN §4): largest quorum, union of the groups
+    /// that were named, shortest ttl, fewest grant uses, shortest grant ttl, narrowest scope.
+    ///
+    /// An empty group list means "any approver" and so adds no group to the union: a rule that
+    /// names groups is never widened to everyone by another rule that names none.
+    pub fn strictest(&self, other: &ApprovalSettings) -> ApprovalSettings {
+        ApprovalSettings {
+            approvers: self.approvers.union(&other.approvers).cloned().collect(),
+            quorum: self.quorum.max(other.quorum),
+            approval_ttl: self.approval_ttl.min(other.approval_ttl),
+            grant: GrantSettings {
+                uses: self.grant.uses.min(other.grant.uses),
+                ttl: self.grant.ttl.min(other.grant.ttl),
+                scope: self.grant.scope.min(other.grant.scope),
+            },
+        }
+    }
+}
+
+fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_duration(*d))
+}
+
+/// A classifier's verdict on one call, as the gateway hands it to evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifierResult {
+    /// 0..1.
+    pub score: f64,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    /// What matched and where; free-form.
+    #[serde(default)]
+    pub detail: Value,
+}
+
+/// The result of running a classifier, or why there is none.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClassifierOutcome {
+    Ok(ClassifierResult),
+    /// The classifier failed or timed out: each rule that names it yields `on_error`.
+    Failed { reason: String, on_error: DecisionKind },
+}
+
+/// Everything one evaluation looks at. Evaluation reads nothing else: no clock, no I/O.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub tool: &'a str,
+    /// A JSON object.
+    pub args: &'a Value,
+    /// A JSON object (`agent_id`, `run_id`, `thread_id`, `tool_call_id`, `labels`).
+    pub context: &'a Value,
+    /// A JSON object (`id`, `role`, `groups`).
+    pub principal: &'a Value,
+    pub fingerprint: &'a str,
+    pub now: SystemTime,
+    /// Results for the classifiers named by rules that may match (see
+    /// [`crate::PolicySet::classifiers_for`]).
+    pub classifiers: &'a BTreeMap<String, ClassifierOutcome>,
+}
+
+/// A rule that could not be evaluated, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleError {
+    pub rule: String,
+    pub reason: String,
+}
+
+/// A matched rule's `message`, for the agent (on deny) and approvers (on approval).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleMessage {
+    pub rule: String,
+    pub message: String,
+}
+
+/// The outcome of evaluation, with its explanation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub decision: DecisionKind,
+    /// Ids of every matched rule, plus `agent:<id>` and `tool:<pattern>` for each flag that
+    /// applies to the call; sorted.
+    pub rules: Vec<String>,
+    /// Rules that failed to evaluate; each yielded `on_error`.
+    pub errors: Vec<RuleError>,
+    /// Messages of the matched rules that have one.
+    pub messages: Vec<RuleMessage>,
+    pub policy_version: String,
+    /// Present exactly when `decision` is `require_approval`.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalSettings>,
+}
