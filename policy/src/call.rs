@@ -78,7 +78,11 @@ impl ToolCall {
                     tool: other.to_string().chars().take(200).collect(),
                 })
             }
-            None => return Err(RequestError::InvalidTool { tool: String::new() }),
+            None => {
+                return Err(RequestError::InvalidTool {
+                    tool: String::new(),
+                })
+            }
         };
         let args = fields.remove("args").ok_or(RequestError::InvalidArgs)?;
         ToolCall::new(&tool, args, fields.remove("context"))
@@ -127,23 +131,43 @@ mod tests {
     use super::*;
 
     fn code(body: &str) -> &'static str {
-        ToolCall::from_body(body.as_bytes()).map(|_| "ok").unwrap_or_else(|e| e.code())
+        ToolCall::from_body(body.as_bytes())
+            .map(|_| "ok")
+            .unwrap_or_else(|e| e.code())
     }
 
     #[test]
     fn body_classes() {
-        assert_eq!(code(r#"{"tool":"a.b","args":{"x":1},"context":{"run_id":"r1"}}"#), "ok");
+        assert_eq!(
+            code(r#"{"tool":"a.b","args":{"x":1},"context":{"run_id":"r1"}}"#),
+            "ok"
+        );
         assert_eq!(code(r#"{"tool":"a.b","args":[]}"#), "request.invalid_args");
         assert_eq!(code(r#"{"tool":"a.b"}"#), "request.invalid_args");
         assert_eq!(code(r#"{"tool":"a b","args":{}}"#), "request.invalid_tool");
         assert_eq!(code(r#"{"tool":7,"args":{}}"#), "request.invalid_tool");
         assert_eq!(code(r#"{"args":{}}"#), "request.invalid_tool");
-        assert_eq!(code(r#"{"tool":"a","args":{},"extra":1}"#), "request.unknown_field");
-        assert_eq!(code(r#"{"tool":"a","args":{},"context":{"who":"x"}}"#), "request.invalid_context");
-        assert_eq!(code(r#"{"tool":"a","args":{},"context":{"run_id":1}}"#), "request.invalid_context");
-        assert_eq!(code(r#"{"tool":"a","args":{},"context":[]}"#), "request.invalid_context");
+        assert_eq!(
+            code(r#"{"tool":"a","args":{},"extra":1}"#),
+            "request.unknown_field"
+        );
+        assert_eq!(
+            code(r#"{"tool":"a","args":{},"context":{"who":"x"}}"#),
+            "request.invalid_context"
+        );
+        assert_eq!(
+            code(r#"{"tool":"a","args":{},"context":{"run_id":1}}"#),
+            "request.invalid_context"
+        );
+        assert_eq!(
+            code(r#"{"tool":"a","args":{},"context":[]}"#),
+            "request.invalid_context"
+        );
         assert_eq!(code(r#"[1]"#), "request.invalid_json");
-        assert_eq!(code(r#"{"tool":"a","args":{"a":1,"a":1}}"#), "request.duplicate_key");
+        assert_eq!(
+            code(r#"{"tool":"a","args":{"a":1,"a":1}}"#),
+            "request.duplicate_key"
+        );
     }
 
     #[test]

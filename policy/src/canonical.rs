@@ -204,23 +204,35 @@ mod tests {
 
     #[test]
     fn awkward_numbers() {
-        assert_eq!(jcs("[1e21, 1e-7, -0, 5e-324, 0.1, 1e20, 1.5e300, -0.0, 100]"),
-            "[1e+21,1e-7,0,5e-324,0.1,100000000000000000000,1.5e+300,0,100]");
-        assert_eq!(jcs("[1.0, 1e0, 10e-1, 0.00001, 123456789012.5]"), "[1,1,1,0.00001,123456789012.5]");
-        assert_eq!(jcs("[9007199254740991, -9007199254740991, 9007199254740993e0]"),
-            "[9007199254740991,-9007199254740991,9007199254740992]");
+        assert_eq!(
+            jcs("[1e21, 1e-7, -0, 5e-324, 0.1, 1e20, 1.5e300, -0.0, 100]"),
+            "[1e+21,1e-7,0,5e-324,0.1,100000000000000000000,1.5e+300,0,100]"
+        );
+        assert_eq!(
+            jcs("[1.0, 1e0, 10e-1, 0.00001, 123456789012.5]"),
+            "[1,1,1,0.00001,123456789012.5]"
+        );
+        assert_eq!(
+            jcs("[9007199254740991, -9007199254740991, 9007199254740993e0]"),
+            "[9007199254740991,-9007199254740991,9007199254740992]"
+        );
     }
 
     #[test]
     fn keys_sort_by_utf16_code_units() {
         // U+FB01 sorts after U+1F600 in UTF-16 (0xD83D < 0xFB01) but before it in UTF-8.
-        assert_eq!(jcs(r#"{"\ufb01":1,"😀":2,"a":3}"#), r#"{"a":3,"😀":2,"ﬁ":1}"#);
+        assert_eq!(
+            jcs(r#"{"\ufb01":1,"😀":2,"a":3}"#),
+            r#"{"a":3,"😀":2,"ﬁ":1}"#
+        );
     }
 
     #[test]
     fn minimal_escapes() {
-        assert_eq!(jcs(r#""\u0041\/\u00e9\u001f\u007f\b\f\n\r\t\"\\""#),
-            "\"A/é\\u001f\u{7f}\\b\\f\\n\\r\\t\\\"\\\\\"");
+        assert_eq!(
+            jcs(r#""\u0041\/\u00e9\u001f\u007f\b\f\n\r\t\"\\""#),
+            "\"A/é\\u001f\u{7f}\\b\\f\\n\\r\\t\\\"\\\\\""
+        );
     }
 
     #[test]
@@ -239,7 +251,11 @@ mod tests {
             assert!(validate_tool_name(ok).is_ok(), "{ok}");
         }
         for bad in ["", ".a", "-a", "a b", "a\n", "é", &"a".repeat(129), "a*"] {
-            assert_eq!(validate_tool_name(bad).unwrap_err().code(), "request.invalid_tool", "{bad}");
+            assert_eq!(
+                validate_tool_name(bad).unwrap_err().code(),
+                "request.invalid_tool",
+                "{bad}"
+            );
         }
     }
 }

@@ -1,1 +1,379 @@
-//! placeholder
+//! Golden cases (`*.cases.toml`) and the evaluation request they share with `policy eval`.
+//!
+//! [`EvalRequest`] owns everything one evaluation needs and is built the same way from a cases
+//! file, from the command line, and from `POST /v1/policy/evaluate`. [`run`] finds every cases
+//! file under a path, runs each against the policy set of the folder it sits in, and reports
+//! each case as passed or failed with the reason.
+//!
+//! It does not print: the command line does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use toml::Spanned;
+
+use crate::call::ToolCall;
+use crate::error::{line_col, PolicyError, PolicyErrors, RequestError};
+use crate::eval::evaluate;
+use crate::load::PolicySet;
+use crate::model::{ClassifierOutcome, ClassifierResult, Decision, DecisionKind, Input};
+
+/// The principal a case or `policy eval` runs as when it names none.
+pub fn default_principal() -> Value {
+    json!({"id": "test-agent", "role": "agent", "groups": []})
+}
+
+/// The instant cases run at when they give no `now`: fixed, so cases are reproducible.
+pub const DEFAULT_NOW: &str = "2026-01-01T12:00:00Z";
+
+/// Everything one evaluation needs, owned.
+#[derive(Debug, Clone)]
+pub struct EvalRequest {
+    pub call: ToolCall,
+    pub principal: Value,
+    pub classifiers: BTreeMap<String, ClassifierOutcome>,
+    pub now: SystemTime,
+}
+
+impl EvalRequest {
+    pub fn input(&self) -> Input<'_> {
+        Input {
+            tool: &self.call.tool,
+            args: &self.call.args,
+            context: &self.call.context,
+            principal: &self.principal,
+            fingerprint: self.call.fingerprint.as_str(),
+            now: self.now,
+            classifiers: &self.classifiers,
+        }
+    }
+}
+
+/// A fixed classifier result, as cases and `policy eval --classifier` give them: either a
+/// result, or `{"error": "…", "on_error"?: "deny"|"require_approval"}` for a failed run.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FixedClassifier {
+    score: Option<f64>,
+    #[serde(default)]
+    labels: Vec<String>,
+    #[serde(default)]
+    detail: Value,
+    error: Option<String>,
+    on_error: Option<DecisionKind>,
+}
+
+/// Parses `{"<name>": {"score","labels","detail"} | {"error","on_error"}}`.
+pub fn fixed_classifiers(value: &Value) -> Result<BTreeMap<String, ClassifierOutcome>, String> {
+    let Value::Object(map) = value else {
+        return Err("classifier results must be an object keyed by classifier name".into());
+    };
+    let mut out = BTreeMap::new();
+    for (name, v) in map {
+        let fixed: FixedClassifier =
+            serde_json::from_value(v.clone()).map_err(|e| format!("classifier `{name}`: {e}"))?;
+        let outcome = match (fixed.error, fixed.score) {
+            (Some(reason), _) => ClassifierOutcome::Failed {
+                reason,
+                on_error: fixed.on_error.unwrap_or(DecisionKind::RequireApproval),
+            },
+            (None, Some(score)) if (0.0..=1.0).contains(&score) => {
+                ClassifierOutcome::Ok(ClassifierResult {
+                    score,
+                    labels: fixed.labels,
+                    detail: fixed.detail,
+                })
+            }
+            (None, _) => return Err(format!("classifier `{name}`: `score` in 0..1 is required")),
+        };
+        out.insert(name.clone(), outcome);
+    }
+    Ok(out)
+}
+
+/// Parses an RFC 3339 instant.
+pub fn parse_now(text: &str) -> Result<SystemTime, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(SystemTime::from)
+        .map_err(|e| format!("invalid RFC 3339 time `{text}`: {e}"))
+}
+
+/// The decision as `airlock policy eval` prints it: the [`Decision`] plus the fingerprint.
+pub fn decision_json(decision: &Decision, call: &ToolCall) -> Value {
+    let mut v = serde_json::to_value(decision).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut v {
+        map.insert(
+            "fingerprint".into(),
+            Value::String(call.fingerprint.to_string()),
+        );
+        map.insert("tool".into(), Value::String(call.tool.clone()));
+    }
+    v
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCases {
+    #[serde(default)]
+    case: Vec<Spanned<RawCase>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCase {
+    name: String,
+    tool: String,
+    #[serde(default)]
+    args: toml::Table,
+    context: Option<toml::Table>,
+    principal: Option<toml::Table>,
+    classifier: Option<toml::Table>,
+    now: Option<String>,
+    expect: DecisionKind,
+    expect_rules: Option<Vec<String>>,
+    expect_errors: Option<Vec<String>>,
+    expect_quorum: Option<u32>,
+    expect_approvers: Option<Vec<String>>,
+}
+
+/// One case's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaseResult {
+    /// `file:line` of the case.
+    pub location: String,
+    pub name: String,
+    /// Why it failed; `None` when it passed.
+    pub failure: Option<String>,
+}
+
+/// Everything `airlock policy test` found and ran.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub results: Vec<CaseResult>,
+}
+
+impl Report {
+    pub fn passed(&self) -> usize {
+        self.results.iter().filter(|r| r.failure.is_none()).count()
+    }
+
+    pub fn failed(&self) -> usize {
+        self.results.len() - self.passed()
+    }
+}
+
+/// Every `*.cases.toml` under `path` (recursively), or `path` itself when it is one; sorted.
+pub fn discover(path: &Path) -> Result<Vec<PathBuf>, PolicyError> {
+    let mut found = Vec::new();
+    if path.is_file() {
+        found.push(path.to_path_buf());
+    } else {
+        walk(path, &mut found)?;
+    }
+    found.sort();
+    Ok(found)
+}
+
+fn walk(dir: &Path, found: &mut Vec<PathBuf>) -> Result<(), PolicyError> {
+    let io = |e: std::io::Error| PolicyError::new("policy.io", dir, format!("cannot read: {e}"));
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let path = entry.map_err(io)?.path();
+        if path.is_dir() {
+            walk(&path, found)?;
+        } else if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".cases.toml"))
+        {
+            found.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Runs every cases file under each of `paths`. Problems that stop a file from running (a
+/// policy set or cases file that does not load) count as failed cases, so they cannot pass
+/// unnoticed.
+pub fn run(paths: &[PathBuf]) -> Report {
+    let mut report = Report::default();
+    let mut sets: BTreeMap<PathBuf, Result<PolicySet, PolicyErrors>> = BTreeMap::new();
+    for path in paths {
+        let files = match discover(path) {
+            Ok(files) if files.is_empty() => {
+                report.results.push(CaseResult {
+                    location: path.display().to_string(),
+                    name: "(discovery)".into(),
+                    failure: Some("no `*.cases.toml` file found".into()),
+                });
+                continue;
+            }
+            Ok(files) => files,
+            Err(e) => {
+                report.results.push(CaseResult {
+                    location: path.display().to_string(),
+                    name: "(discovery)".into(),
+                    failure: Some(e.to_string()),
+                });
+                continue;
+            }
+        };
+        for file in files {
+            let folder = file.parent().map(Path::to_path_buf).unwrap_or_default();
+            let folder = if folder.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                folder
+            };
+            let set = sets
+                .entry(folder.clone())
+                .or_insert_with(|| PolicySet::load(&folder));
+            match set {
+                Ok(set) => report.results.extend(run_file(&file, set)),
+                Err(errors) => report.results.push(CaseResult {
+                    location: file.display().to_string(),
+                    name: "(policy set)".into(),
+                    failure: Some(format!(
+                        "the policy set of {} does not load:\n{errors}",
+                        folder.display()
+                    )),
+                }),
+            }
+        }
+    }
+    report
+}
+
+/// Runs one cases file against `set`.
+pub fn run_file(file: &Path, set: &PolicySet) -> Vec<CaseResult> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            return vec![CaseResult {
+                location: file.display().to_string(),
+                name: "(cases file)".into(),
+                failure: Some(format!("cannot read: {e}")),
+            }]
+        }
+    };
+    let raw: RawCases = match toml::from_str(&text) {
+        Ok(r) => r,
+        Err(e) => {
+            let (line, col) = line_col(&text, e.span().map(|s| s.start).unwrap_or(0));
+            return vec![CaseResult {
+                location: format!("{}:{line}:{col}", file.display()),
+                name: "(cases file)".into(),
+                failure: Some(e.message().trim().to_owned()),
+            }];
+        }
+    };
+    if raw.case.is_empty() {
+        return vec![CaseResult {
+            location: file.display().to_string(),
+            name: "(cases file)".into(),
+            failure: Some("the file holds no `[[case]]`".into()),
+        }];
+    }
+    raw.case
+        .into_iter()
+        .map(|spanned| {
+            let (line, _) = line_col(&text, spanned.span().start);
+            let case = spanned.into_inner();
+            CaseResult {
+                location: format!("{}:{line}", file.display()),
+                name: case.name.clone(),
+                failure: check_case(&case, set).err(),
+            }
+        })
+        .collect()
+}
+
+/// Converts a TOML table into JSON through the strict parser, so cases obey the same number
+/// and depth rules as requests.
+fn toml_to_json(table: &toml::Table) -> Result<Value, RequestError> {
+    let text = serde_json::to_string(table).map_err(|_| RequestError::InvalidJson {
+        offset: 0,
+        reason: "value cannot be written as JSON",
+    })?;
+    crate::json::parse(text.as_bytes(), crate::call::MAX_ARGS_DEPTH)
+}
+
+fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
+    let bad = |what: &str, e: String| format!("invalid `{what}`: {e}");
+    let args = toml_to_json(&case.args).map_err(|e| bad("args", format!("{e} ({})", e.code())))?;
+    let context = case
+        .context
+        .as_ref()
+        .map(toml_to_json)
+        .transpose()
+        .map_err(|e| bad("context", e.to_string()))?;
+    let call =
+        ToolCall::new(&case.tool, args, context).map_err(|e| format!("{e} ({})", e.code()))?;
+    let principal = match &case.principal {
+        Some(p) => toml_to_json(p).map_err(|e| bad("principal", e.to_string()))?,
+        None => default_principal(),
+    };
+    let classifiers = match &case.classifier {
+        Some(c) => {
+            fixed_classifiers(&toml_to_json(c).map_err(|e| bad("classifier", e.to_string()))?)
+                .map_err(|e| bad("classifier", e))?
+        }
+        None => BTreeMap::new(),
+    };
+    let now = parse_now(case.now.as_deref().unwrap_or(DEFAULT_NOW)).map_err(|e| bad("now", e))?;
+    let request = EvalRequest {
+        call,
+        principal,
+        classifiers,
+        now,
+    };
+    let decision = evaluate(set, &request.input());
+
+    let mut problems = Vec::new();
+    if decision.decision != case.expect {
+        problems.push(format!(
+            "expected {}, got {}",
+            case.expect.as_str(),
+            decision.decision.as_str()
+        ));
+    }
+    if let Some(expected) = &case.expect_rules {
+        let want: BTreeSet<&str> = expected.iter().map(String::as_str).collect();
+        let got: BTreeSet<&str> = decision.rules.iter().map(String::as_str).collect();
+        if want != got {
+            problems.push(format!("expected rules {want:?}, got {got:?}"));
+        }
+    }
+    if let Some(expected) = &case.expect_errors {
+        let want: BTreeSet<&str> = expected.iter().map(String::as_str).collect();
+        let got: BTreeSet<&str> = decision.errors.iter().map(|e| e.rule.as_str()).collect();
+        if want != got {
+            problems.push(format!(
+                "expected errors in {want:?}, got {:?}",
+                decision.errors
+            ));
+        }
+    } else if !decision.errors.is_empty() {
+        problems.push(format!("rules failed to evaluate: {:?}", decision.errors));
+    }
+    if let Some(q) = case.expect_quorum {
+        let got = decision.approval.as_ref().map(|a| a.quorum);
+        if got != Some(q) {
+            problems.push(format!("expected quorum {q}, got {got:?}"));
+        }
+    }
+    if let Some(expected) = &case.expect_approvers {
+        let want: BTreeSet<String> = expected.iter().cloned().collect();
+        let got = decision.approval.as_ref().map(|a| a.approvers.clone());
+        if got.as_ref() != Some(&want) {
+            problems.push(format!("expected approvers {want:?}, got {got:?}"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}

@@ -11,9 +11,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(digits_end);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration `{text}`: expected a whole number and a unit, like `15m`"))?;
+    let n: u64 = number.parse().map_err(|_| {
+        format!("invalid duration `{text}`: expected a whole number and a unit, like `15m`")
+    })?;
     let millis_per_unit: u64 = match unit {
         "ms" => 1,
         "s" => 1_000,
@@ -29,14 +29,21 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let millis = n
         .checked_mul(millis_per_unit)
         .filter(|m| *m > 0)
-        .ok_or_else(|| format!("invalid duration `{text}`: it must be positive and at most u64 milliseconds"))?;
+        .ok_or_else(|| {
+            format!("invalid duration `{text}`: it must be positive and at most u64 milliseconds")
+        })?;
     Ok(Duration::from_millis(millis))
 }
 
 /// Writes `d` in the largest whole unit: `90s`, `15m`, `1h`.
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    for (unit, size) in [("d", 86_400_000u128), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+    for (unit, size) in [
+        ("d", 86_400_000u128),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
         if ms >= size && ms % size == 0 {
             return format!("{}{unit}", ms / size);
         }
@@ -50,7 +57,14 @@ mod tests {
 
     #[test]
     fn round_trips_in_the_largest_unit() {
-        for (text, canonical) in [("90s", "90s"), ("60s", "1m"), ("15m", "15m"), ("120m", "2h"), ("1500ms", "1500ms"), ("24h", "1d")] {
+        for (text, canonical) in [
+            ("90s", "90s"),
+            ("60s", "1m"),
+            ("15m", "15m"),
+            ("120m", "2h"),
+            ("1500ms", "1500ms"),
+            ("24h", "1d"),
+        ] {
             assert_eq!(format_duration(parse_duration(text).unwrap()), canonical);
         }
         for bad in ["", "15", "m", "1h30m", "0s", "-1s", "1.5h", "10w"] {

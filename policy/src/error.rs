@@ -63,7 +63,11 @@ pub struct PolicyError {
 }
 
 impl PolicyError {
-    pub(crate) fn new(code: &'static str, file: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(
+        code: &'static str,
+        file: impl Into<PathBuf>,
+        message: impl Into<String>,
+    ) -> Self {
         PolicyError {
             code,
             file: file.into(),

@@ -28,7 +28,11 @@ enum Outcome {
 
 /// Decides `input` under `set`.
 pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
-    let applicable: Vec<&Rule> = set.rules.iter().filter(|r| r.applies_to(input.tool)).collect();
+    let applicable: Vec<&Rule> = set
+        .rules
+        .iter()
+        .filter(|r| r.applies_to(input.tool))
+        .collect();
     let uses = applicable.iter().fold(0u8, |acc, r| acc | r.uses);
 
     let mut ctx = Context::with_env(set.env.clone());
@@ -110,18 +114,13 @@ fn run(rule: &Rule, ctx: &Context<'_, '_>, input: &Input<'_>, on_error: Decision
             Some(ClassifierOutcome::Failed { reason, on_error }) => {
                 return Outcome::Error(format!("classifier `{name}` failed: {reason}"), *on_error)
             }
-            None => {
-                return Outcome::Error(format!("classifier `{name}` has no result"), on_error)
-            }
+            None => return Outcome::Error(format!("classifier `{name}` has no result"), on_error),
         }
     }
     match rule.program.execute(ctx) {
         Ok(CelValue::Bool(true)) => Outcome::Match,
         Ok(CelValue::Bool(false)) => Outcome::NoMatch,
-        Ok(other) => Outcome::Error(
-            format!("`when` gave {other:?}, not a bool"),
-            on_error,
-        ),
+        Ok(other) => Outcome::Error(format!("`when` gave {other:?}, not a bool"), on_error),
         Err(e) => Outcome::Error(e.to_string(), on_error),
     }
 }
@@ -162,7 +161,10 @@ fn classifier_val<'v>(results: &'v BTreeMap<String, ClassifierOutcome>) -> Box<d
             .collect();
         let mut fields: std::collections::HashMap<CelMapKey<'v>, Box<dyn Val + 'v>> =
             std::collections::HashMap::new();
-        fields.insert(CelMapKey::from("score"), Box::new(CelDouble::from(result.score)));
+        fields.insert(
+            CelMapKey::from("score"),
+            Box::new(CelDouble::from(result.score)),
+        );
         fields.insert(CelMapKey::from("labels"), Box::new(CelList::from(labels)));
         fields.insert(CelMapKey::from("detail"), json_to_val(&result.detail));
         map.insert(

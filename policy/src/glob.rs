@@ -83,7 +83,11 @@ mod tests {
             ("payments.refund", "payments.refunds", false),
         ];
         for (pattern, name, expected) in cases {
-            assert_eq!(Glob::new(pattern).unwrap().matches(name), expected, "{pattern} ~ {name}");
+            assert_eq!(
+                Glob::new(pattern).unwrap().matches(name),
+                expected,
+                "{pattern} ~ {name}"
+            );
         }
         assert!(Glob::new("a b").is_err());
         assert!(Glob::new("").is_err());

@@ -63,7 +63,11 @@ impl Parser<'_> {
         }
     }
 
-    fn expect_literal(&mut self, literal: &'static str, value: Value) -> Result<Value, RequestError> {
+    fn expect_literal(
+        &mut self,
+        literal: &'static str,
+        value: Value,
+    ) -> Result<Value, RequestError> {
         if self.bytes[self.pos..].starts_with(literal.as_bytes()) {
             self.pos += literal.len();
             Ok(value)
@@ -195,7 +199,9 @@ impl Parser<'_> {
                 }
                 Some(b'\\') => {
                     self.pos += 1;
-                    let escaped = self.peek().ok_or_else(|| self.invalid("unterminated string"))?;
+                    let escaped = self
+                        .peek()
+                        .ok_or_else(|| self.invalid("unterminated string"))?;
                     self.pos += 1;
                     match escaped {
                         b'"' => out.push('"'),
@@ -302,7 +308,10 @@ impl Parser<'_> {
             let value = if magnitude.len() > 16 {
                 None
             } else {
-                magnitude.parse::<u64>().ok().filter(|v| *v <= MAX_SAFE_INTEGER)
+                magnitude
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|v| *v <= MAX_SAFE_INTEGER)
             };
             let Some(value) = value else {
                 return Err(RequestError::UnsafeNumber {
@@ -314,7 +323,9 @@ impl Parser<'_> {
             let signed = if start == int_start { value } else { -value };
             return Ok(Value::Number(Number::from(signed)));
         }
-        let parsed: f64 = literal.parse().map_err(|_| self.invalid("invalid number"))?;
+        let parsed: f64 = literal
+            .parse()
+            .map_err(|_| self.invalid("invalid number"))?;
         match Number::from_f64(parsed) {
             Some(n) => Ok(Value::Number(n)),
             None => Err(RequestError::UnsafeNumber {
@@ -330,20 +341,31 @@ mod tests {
     use serde_json::json;
 
     fn code(input: &str) -> &'static str {
-        parse(input.as_bytes(), 64).map(|_| "ok").unwrap_or_else(|e| e.code())
+        parse(input.as_bytes(), 64)
+            .map(|_| "ok")
+            .unwrap_or_else(|e| e.code())
     }
 
     #[test]
     fn parses_ordinary_json() {
-        let v = parse(br#" {"a": [1, -2.5, "x\u00e9\n", true, null, {}], "b": {"c": 1e3}} "#, 64)
-            .unwrap();
-        assert_eq!(v, json!({"a": [1, -2.5, "xé\n", true, null, {}], "b": {"c": 1000.0}}));
+        let v = parse(
+            br#" {"a": [1, -2.5, "x\u00e9\n", true, null, {}], "b": {"c": 1e3}} "#,
+            64,
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"a": [1, -2.5, "xé\n", true, null, {}], "b": {"c": 1000.0}})
+        );
     }
 
     #[test]
     fn integer_literals_are_integers_and_fractions_of_zero_count_as_integers() {
         assert_eq!(parse(b"1.000", 64).unwrap().as_i64(), Some(1));
-        assert_eq!(parse(b"-9007199254740991", 64).unwrap().as_i64(), Some(-9007199254740991));
+        assert_eq!(
+            parse(b"-9007199254740991", 64).unwrap().as_i64(),
+            Some(-9007199254740991)
+        );
         assert!(parse(b"1e0", 64).unwrap().is_f64());
     }
 
@@ -354,7 +376,10 @@ mod tests {
         assert_eq!(code("9007199254740992"), "request.unsafe_number");
         assert_eq!(code("-9007199254740992"), "request.unsafe_number");
         assert_eq!(code("9007199254740992.0"), "request.unsafe_number");
-        assert_eq!(code("123456789012345678901234567890"), "request.unsafe_number");
+        assert_eq!(
+            code("123456789012345678901234567890"),
+            "request.unsafe_number"
+        );
         assert_eq!(code("1e400"), "request.unsafe_number");
         assert_eq!(code("-1e400"), "request.unsafe_number");
         assert_eq!(code("9007199254740992e0"), "ok");

@@ -268,7 +268,9 @@ impl PolicySet {
 
 /// The policy files of a folder: `*.toml` but not `*.cases.toml`, sorted, not recursive.
 fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, PolicyErrors> {
-    let io = |e: std::io::Error| PolicyError::new("policy.io", dir, format!("cannot read the folder: {e}"));
+    let io = |e: std::io::Error| {
+        PolicyError::new("policy.io", dir, format!("cannot read the folder: {e}"))
+    };
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io)? {
         let path = entry.map_err(io)?.path();
@@ -279,7 +281,12 @@ fn policy_files(dir: &Path) -> Result<Vec<PathBuf>, PolicyErrors> {
     }
     files.sort();
     if files.is_empty() {
-        return Err(PolicyError::new("policy.empty", dir, "the folder holds no policy `.toml` file").into());
+        return Err(PolicyError::new(
+            "policy.empty",
+            dir,
+            "the folder holds no policy `.toml` file",
+        )
+        .into());
     }
     Ok(files)
 }
@@ -288,7 +295,10 @@ fn policy_version(sources: &[(PathBuf, String)]) -> String {
     let mut h = Sha256::new();
     h.update(b"airlock.policy.v1\n");
     for (path, text) in sources {
-        let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
         h.update(name.as_bytes());
         h.update(b"\n");
         h.update(text.len().to_string().as_bytes());
@@ -341,21 +351,34 @@ struct FileCtx<'a> {
 }
 
 impl FileCtx<'_> {
-    fn err(&self, code: &'static str, span: std::ops::Range<usize>, message: impl Into<String>) -> PolicyError {
+    fn err(
+        &self,
+        code: &'static str,
+        span: std::ops::Range<usize>,
+        message: impl Into<String>,
+    ) -> PolicyError {
         PolicyError::new(code, self.path, message).at(line_col(self.text, span.start))
     }
 
     fn duration(&self, raw: &Spanned<String>) -> Result<Duration, PolicyError> {
-        parse_duration(raw.get_ref()).map_err(|m| self.err("policy.invalid_duration", raw.span(), m))
+        parse_duration(raw.get_ref())
+            .map_err(|m| self.err("policy.invalid_duration", raw.span(), m))
     }
 
     fn grant(&self, raw: &Spanned<RawGrant>) -> Result<PartialGrant, PolicyError> {
         let g = raw.get_ref();
         if g.uses == Some(0) {
-            return Err(self.err("policy.invalid", raw.span(), "grant `uses` must be at least 1"));
+            return Err(self.err(
+                "policy.invalid",
+                raw.span(),
+                "grant `uses` must be at least 1",
+            ));
         }
         let ttl = match &g.ttl {
-            Some(t) => Some(parse_duration(t).map_err(|m| self.err("policy.invalid_duration", raw.span(), m))?),
+            Some(t) => Some(
+                parse_duration(t)
+                    .map_err(|m| self.err("policy.invalid_duration", raw.span(), m))?,
+            ),
             None => None,
         };
         Ok(PartialGrant {
@@ -378,13 +401,21 @@ impl Builder {
                     "policy.syntax"
                 };
                 let span = e.span().unwrap_or(0..0);
-                self.errors.push(ctx.err(code, span, e.message().trim().to_owned()));
+                self.errors
+                    .push(ctx.err(code, span, e.message().trim().to_owned()));
                 return;
             }
         };
         if let Some(v) = &raw.version {
             if *v.get_ref() != 1 {
-                self.errors.push(ctx.err("policy.unsupported_version", v.span(), format!("unsupported policy version {}; this airlock reads version 1", v.get_ref())));
+                self.errors.push(ctx.err(
+                    "policy.unsupported_version",
+                    v.span(),
+                    format!(
+                        "unsupported policy version {}; this airlock reads version 1",
+                        v.get_ref()
+                    ),
+                ));
             }
         }
         if let Some(d) = &raw.defaults {
@@ -405,18 +436,39 @@ impl Builder {
         }
         for (name, agent) in &raw.agents {
             if let Some((_, first)) = self.agents.get(name) {
-                self.errors.push(ctx.err("policy.duplicate_key", agent.span(), format!("agent `{name}` is already configured in {}", first.display())));
+                self.errors.push(ctx.err(
+                    "policy.duplicate_key",
+                    agent.span(),
+                    format!(
+                        "agent `{name}` is already configured in {}",
+                        first.display()
+                    ),
+                ));
             } else {
-                self.agents.insert(name.clone(), (agent.get_ref().require_tool_approval, path.to_path_buf()));
+                self.agents.insert(
+                    name.clone(),
+                    (agent.get_ref().require_tool_approval, path.to_path_buf()),
+                );
             }
         }
         for (pattern, flag) in &raw.tools {
             if let Err(m) = Glob::new(pattern) {
-                self.errors.push(ctx.err("policy.invalid_glob", flag.span(), m));
+                self.errors
+                    .push(ctx.err("policy.invalid_glob", flag.span(), m));
             } else if let Some((_, first)) = self.tool_flags.get(pattern) {
-                self.errors.push(ctx.err("policy.duplicate_key", flag.span(), format!("tool `{pattern}` is already configured in {}", first.display())));
+                self.errors.push(ctx.err(
+                    "policy.duplicate_key",
+                    flag.span(),
+                    format!(
+                        "tool `{pattern}` is already configured in {}",
+                        first.display()
+                    ),
+                ));
             } else {
-                self.tool_flags.insert(pattern.clone(), (flag.get_ref().require_approval, path.to_path_buf()));
+                self.tool_flags.insert(
+                    pattern.clone(),
+                    (flag.get_ref().require_approval, path.to_path_buf()),
+                );
             }
         }
         for rule in raw.rules {
@@ -424,11 +476,19 @@ impl Builder {
         }
     }
 
-    fn defaults(&self, ctx: &FileCtx<'_>, raw: &Spanned<RawDefaults>) -> Result<Defaults, PolicyError> {
+    fn defaults(
+        &self,
+        ctx: &FileCtx<'_>,
+        raw: &Spanned<RawDefaults>,
+    ) -> Result<Defaults, PolicyError> {
         let d = raw.get_ref();
         let on_error = match &d.on_error {
             Some(on_error) if *on_error.get_ref() == DecisionKind::Allow => {
-                return Err(ctx.err("policy.on_error_allow", on_error.span(), "`on_error` must be `deny` or `require_approval`: a failing rule never allows"));
+                return Err(ctx.err(
+                    "policy.on_error_allow",
+                    on_error.span(),
+                    "`on_error` must be `deny` or `require_approval`: a failing rule never allows",
+                ));
             }
             Some(on_error) => *on_error.get_ref(),
             None => DecisionKind::RequireApproval,
@@ -460,26 +520,49 @@ impl Builder {
         let fail = |e: PolicyError| e.in_rule(&id);
         let valid_id = id.len() <= 128
             && id.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && id.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
         if !valid_id {
-            self.errors.push(fail(ctx.err("policy.invalid_rule_id", r.id.span(), format!("invalid rule id `{id}`: use letters, digits, `_`, `.` and `-`"))));
+            self.errors.push(fail(ctx.err(
+                "policy.invalid_rule_id",
+                r.id.span(),
+                format!("invalid rule id `{id}`: use letters, digits, `_`, `.` and `-`"),
+            )));
             return;
         }
         if let Some(first) = self.rules.iter().map(|p| &p.rule).find(|x| x.id == id) {
-            self.errors.push(fail(ctx.err("policy.duplicate_rule", r.id.span(), format!("rule id `{id}` is already used at {}:{}", first.location.file.display(), first.location.line))));
+            self.errors.push(fail(ctx.err(
+                "policy.duplicate_rule",
+                r.id.span(),
+                format!(
+                    "rule id `{id}` is already used at {}:{}",
+                    first.location.file.display(),
+                    first.location.line
+                ),
+            )));
             return;
         }
         let mut tools = Vec::new();
         for t in r.tools.iter().flatten() {
             match Glob::new(t.get_ref()) {
                 Ok(g) => tools.push(g),
-                Err(m) => self.errors.push(fail(ctx.err("policy.invalid_glob", t.span(), m))),
+                Err(m) => self
+                    .errors
+                    .push(fail(ctx.err("policy.invalid_glob", t.span(), m))),
             }
         }
         if r.tools.as_ref().is_some_and(Vec::is_empty) {
-            self.errors.push(fail(ctx.err("policy.invalid_glob", span.clone(), "`tools` is empty, so the rule could never apply; omit it to apply to every tool")));
+            self.errors.push(fail(ctx.err(
+                "policy.invalid_glob",
+                span.clone(),
+                "`tools` is empty, so the rule could never apply; omit it to apply to every tool",
+            )));
         }
-        let has_approval_settings = r.approvers.is_some() || r.quorum.is_some() || r.approval_ttl.is_some() || r.grant.is_some();
+        let has_approval_settings = r.approvers.is_some()
+            || r.quorum.is_some()
+            || r.approval_ttl.is_some()
+            || r.grant.is_some();
         if has_approval_settings && r.decision != DecisionKind::RequireApproval {
             self.errors.push(fail(ctx.err("policy.invalid", span.clone(), "`approvers`, `quorum`, `approval_ttl` and `grant` only apply to `require_approval` rules")));
         }
@@ -487,11 +570,24 @@ impl Builder {
         // here they are kept raw.
         let quorum = r.quorum.as_ref().map(|q| *q.get_ref()).unwrap_or(1);
         if quorum == 0 {
-            self.errors.push(fail(ctx.err("policy.invalid", r.quorum.as_ref().map(Spanned::span).unwrap_or(span.clone()), "`quorum` must be at least 1")));
+            self.errors.push(fail(ctx.err(
+                "policy.invalid",
+                r.quorum.as_ref().map(Spanned::span).unwrap_or(span.clone()),
+                "`quorum` must be at least 1",
+            )));
         }
-        let approvers: BTreeSet<String> = r.approvers.clone().unwrap_or_default().into_iter().collect();
+        let approvers: BTreeSet<String> = r
+            .approvers
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
         if approvers.iter().any(String::is_empty) {
-            self.errors.push(fail(ctx.err("policy.invalid", span.clone(), "approver group names must not be empty")));
+            self.errors.push(fail(ctx.err(
+                "policy.invalid",
+                span.clone(),
+                "approver group names must not be empty",
+            )));
         }
         let approval_ttl = r.approval_ttl.as_ref().map(|t| ctx.duration(t)).transpose();
         let grant = r.grant.as_ref().map(|g| ctx.grant(g)).transpose();
@@ -514,14 +610,32 @@ impl Builder {
         let when_pos = |expr_offset: usize| -> (usize, usize) {
             match &when_span {
                 Some(s) => {
-                    let quote = if ctx.text[s.start..].starts_with("'''") || ctx.text[s.start..].starts_with("\"\"\"") { 3 } else { 1 };
+                    let raw = &ctx.text[s.start..];
+                    let quote = if raw.starts_with("'''") || raw.starts_with("\"\"\"") {
+                        // TOML drops a newline right after a multi-line string's opening quotes.
+                        let after = &raw[3..];
+                        3 + if after.starts_with("\r\n") {
+                            2
+                        } else {
+                            usize::from(after.starts_with('\n'))
+                        }
+                    } else {
+                        1
+                    };
                     line_col(ctx.text, s.start + quote + expr_offset)
                 }
                 None => line_col(ctx.text, span.start),
             }
         };
         if when.contains("__airlock") {
-            self.errors.push(fail(PolicyError::new("policy.reserved_name", ctx.path, "names starting with `__airlock` are reserved").at(when_pos(when.find("__airlock").unwrap_or(0)))));
+            self.errors.push(fail(
+                PolicyError::new(
+                    "policy.reserved_name",
+                    ctx.path,
+                    "names starting with `__airlock` are reserved",
+                )
+                .at(when_pos(when.find("__airlock").unwrap_or(0))),
+            ));
             return;
         }
         let program = match env.compile(&when) {
@@ -536,18 +650,33 @@ impl Builder {
                         "policy.cel_syntax"
                     };
                     let offset = expr_offset(&when, e.pos.0, e.pos.1);
-                    self.errors.push(fail(PolicyError::new(code, ctx.path, e.msg.clone()).at(when_pos(offset))));
+                    self.errors.push(fail(
+                        PolicyError::new(code, ctx.path, e.msg.clone()).at(when_pos(offset)),
+                    ));
                 }
                 return;
             }
         };
         let refs = references(&program);
-        let offset_of = |id: u64| program.source_info().offset_for(id).map(|(s, _)| s as usize).unwrap_or(0);
+        let offset_of = |id: u64| {
+            program
+                .source_info()
+                .offset_for(id)
+                .map(|(s, _)| s as usize)
+                .unwrap_or(0)
+        };
         for (name, id) in &refs.unknown {
             self.errors.push(fail(PolicyError::new("policy.unknown_variable", ctx.path, format!("undeclared variable `{name}`; rules may use tool, args, context, principal, fingerprint, now and classifier.<name>")).at(when_pos(offset_of(*id)))));
         }
         if refs.classifier_whole {
-            self.errors.push(fail(PolicyError::new("policy.unknown_classifier", ctx.path, "use `classifier.<name>`, naming a classifier the rule lists in `classifier`").at(when_pos(0))));
+            self.errors.push(fail(
+                PolicyError::new(
+                    "policy.unknown_classifier",
+                    ctx.path,
+                    "use `classifier.<name>`, naming a classifier the rule lists in `classifier`",
+                )
+                .at(when_pos(0)),
+            ));
         }
         for c in &refs.classifiers {
             if !classifiers.contains(c) {
@@ -568,7 +697,11 @@ impl Builder {
                 grant: DEFAULT_GRANT,
             },
             classifiers,
-            location: Location { file: ctx.path.to_path_buf(), line, col },
+            location: Location {
+                file: ctx.path.to_path_buf(),
+                line,
+                col,
+            },
             program,
             uses: refs.uses,
         };
@@ -579,14 +712,24 @@ impl Builder {
         });
     }
 
-    fn finish(mut self, version: String, sources: Vec<Source>, env: Arc<Env>) -> Result<PolicySet, PolicyErrors> {
+    fn finish(
+        mut self,
+        version: String,
+        sources: Vec<Source>,
+        env: Arc<Env>,
+    ) -> Result<PolicySet, PolicyErrors> {
         let defaults = match self.defaults.take() {
             Some((d, _)) => Some(d),
-            None => {
+            None if self.errors.is_empty() => {
                 let file = sources.first().map(|s| s.path.clone()).unwrap_or_default();
-                self.errors.push(PolicyError::new("policy.missing_defaults", file, "the policy set has no `[defaults]` section with a `decision`"));
+                self.errors.push(PolicyError::new(
+                    "policy.missing_defaults",
+                    file,
+                    "the policy set has no `[defaults]` section with a `decision`",
+                ));
                 None
             }
+            None => None,
         };
         match defaults {
             Some(defaults) if self.errors.is_empty() => {
@@ -595,7 +738,8 @@ impl Builder {
                     .into_iter()
                     .map(|p| {
                         let mut rule = p.rule;
-                        rule.approval.approval_ttl = p.approval_ttl.unwrap_or(defaults.approval.approval_ttl);
+                        rule.approval.approval_ttl =
+                            p.approval_ttl.unwrap_or(defaults.approval.approval_ttl);
                         rule.approval.grant = p.grant.over(defaults.approval.grant);
                         rule
                     })
@@ -604,7 +748,12 @@ impl Builder {
                     version,
                     sources,
                     defaults,
-                    agents: self.agents.into_iter().filter(|(_, (on, _))| *on).map(|(k, _)| k).collect(),
+                    agents: self
+                        .agents
+                        .into_iter()
+                        .filter(|(_, (on, _))| *on)
+                        .map(|(k, _)| k)
+                        .collect(),
                     tool_flags: self
                         .tool_flags
                         .into_iter()
@@ -624,6 +773,10 @@ impl Builder {
 fn expr_offset(expr: &str, line: isize, col: isize) -> usize {
     let line = line.max(1) as usize;
     let col = col.max(1) as usize;
-    let line_start: usize = expr.split_inclusive('\n').take(line - 1).map(str::len).sum();
+    let line_start: usize = expr
+        .split_inclusive('\n')
+        .take(line - 1)
+        .map(str::len)
+        .sum();
     (line_start + col - 1).min(expr.len())
 }

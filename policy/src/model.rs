@@ -105,7 +105,10 @@ pub struct ClassifierResult {
 pub enum ClassifierOutcome {
     Ok(ClassifierResult),
     /// The classifier failed or timed out: each rule that names it yields `on_error`.
-    Failed { reason: String, on_error: DecisionKind },
+    Failed {
+        reason: String,
+        on_error: DecisionKind,
+    },
 }
 
 /// Everything one evaluation looks at. Evaluation reads nothing else: no clock, no I/O.
