@@ -1,0 +1,203 @@
+//! Loading: every class of bad policy gets its code and place, folders merge, and classifier
+//! results reach rules (or fail closed).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use airlock_policy::{
+    evaluate, ClassifierOutcome, ClassifierResult, DecisionKind, Input, PolicyErrors, PolicySet,
+};
+use serde_json::json;
+
+const DEFAULTS: &str = "version = 1\n[defaults]\ndecision = \"deny\"\n";
+
+fn load(text: &str) -> Result<PolicySet, PolicyErrors> {
+    PolicySet::from_sources(vec![(PathBuf::from("p.toml"), text.to_owned())])
+}
+
+fn first_error(text: &str) -> (String, usize, usize, Option<String>) {
+    let errors = load(text).expect_err("the policy should be refused");
+    let e = &errors.0[0];
+    (e.code.to_owned(), e.line, e.col, e.rule.clone())
+}
+
+#[test]
+fn each_bad_policy_class_has_its_code_and_place() {
+    let rule = |body: &str| format!("{DEFAULTS}[[rules]]\nid = \"r1\"\n{body}\n");
+    let cases: Vec<(String, &str, usize, Option<&str>)> = vec![
+        ("version = 1\n[defaults]\ndecision = \"deny\"\nbogus = 1\n".into(), "policy.unknown_key", 4, None),
+        ("version = 1\n[defaults\n".into(), "policy.syntax", 2, None),
+        ("version = 2\n[defaults]\ndecision = \"deny\"\n".into(), "policy.unsupported_version", 1, None),
+        ("version = 1\n".into(), "policy.missing_defaults", 0, None),
+        ("version = 1\n[defaults]\ndecision = \"deny\"\non_error = \"allow\"\n".into(), "policy.on_error_allow", 4, None),
+        ("version = 1\n[defaults]\ndecision = \"maybe\"\n".into(), "policy.syntax", 3, None),
+        ("version = 1\n[defaults]\ndecision = \"deny\"\napproval_ttl = \"soon\"\n".into(), "policy.invalid_duration", 4, None),
+        (rule("when = 'args.x.matches(args.y)'\ndecision = \"deny\""), "policy.dynamic_regex", 6, Some("r1")),
+        (rule("when = 'args.x.matches(\"(\")'\ndecision = \"deny\""), "policy.invalid_regex", 6, Some("r1")),
+        (rule("when = 'argz.x == 1'\ndecision = \"deny\""), "policy.unknown_variable", 6, Some("r1")),
+        (rule("when = 'args.x =='\ndecision = \"deny\""), "policy.cel_syntax", 6, Some("r1")),
+        (rule("when = 'classifier.risk.score > 1.0'\ndecision = \"deny\""), "policy.unknown_classifier", 6, Some("r1")),
+        (rule("when = '__airlock_matches(\"a\", 0)'\ndecision = \"deny\""), "policy.reserved_name", 6, Some("r1")),
+        (rule("decision = \"deny\"\nquorum = 2"), "policy.invalid", 4, Some("r1")),
+        (rule("decision = \"require_approval\"\nquorum = 0"), "policy.invalid", 7, Some("r1")),
+        (rule("decision = \"require_approval\"\ngrant = { uses = 0 }"), "policy.invalid", 7, Some("r1")),
+        (rule("decision = \"deny\"\ntools = [\"bad tool\"]"), "policy.invalid_glob", 7, Some("r1")),
+        (rule("decision = \"deny\"\nunknown = true"), "policy.unknown_key", 7, None),
+        (format!("{DEFAULTS}[[rules]]\nid = \"bad id!\"\ndecision = \"deny\"\n"), "policy.invalid_rule_id", 5, Some("bad id!")),
+        (format!("{DEFAULTS}[[rules]]\nid = \"a\"\ndecision = \"deny\"\n[[rules]]\nid = \"a\"\ndecision = \"allow\"\n"), "policy.duplicate_rule", 8, Some("a")),
+    ];
+    let mut mismatches = Vec::new();
+    for (text, code, line, rule_id) in cases {
+        let (got_code, got_line, _, got_rule) = first_error(&text);
+        if (got_code.as_str(), got_line, got_rule.as_deref()) != (code, line, rule_id) {
+            mismatches.push(format!(
+                "{code}@{line}: got {got_code}@{got_line} {got_rule:?}\n{text}"
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n---\n"));
+}
+
+#[test]
+fn cel_errors_point_into_the_expression() {
+    let text = format!("{DEFAULTS}[[rules]]\nid = \"r1\"\ndecision = \"deny\"\nwhen = '''\nargs.a == 1 &&\n    argz.b == 2'''\n");
+    let (code, line, col, _) = first_error(&text);
+    assert_eq!(
+        (code.as_str(), line, col),
+        ("policy.unknown_variable", 9, 5)
+    );
+}
+
+#[test]
+fn comprehension_variables_are_in_scope() {
+    let one = format!("{DEFAULTS}[[rules]]\nid = \"r1\"\ndecision = \"deny\"\nwhen = 'args.items.exists(x, x > 1) && args.items.map(y, y * 2).size() > 0'\n");
+    assert!(load(&one).is_ok());
+}
+
+#[test]
+fn a_folder_merges_and_refuses_conflicts() {
+    let dir = std::env::temp_dir().join(format!("airlock-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.toml"), format!("{DEFAULTS}[tools.\"x.*\"]\nrequire_approval = true\n[[rules]]\nid = \"r1\"\ndecision = \"allow\"\n")).unwrap();
+    std::fs::write(
+        dir.join("b.toml"),
+        "[[rules]]\nid = \"r2\"\ntools = [\"y.*\"]\ndecision = \"deny\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("ignored.cases.toml"), "this is not a policy").unwrap();
+    let set = PolicySet::load(&dir).unwrap();
+    assert_eq!(set.rules().len(), 2);
+    assert_eq!(set.sources().len(), 2);
+
+    std::fs::write(dir.join("c.toml"), "[defaults]\ndecision = \"allow\"\n[tools.\"x.*\"]\nrequire_approval = false\n[[rules]]\nid = \"r1\"\ndecision = \"deny\"\n").unwrap();
+    let errors = PolicySet::load(&dir).unwrap_err();
+    let codes: Vec<&str> = errors.0.iter().map(|e| e.code).collect();
+    assert!(codes.contains(&"policy.duplicate_defaults"), "{codes:?}");
+    assert!(codes.contains(&"policy.duplicate_key"), "{codes:?}");
+    assert!(codes.contains(&"policy.duplicate_rule"), "{codes:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn policy_version_covers_every_byte_of_the_sources() {
+    let a = load(DEFAULTS).unwrap();
+    let b = load(&format!("{DEFAULTS}# a comment\n")).unwrap();
+    assert_ne!(a.version(), b.version());
+    assert_eq!(a.version(), load(DEFAULTS).unwrap().version());
+    assert!(a.version().starts_with("sha256:") && a.version().len() == 71);
+}
+
+fn decide(
+    set: &PolicySet,
+    classifiers: &BTreeMap<String, ClassifierOutcome>,
+) -> airlock_policy::Decision {
+    let args = json!({"command": "rm -rf /"});
+    let ctx = json!({});
+    let principal = json!({"id": "a", "role": "agent", "groups": []});
+    evaluate(
+        set,
+        &Input {
+            tool: "shell.exec",
+            args: &args,
+            context: &ctx,
+            principal: &principal,
+            fingerprint: "sha256:00",
+            now: SystemTime::UNIX_EPOCH,
+            classifiers,
+        },
+    )
+}
+
+#[test]
+fn classifier_results_are_bound_and_failures_fail_closed() {
+    let set = load(&format!(
+        "version = 1\n[defaults]\ndecision = \"allow\"\non_error = \"deny\"\n[[rules]]\nid = \"risky\"\nclassifier = \"risk\"\nwhen = 'classifier.risk.score >= 0.7 || \"destructive\" in classifier.risk.labels'\ndecision = \"require_approval\"\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        set.classifiers_for("shell.exec")
+            .into_iter()
+            .collect::<Vec<_>>(),
+        vec!["risk"]
+    );
+
+    let result = |score: f64, labels: &[&str]| {
+        BTreeMap::from([(
+            "risk".to_owned(),
+            ClassifierOutcome::Ok(ClassifierResult {
+                score,
+                labels: labels.iter().map(|s| s.to_string()).collect(),
+                detail: json!({}),
+            }),
+        )])
+    };
+    assert_eq!(
+        decide(&set, &result(0.9, &[])).decision,
+        DecisionKind::RequireApproval
+    );
+    assert_eq!(
+        decide(&set, &result(0.1, &["destructive"])).decision,
+        DecisionKind::RequireApproval
+    );
+    assert_eq!(
+        decide(&set, &result(0.1, &[])).decision,
+        DecisionKind::Allow
+    );
+
+    // A missing result takes the policy's on_error; a failed classifier takes its own.
+    let missing = decide(&set, &BTreeMap::new());
+    assert_eq!(missing.decision, DecisionKind::Deny);
+    assert_eq!(missing.errors[0].rule, "risky");
+    let failed = BTreeMap::from([(
+        "risk".to_owned(),
+        ClassifierOutcome::Failed {
+            reason: "timed out".into(),
+            on_error: DecisionKind::RequireApproval,
+        },
+    )]);
+    let d = decide(&set, &failed);
+    assert_eq!(d.decision, DecisionKind::RequireApproval);
+    assert!(d.errors[0].reason.contains("timed out"));
+    // Even a caller that asks for allow on error does not get it.
+    let lenient = BTreeMap::from([(
+        "risk".to_owned(),
+        ClassifierOutcome::Failed {
+            reason: "down".into(),
+            on_error: DecisionKind::Allow,
+        },
+    )]);
+    assert_ne!(decide(&set, &lenient).decision, DecisionKind::Allow);
+}
+
+#[test]
+fn unknown_classifiers_are_refused_against_the_configured_ones() {
+    let set = load(&format!(
+        "{DEFAULTS}[[rules]]\nid = \"r\"\nclassifier = [\"risk\", \"pii\"]\ndecision = \"deny\"\n"
+    ))
+    .unwrap();
+    let known = ["risk".to_owned()].into_iter().collect();
+    let e = set.check_classifiers(&known).unwrap_err();
+    assert_eq!(e.code(), "policy.unknown_classifier");
+    assert_eq!(e.0[0].rule.as_deref(), Some("r"));
+}
