@@ -163,6 +163,10 @@ pub(crate) struct References {
     pub classifiers: BTreeSet<String>,
     /// `classifier` used other than as `classifier.<name>`.
     pub classifier_whole: bool,
+    /// Top-level fields read as `args.<field>` or `has(args.<field>)`.
+    pub args_fields: BTreeSet<String>,
+    /// `args` used other than through a field (iterated, sized, indexed): bind it whole.
+    pub args_whole: bool,
 }
 
 pub(crate) fn references(program: &Program) -> References {
@@ -175,17 +179,28 @@ pub(crate) fn references(program: &Program) -> References {
 fn walk(e: &IdedExpr, scope: &mut Vec<String>, refs: &mut References) {
     match &e.expr {
         Expr::Ident(name) => {
-            if name == "classifier" && !scope.iter().any(|s| s == name) {
-                refs.classifier_whole = true;
+            if !scope.iter().any(|s| s == name) {
+                match name.as_str() {
+                    "classifier" => refs.classifier_whole = true,
+                    "args" => refs.args_whole = true,
+                    _ => {}
+                }
             }
             ident(name, e.id, scope, refs)
         }
         Expr::Select(select) => {
             if let Expr::Ident(root) = &select.operand.expr {
-                if root == "classifier" && !scope.iter().any(|s| s == root) {
-                    refs.classifiers.insert(select.field.clone());
-                    ident(root, select.operand.id, scope, refs);
-                    return;
+                if !scope.iter().any(|s| s == root) {
+                    let field = select.field.clone();
+                    match root.as_str() {
+                        "classifier" => refs.classifiers.insert(field),
+                        "args" => refs.args_fields.insert(field),
+                        _ => false,
+                    };
+                    if root == "classifier" || root == "args" {
+                        ident(root, select.operand.id, scope, refs);
+                        return;
+                    }
                 }
             }
             walk(&select.operand, scope, refs);
@@ -269,6 +284,21 @@ pub(crate) fn json_to_val<'v>(value: &'v Value) -> Box<dyn Val + 'v> {
             Box::new(CelMap::from(entries))
         }
     }
+}
+
+/// Binds only `fields` of the JSON object `args`: what the applicable rules can read. A field
+/// the call lacks stays absent, so `has(args.x)` and missing-key errors behave as with the
+/// whole object.
+pub(crate) fn json_fields_to_val<'v>(args: &'v Value, fields: &[&str]) -> Box<dyn Val + 'v> {
+    let Value::Object(map) = args else {
+        return json_to_val(args);
+    };
+    let entries: HashMap<CelMapKey<'v>, Box<dyn Val + 'v>> = fields
+        .iter()
+        .filter_map(|f| map.get_key_value(*f))
+        .map(|(k, v)| (CelMapKey::from(k.as_str()), json_to_val(v)))
+        .collect();
+    Box::new(CelMap::from(entries))
 }
 
 /// The shared environment, built once per policy set.

@@ -14,7 +14,7 @@ use cel::common::types::{CelDouble, CelList, CelMap, CelMapKey, CelString, CelTi
 use cel::common::value::Val;
 use cel::{Context, Value as CelValue};
 
-use crate::cel::{json_to_val, VARIABLES};
+use crate::cel::{json_fields_to_val, json_to_val, VARIABLES};
 use crate::load::{PolicySet, Rule};
 use crate::model::{ClassifierOutcome, Decision, DecisionKind, Input, RuleError, RuleMessage};
 
@@ -35,8 +35,17 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         .collect();
     let uses = applicable.iter().fold(0u8, |acc, r| acc | r.uses);
 
+    // Bind `args` whole only if some rule needs it whole; otherwise just the fields read.
+    let args_fields: Option<Vec<&str>> = applicable.iter().try_fold(Vec::new(), |mut acc, r| {
+        for f in r.args_fields.as_ref()? {
+            if !acc.contains(&f.as_str()) {
+                acc.push(f.as_str());
+            }
+        }
+        Some(acc)
+    });
     let mut ctx = Context::with_env(set.env.clone());
-    bind(&mut ctx, uses, input);
+    bind(&mut ctx, uses, input, args_fields.as_deref());
 
     let mut decision: Option<DecisionKind> = None;
     let mut approval = None;
@@ -125,15 +134,19 @@ fn run(rule: &Rule, ctx: &Context<'_, '_>, input: &Input<'_>, on_error: Decision
     }
 }
 
-/// Binds the variables in the `uses` bitmask (bit i is `VARIABLES[i]`).
-fn bind<'v>(ctx: &mut Context<'_, 'v>, uses: u8, input: &Input<'v>) {
+/// Binds the variables in the `uses` bitmask (bit i is `VARIABLES[i]`); `args` is bound as
+/// just `args_fields` when given.
+fn bind<'v>(ctx: &mut Context<'_, 'v>, uses: u8, input: &Input<'v>, args_fields: Option<&[&str]>) {
     for (i, name) in VARIABLES.iter().enumerate() {
         if uses & (1 << i) == 0 {
             continue;
         }
         let value: Box<dyn Val + 'v> = match *name {
             "tool" => Box::new(CelString::from(input.tool)),
-            "args" => json_to_val(input.args),
+            "args" => match args_fields {
+                Some(fields) => json_fields_to_val(input.args, fields),
+                None => json_to_val(input.args),
+            },
             "context" => json_to_val(input.context),
             "principal" => json_to_val(input.principal),
             "fingerprint" => Box::new(CelString::from(input.fingerprint)),

@@ -131,6 +131,8 @@ pub struct Rule {
     pub(crate) program: Program,
     /// Bitmask over the declared variables the rule reads.
     pub(crate) uses: u8,
+    /// The `args.<field>`s the rule reads; `None` when it reads `args` as a whole.
+    pub(crate) args_fields: Option<Vec<String>>,
 }
 
 impl Rule {
@@ -702,6 +704,7 @@ impl Builder {
                 line,
                 col,
             },
+            args_fields: (!refs.args_whole).then(|| refs.args_fields.iter().cloned().collect()),
             program,
             uses: refs.uses,
         };

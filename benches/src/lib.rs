@@ -1,0 +1,1 @@
+//! Benches live in `benches/`; see the README for the commands and the current figures.
