@@ -1,6 +1,8 @@
 //! Policy-engine benches: canonicalize + fingerprint, a full decision on each shipped policy set
 //! next to the naive CEL path, and how decision time grows with the number of rules.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};

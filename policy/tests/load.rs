@@ -1,6 +1,8 @@
 //! Loading: every class of bad policy gets its code and place, folders merge, and classifier
 //! results reach rules (or fail closed).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -131,9 +133,9 @@ fn decide(
 
 #[test]
 fn classifier_results_are_bound_and_failures_fail_closed() {
-    let set = load(&format!(
-        "version = 1\n[defaults]\ndecision = \"allow\"\non_error = \"deny\"\n[[rules]]\nid = \"risky\"\nclassifier = \"risk\"\nwhen = 'classifier.risk.score >= 0.7 || \"destructive\" in classifier.risk.labels'\ndecision = \"require_approval\"\n"
-    ))
+    let set = load(
+        "version = 1\n[defaults]\ndecision = \"allow\"\non_error = \"deny\"\n[[rules]]\nid = \"risky\"\nclassifier = \"risk\"\nwhen = 'classifier.risk.score >= 0.7 || \"destructive\" in classifier.risk.labels'\ndecision = \"require_approval\"\n",
+    )
     .unwrap();
     assert_eq!(
         set.classifiers_for("shell.exec")

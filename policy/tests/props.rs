@@ -1,6 +1,8 @@
 //! Property tests: the fingerprint ignores JSON spelling, and evaluation matches a small
 //! reference model of the combination rules on generated policy sets.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
