@@ -15,6 +15,9 @@ use crate::error::RequestError;
 /// The largest integer magnitude that an IEEE-754 double holds exactly: 2^53 − 1.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
+/// Doubles whose canonical form is an integer literal outside ±(2^53−1).
+const UNSAFE_INTEGRAL_DOUBLES: std::ops::Range<f64> = (MAX_SAFE_INTEGER as f64 + 1.0)..1e21;
+
 /// Parses `input` as one JSON value whose containers nest at most `max_depth` deep.
 ///
 /// The outermost container counts as level 1.
@@ -326,6 +329,14 @@ impl Parser<'_> {
         let parsed: f64 = literal
             .parse()
             .map_err(|_| self.invalid("invalid number"))?;
+        // INVARIANT: a double between 2^53 and 1e21 prints (per RFC 8785) as a plain integer
+        // beyond 2^53, which a backend reading integers would take for a different value than
+        // the one approved. Such numbers are refused like unsafe integer literals.
+        if UNSAFE_INTEGRAL_DOUBLES.contains(&parsed.abs()) {
+            return Err(RequestError::UnsafeNumber {
+                literal: literal.to_owned(),
+            });
+        }
         match Number::from_f64(parsed) {
             Some(n) => Ok(Value::Number(n)),
             None => Err(RequestError::UnsafeNumber {
@@ -382,7 +393,12 @@ mod tests {
         );
         assert_eq!(code("1e400"), "request.unsafe_number");
         assert_eq!(code("-1e400"), "request.unsafe_number");
-        assert_eq!(code("9007199254740992e0"), "ok");
+        assert_eq!(code("9007199254740992e0"), "request.unsafe_number");
+        assert_eq!(code("333333333333333333.3"), "request.unsafe_number");
+        assert_eq!(code("-1e20"), "request.unsafe_number");
+        assert_eq!(code("9007199254740991e0"), "ok");
+        assert_eq!(code("1e21"), "ok");
+        assert_eq!(code("123456.5"), "ok");
         assert_eq!(code("1e-400"), "ok");
         assert_eq!(code(""), "request.invalid_json");
         assert_eq!(code("{"), "request.invalid_json");
