@@ -206,4 +206,22 @@ fn eval_explains_the_decision() {
     );
     assert_eq!(with_classifier.status.code(), Some(2));
     assert!(text(&with_classifier.stderr).contains("error[request.invalid_classifier]"));
+
+    let bad_now = airlock(
+        &[
+            "policy",
+            "eval",
+            "--policy",
+            repo().join("policies/default").to_str().unwrap(),
+            "--tool",
+            "x.y",
+            "--args",
+            "{}",
+            "--now",
+            "yesterday",
+        ],
+        None,
+    );
+    assert_eq!(bad_now.status.code(), Some(2));
+    assert!(text(&bad_now.stderr).contains("error[request.invalid_time]"));
 }

@@ -437,40 +437,34 @@ impl Builder {
             }
         }
         for (name, agent) in &raw.agents {
-            if let Some((_, first)) = self.agents.get(name) {
-                self.errors.push(ctx.err(
-                    "policy.duplicate_key",
-                    agent.span(),
-                    format!(
-                        "agent `{name}` is already configured in {}",
-                        first.display()
-                    ),
-                ));
-            } else {
-                self.agents.insert(
-                    name.clone(),
-                    (agent.get_ref().require_tool_approval, path.to_path_buf()),
-                );
-            }
+            let on = agent.get_ref().require_tool_approval;
+            merge_flag(
+                &mut self.agents,
+                &mut self.errors,
+                &ctx,
+                "agent",
+                name,
+                on,
+                agent.span(),
+            );
         }
         for (pattern, flag) in &raw.tools {
-            if let Err(m) = Glob::new(pattern) {
-                self.errors
-                    .push(ctx.err("policy.invalid_glob", flag.span(), m));
-            } else if let Some((_, first)) = self.tool_flags.get(pattern) {
-                self.errors.push(ctx.err(
-                    "policy.duplicate_key",
-                    flag.span(),
-                    format!(
-                        "tool `{pattern}` is already configured in {}",
-                        first.display()
-                    ),
-                ));
-            } else {
-                self.tool_flags.insert(
-                    pattern.clone(),
-                    (flag.get_ref().require_approval, path.to_path_buf()),
-                );
+            match Glob::new(pattern) {
+                Err(m) => self
+                    .errors
+                    .push(ctx.err("policy.invalid_glob", flag.span(), m)),
+                Ok(_) => {
+                    let on = flag.get_ref().require_approval;
+                    merge_flag(
+                        &mut self.tool_flags,
+                        &mut self.errors,
+                        &ctx,
+                        "tool",
+                        pattern,
+                        on,
+                        flag.span(),
+                    );
+                }
             }
         }
         for rule in raw.rules {
@@ -769,6 +763,27 @@ impl Builder {
             }
             _ => Err(PolicyErrors(self.errors)),
         }
+    }
+}
+
+/// Records an `[agents]` or `[tools]` flag, refusing a key another file already set.
+fn merge_flag(
+    flags: &mut BTreeMap<String, (bool, PathBuf)>,
+    errors: &mut Vec<PolicyError>,
+    ctx: &FileCtx<'_>,
+    kind: &str,
+    key: &str,
+    on: bool,
+    span: std::ops::Range<usize>,
+) {
+    if let Some((_, first)) = flags.get(key) {
+        let message = format!(
+            "{kind} `{key}` is already configured in {}",
+            first.display()
+        );
+        errors.push(ctx.err("policy.duplicate_key", span, message));
+    } else {
+        flags.insert(key.to_owned(), (on, ctx.path.to_path_buf()));
     }
 }
 
