@@ -1,0 +1,140 @@
+//! The on-disk layout: keyspace names, key encodings and the versioned value codec.
+//!
+//! Every value is JSON with a format version `"v"`, so a later release can migrate it; a value
+//! with an unknown version is refused as `store.corrupt`, never guessed at. Keys that must sort
+//! by time or sequence start with a big-endian integer.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::StoreError;
+
+/// The format version written into every value.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// The keyspaces, in one enum so a staged write names its target without a handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ks {
+    /// approval id → [`crate::Approval`]
+    Approvals,
+    /// `{field}\0{value}\0{approval id}` → empty: listing indexes (`a`ll, `s`tatus, `t`ool,
+    /// `r`un id, `p`rincipal).
+    ApprovalIndex,
+    /// `{fingerprint}\0{scope key}` → [`crate::Grant`]
+    Grants,
+    /// call id → [`crate::CallRecord`]
+    Calls,
+    /// seq (u64 BE) → audit record (canonical JSON, hash included)
+    Audit,
+    /// delivery id → [`crate::Delivery`]
+    Outbox,
+    /// due time (u64 BE) + delivery id → empty: pending and leased deliveries by due time
+    OutboxDue,
+    /// expiry time (u64 BE) + kind byte + id → empty: pending approvals and grants by expiry
+    Expiry,
+}
+
+impl Ks {
+    pub const ALL: [Ks; 8] = [
+        Ks::Approvals,
+        Ks::ApprovalIndex,
+        Ks::Grants,
+        Ks::Calls,
+        Ks::Audit,
+        Ks::Outbox,
+        Ks::OutboxDue,
+        Ks::Expiry,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Ks::Approvals => "approvals",
+            Ks::ApprovalIndex => "approval_index",
+            Ks::Grants => "grants",
+            Ks::Calls => "calls",
+            Ks::Audit => "audit",
+            Ks::Outbox => "outbox",
+            Ks::OutboxDue => "outbox_due",
+            Ks::Expiry => "expiry",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Serializes `value` with the format version.
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
+    let mut v = serde_json::to_value(value).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    if let Value::Object(map) = &mut v {
+        map.insert("v".into(), Value::from(FORMAT_VERSION));
+    }
+    serde_json::to_vec(&v).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// Deserializes a value written by [`encode`], refusing unknown format versions.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, StoreError> {
+    let mut v: Value =
+        serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    match v.as_object_mut().and_then(|m| m.remove("v")) {
+        Some(Value::Number(n)) if n.as_u64() == Some(FORMAT_VERSION) => {}
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "unsupported value format version {other:?}"
+            )))
+        }
+    }
+    serde_json::from_value(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// `{field}\0{value}\0{id}`: one listing index entry.
+pub fn index_key(field: u8, value: &str, id: &str) -> Vec<u8> {
+    let mut k = index_prefix(field, value);
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+/// The prefix of every index entry for `field` = `value`.
+pub fn index_prefix(field: u8, value: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(value.len() + 40);
+    k.push(field);
+    k.push(0);
+    k.extend_from_slice(value.as_bytes());
+    k.push(0);
+    k
+}
+
+pub fn grant_key(fingerprint: &str, scope_key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(fingerprint.len() + scope_key.len() + 1);
+    k.extend_from_slice(fingerprint.as_bytes());
+    k.push(0);
+    k.extend_from_slice(scope_key.as_bytes());
+    k
+}
+
+/// A time- or sequence-ordered key: `at` big-endian, then `tail`.
+pub fn timed_key(at: u64, tail: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + tail.len());
+    k.extend_from_slice(&at.to_be_bytes());
+    k.extend_from_slice(tail);
+    k
+}
+
+/// Splits a [`timed_key`] back into its time and tail.
+pub fn split_timed(key: &[u8]) -> Option<(u64, &[u8])> {
+    let (at, tail) = key.split_at_checked(8)?;
+    Some((u64::from_be_bytes(at.try_into().ok()?), tail))
+}
+
+/// Kinds of entries in the expiry index.
+pub const EXPIRE_APPROVAL: u8 = b'a';
+pub const EXPIRE_GRANT: u8 = b'g';
+
+pub fn expiry_key(at: u64, kind: u8, id: &[u8]) -> Vec<u8> {
+    let mut tail = Vec::with_capacity(1 + id.len());
+    tail.push(kind);
+    tail.extend_from_slice(id);
+    timed_key(at, &tail)
+}

@@ -1,0 +1,211 @@
+//! airlock's durable store on fjall: approvals and their state machine, grants, call records,
+//! the audit chain and the webhook outbox.
+//!
+//! Every state change goes through one writer thread ([`writer`]): it runs the change against
+//! current state, appends its audit records, and commits both in one atomic batch that is
+//! fsynced before the caller hears back. Concurrent callers share fsyncs (group commit). Reads
+//! go straight to fjall from the caller's thread and see only committed data.
+//!
+//! The API is synchronous: the gateway calls it off its async threads. Time is always an
+//! argument (milliseconds since the epoch); the store reads no clock.
+//!
+//! What it does not do: decide policy, compute scope keys, or talk to the network. The rules
+//! for who may decide an approval (roles, groups, separation of duties, quorum) live here,
+//! because they must be checked atomically with the state they guard.
+
+mod audit;
+mod error;
+mod keys;
+mod model;
+mod ops;
+mod writer;
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use fjall::{Database, KeyspaceCreateOptions};
+use serde_json::Value;
+
+pub use audit::{verify as verify_chain, ChainError, ChainSummary, GENESIS};
+pub use error::StoreError;
+pub use model::{
+    Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
+    Grant, GrantTerms, Millis, Principal,
+};
+pub use ops::{ApprovalFilter, Begin, NewDelivery, OutboxStats, Verdict};
+
+use keys::{decode, Ks};
+use writer::{ChainHead, Shared, Writer};
+
+/// Settings the store needs from the gateway's config.
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// JSON pointers into args, replaced by `"[redacted]"` in audit records.
+    pub redact: Vec<String>,
+}
+
+/// A handle to the store; cheap to clone, shared by every request.
+#[derive(Clone)]
+pub struct Store {
+    shared: Arc<Shared>,
+    writer: Arc<Writer>,
+    redact: Arc<Vec<String>>,
+}
+
+/// A fresh sortable unique id (UUIDv7: time-ordered, then random).
+pub fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path`. Only one process may hold it open.
+    pub fn open(path: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+        let db = Database::builder(path).open().map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot open the store at {} (is a gateway running on it?): {e}",
+                path.display()
+            ))
+        })?;
+        let mut keyspaces = Vec::new();
+        for ks in Ks::ALL {
+            keyspaces.push(db.keyspace(ks.name(), KeyspaceCreateOptions::default)?);
+        }
+        let shared = Arc::new(Shared {
+            db,
+            keyspaces,
+            poisoned: AtomicBool::new(false),
+        });
+        let head = chain_head(&shared)?;
+        let writer = Arc::new(Writer::start(shared.clone(), head)?);
+        let store = Store {
+            shared,
+            writer,
+            redact: Arc::new(options.redact),
+        };
+        store.recover()?;
+        Ok(store)
+    }
+
+    /// Whether the store can still serve: false once a write failed to reach the disk.
+    pub fn is_available(&self) -> bool {
+        self.shared.check().is_ok()
+    }
+
+    fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        ks: Ks,
+        key: &[u8],
+    ) -> Result<Option<T>, StoreError> {
+        self.shared.check()?;
+        match self.shared.ks(ks).get(key)? {
+            Some(bytes) => decode(&bytes).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    pub fn approval(&self, id: &str) -> Result<Option<Approval>, StoreError> {
+        self.read(Ks::Approvals, id.as_bytes())
+    }
+
+    pub fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
+        self.read(Ks::Calls, call_id.as_bytes())
+    }
+
+    /// The grant for `fingerprint` under `scope_key`, if one is stored (it may have expired:
+    /// only [`Store::call_with_grant`] decides whether it can be spent).
+    pub fn grant(&self, fingerprint: &str, scope_key: &str) -> Result<Option<Grant>, StoreError> {
+        self.read(Ks::Grants, &keys::grant_key(fingerprint, scope_key))
+    }
+
+    pub fn delivery(&self, id: &str) -> Result<Option<Delivery>, StoreError> {
+        self.read(Ks::Outbox, id.as_bytes())
+    }
+
+    /// Up to `limit` audit records with seq > `after`, oldest first.
+    pub fn audit_after(&self, after: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
+        self.shared.check()?;
+        let mut out = Vec::new();
+        for guard in self
+            .shared
+            .ks(Ks::Audit)
+            .range((after + 1).to_be_bytes().to_vec()..)
+            .take(limit)
+        {
+            let bytes = guard.value()?;
+            out.push(
+                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// The raw audit records with seq > `after`, oldest first.
+    fn audit_records(&self, after: u64) -> impl Iterator<Item = Result<Vec<u8>, StoreError>> + '_ {
+        self.shared
+            .ks(Ks::Audit)
+            .range((after + 1).to_be_bytes().to_vec()..)
+            .map(|guard| guard.value().map(|v| v.to_vec()).map_err(StoreError::from))
+    }
+
+    /// Verifies the whole audit chain as stored.
+    pub fn verify_audit(&self) -> Result<Result<ChainSummary, ChainError>, StoreError> {
+        self.shared.check()?;
+        Ok(audit::verify(self.audit_records(0)))
+    }
+
+    /// Writes the records with seq > `after` as JSONL; returns how many.
+    pub fn export_audit(
+        &self,
+        after: u64,
+        out: &mut dyn std::io::Write,
+    ) -> Result<u64, StoreError> {
+        self.shared.check()?;
+        let mut n = 0;
+        for record in self.audit_records(after) {
+            let record = record?;
+            out.write_all(&record)
+                .and_then(|_| out.write_all(b"\n"))
+                .map_err(|e| StoreError::Unavailable(format!("cannot write the export: {e}")))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The last audit seq and hash.
+    pub fn audit_head(&self) -> Result<(u64, String), StoreError> {
+        let head = chain_head(&self.shared)?;
+        Ok((head.seq, head.hash))
+    }
+
+    /// Bytes the store occupies on disk.
+    pub fn disk_space(&self) -> Result<u64, StoreError> {
+        Ok(self.shared.db.disk_space()?)
+    }
+}
+
+/// Reads where the audit chain ends from its last record.
+fn chain_head(shared: &Shared) -> Result<ChainHead, StoreError> {
+    let Some(last) = shared.ks(Ks::Audit).last_key_value() else {
+        return Ok(ChainHead {
+            seq: 0,
+            hash: GENESIS.to_owned(),
+        });
+    };
+    let (key, value) = last.into_inner()?;
+    let seq = u64::from_be_bytes(
+        key.as_ref()
+            .try_into()
+            .map_err(|_| StoreError::Corrupt("bad audit key".into()))?,
+    );
+    let record: Value =
+        serde_json::from_slice(&value).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let hash = record
+        .get("hash")
+        .and_then(Value::as_str)
+        .ok_or_else(|| StoreError::Corrupt(format!("audit record {seq} has no hash")))?;
+    Ok(ChainHead {
+        seq,
+        hash: hash.to_owned(),
+    })
+}

@@ -1,0 +1,243 @@
+//! The records the store keeps, as they are serialized (JSON, with a format version `v`).
+//!
+//! These are plain data. The rules about how they change live in [`crate::ops`]; the way they
+//! are laid out on disk lives in [`crate::keys`].
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Times are milliseconds since the Unix epoch, always passed in by the caller.
+pub type Millis = u64;
+
+/// Who asked for a call, or who decides one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    pub id: String,
+    /// `agent`, `approver` or `admin`.
+    pub role: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+}
+
+impl Principal {
+    pub fn is_admin(&self) -> bool {
+        self.role == "admin"
+    }
+}
+
+/// The lifecycle of an approval. `Pending` is the only state with a way out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Declined,
+    Expired,
+    Cancelled,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Declined => "declined",
+            ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ApprovalStatus> {
+        [
+            ApprovalStatus::Pending,
+            ApprovalStatus::Approved,
+            ApprovalStatus::Declined,
+            ApprovalStatus::Expired,
+            ApprovalStatus::Cancelled,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+
+    /// The only legal transitions: from `Pending` to any final state.
+    pub fn can_become(self, next: ApprovalStatus) -> bool {
+        self == ApprovalStatus::Pending && next != ApprovalStatus::Pending
+    }
+}
+
+/// One approver's word on an approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalDecision {
+    pub by: String,
+    /// `approve` or `decline`.
+    pub decision: String,
+    pub reason: Option<String>,
+    pub at: Millis,
+    /// What was approved: an approval counts only toward the fingerprint it was given for.
+    pub fingerprint: String,
+}
+
+/// What an approval grants once approved (mirrors the policy's grant settings).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantTerms {
+    pub uses: u32,
+    pub ttl_ms: u64,
+    /// `call`, `run` or `principal`.
+    pub scope: String,
+    /// The scope key the grant binds to, computed by the gateway from the scope.
+    pub scope_key: String,
+}
+
+/// A call held for approval (DESIGN §5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    pub id: String,
+    pub call_id: String,
+    pub tool: String,
+    /// The canonical args as requested.
+    pub args: Value,
+    pub fingerprint: String,
+    pub requester: Principal,
+    pub context: Value,
+    pub policy_version: String,
+    /// The policy decision's explanation (`rules`, `messages`, `errors`, classifier results).
+    pub explanation: Value,
+    pub rules: Vec<String>,
+    /// Approver groups allowed to decide; empty means any approver.
+    pub approvers: BTreeSet<String>,
+    pub quorum: u32,
+    pub status: ApprovalStatus,
+    pub decisions: Vec<ApprovalDecision>,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+    pub grant: GrantTerms,
+    /// Args an approver edited, with their fingerprint; what runs when set.
+    pub edited_args: Option<Value>,
+    pub edited_fingerprint: Option<String>,
+    /// When the status left `pending`.
+    pub decided_at: Option<Millis>,
+}
+
+impl Approval {
+    /// The fingerprint that approvals count toward and the grant binds: the edited one if any.
+    pub fn effective_fingerprint(&self) -> &str {
+        self.edited_fingerprint
+            .as_deref()
+            .unwrap_or(&self.fingerprint)
+    }
+
+    pub fn effective_args(&self) -> &Value {
+        self.edited_args.as_ref().unwrap_or(&self.args)
+    }
+
+    /// Distinct approvers whose approval was given for the effective fingerprint.
+    pub fn approvals_counted(&self) -> usize {
+        let fp = self.effective_fingerprint();
+        self.decisions
+            .iter()
+            .filter(|d| d.decision == "approve" && d.fingerprint == fp)
+            .map(|d| d.by.as_str())
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+}
+
+/// A grant: `uses_left` more calls with `fingerprint` under `scope_key` until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub fingerprint: String,
+    pub scope_key: String,
+    pub approval_id: String,
+    pub uses_left: u32,
+    pub expires_at: Millis,
+}
+
+/// Where a call is in its life. Terminal: `denied`, `declined`, `expired`, `cancelled`,
+/// `completed`, `failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// Allowed by policy, or by a grant use: may execute once.
+    Allowed,
+    PendingApproval,
+    /// Approved: executes once when its requester asks.
+    Approved,
+    Executing,
+    Completed,
+    Failed,
+    Denied,
+    Declined,
+    Expired,
+    Cancelled,
+}
+
+impl CallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallStatus::Allowed => "allowed",
+            CallStatus::PendingApproval => "pending_approval",
+            CallStatus::Approved => "approved",
+            CallStatus::Executing => "executing",
+            CallStatus::Completed => "completed",
+            CallStatus::Failed => "failed",
+            CallStatus::Denied => "denied",
+            CallStatus::Declined => "declined",
+            CallStatus::Expired => "expired",
+            CallStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What the backend answered, or why there is no answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallOutcome {
+    /// The backend's HTTP status, when it answered.
+    pub upstream_status: Option<u16>,
+    /// The backend's body (JSON, or a string when it was not JSON).
+    pub result: Option<Value>,
+    /// A stable error code when the call failed (`upstream.timeout`, ...).
+    pub error: Option<String>,
+    pub message: Option<String>,
+}
+
+/// A call's durable record: enough to answer a resume without running it again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    pub call_id: String,
+    pub tool: String,
+    /// The canonical args that run (edited ones after an edit).
+    pub args: Value,
+    pub fingerprint: String,
+    pub requester: Principal,
+    pub context: Value,
+    /// `allow`, `deny` or `require_approval`.
+    pub decision: String,
+    pub status: CallStatus,
+    pub approval_id: Option<String>,
+    /// Set when an approver's reason is part of the answer (declines).
+    pub reason: Option<String>,
+    pub outcome: Option<CallOutcome>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// A webhook delivery in the outbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Stable across retries: it is the `webhook-id` header.
+    pub id: String,
+    pub webhook: String,
+    pub event: String,
+    /// The exact body to send.
+    pub payload: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// `pending`, `leased`, `delivered` or `dead`.
+    pub state: String,
+    /// When it is next due (pending) or when its lease runs out (leased).
+    pub due_at: Millis,
+    pub created_at: Millis,
+    pub last_error: Option<String>,
+}

@@ -1,0 +1,865 @@
+//! The state changes: each one a job for the writer that checks, writes and audits atomically.
+//!
+//! The approval state machine lives here: `pending` → `approved` | `declined` | `expired` |
+//! `cancelled`, nothing else. So do the rules of who may decide (DESIGN §5/§6, refusals checked
+//! in the order DESIGN gives), quorum over distinct approvers of the same fingerprint, grants
+//! that are spent atomically and never after they expire, calls that execute at most once,
+//! and the outbox's lease/ack/retry/dead-letter cycle.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::audit::redact;
+use crate::error::StoreError;
+use crate::keys::{self, decode, encode, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT};
+use crate::model::{
+    Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
+    Grant, Millis, Principal,
+};
+use crate::writer::Tx;
+use crate::Store;
+
+/// Index fields in [`Ks::ApprovalIndex`].
+const IDX_ALL: u8 = b'a';
+const IDX_STATUS: u8 = b's';
+const IDX_TOOL: u8 = b't';
+const IDX_RUN: u8 = b'r';
+const IDX_PRINCIPAL: u8 = b'p';
+/// Calls that are executing: what a crash leaves with an unknown outcome.
+const IDX_EXECUTING: u8 = b'x';
+
+/// Expired approvals and grants handled per sweep, so one sweep stays short.
+const SWEEP_LIMIT: usize = 1000;
+
+/// An approver's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// `edit` carries edited canonical args and their fingerprint, already checked by policy.
+    Approve {
+        reason: Option<String>,
+        edit: Option<(Value, String)>,
+    },
+    Decline {
+        reason: String,
+    },
+}
+
+/// What `begin_execution` found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Begin {
+    /// The caller must execute it now, exactly once, and then call `complete_call`.
+    Run(CallRecord),
+    /// Someone else is executing it.
+    InProgress(CallRecord),
+    /// Still waiting for approval.
+    Pending(CallRecord),
+    /// Already finished (completed, failed, denied, declined, expired or cancelled).
+    Finished(CallRecord),
+}
+
+/// Filters for listing approvals; all given ones must hold.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApprovalFilter {
+    pub status: Option<ApprovalStatus>,
+    pub tool: Option<String>,
+    pub run_id: Option<String>,
+    pub principal: Option<String>,
+}
+
+/// A delivery to put in the outbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDelivery {
+    pub webhook: String,
+    pub event: String,
+    pub payload: String,
+}
+
+/// The outbox at a glance, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutboxStats {
+    /// Pending or leased deliveries.
+    pub undelivered: u64,
+    /// `created_at` of the oldest undelivered one.
+    pub oldest_created_at: Option<Millis>,
+}
+
+fn get<T: DeserializeOwned>(tx: &Tx<'_>, ks: Ks, key: &[u8]) -> Result<Option<T>, StoreError> {
+    tx.get(ks, key)?.map(|b| decode(&b)).transpose()
+}
+
+fn put<T: Serialize>(tx: &mut Tx<'_>, ks: Ks, key: &[u8], value: &T) -> Result<(), StoreError> {
+    let bytes = encode(value)?;
+    tx.put(ks, key.to_vec(), bytes);
+    Ok(())
+}
+
+fn fields(pairs: Value) -> Map<String, Value> {
+    match pairs {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn run_id(context: &Value) -> Option<&str> {
+    context.get("run_id").and_then(Value::as_str)
+}
+
+impl Store {
+    /// The audit copy of a call: its identity and redacted args.
+    fn call_fields(redact_ptrs: &[String], call: &CallRecord) -> Map<String, Value> {
+        fields(json!({
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "fingerprint": call.fingerprint,
+            "args": redact(&call.args, redact_ptrs),
+            "principal": call.requester.id,
+            "context": call.context,
+        }))
+    }
+
+    /// Records a call decided without approval (allow or deny) with its `call.decided` audit
+    /// record; `explanation` (rules, policy version, ...) is merged into the record.
+    pub fn record_call(
+        &self,
+        call: CallRecord,
+        explanation: Map<String, Value>,
+    ) -> Result<CallRecord, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        self.writer.submit(move |tx| {
+            if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
+                return Err(StoreError::CallExists(call.call_id.clone()));
+            }
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("decision".into(), Value::from(call.decision.clone()));
+            f.extend(explanation);
+            tx.audit(call.created_at, "call.decided", f);
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(call)
+        })
+    }
+
+    /// Spends one use of the grant for `call.fingerprint` under `scope_key` and records the
+    /// call as allowed by it, atomically. `None` (and nothing written) when there is no grant
+    /// with uses left that has not expired at `call.created_at`.
+    pub fn call_with_grant(
+        &self,
+        mut call: CallRecord,
+        scope_key: &str,
+        explanation: Map<String, Value>,
+    ) -> Result<Option<CallRecord>, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let scope_key = scope_key.to_owned();
+        self.writer.submit(move |tx| {
+            if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
+                return Err(StoreError::CallExists(call.call_id.clone()));
+            }
+            let Some(grant) = spend_grant(
+                tx,
+                &call.fingerprint,
+                &scope_key,
+                call.created_at,
+                &call.call_id,
+            )?
+            else {
+                return Ok(None);
+            };
+            call.status = CallStatus::Allowed;
+            call.approval_id = Some(grant.approval_id.clone());
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("decision".into(), Value::from(call.decision.clone()));
+            f.insert("approval_id".into(), Value::from(grant.approval_id));
+            f.insert("grant_uses_left".into(), Value::from(grant.uses_left));
+            f.extend(explanation);
+            tx.audit(call.created_at, "call.decided", f);
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(Some(call))
+        })
+    }
+
+    /// Holds a call for approval: the call record, the approval, its indexes and expiry entry,
+    /// and the `call.decided` and `approval.requested` audit records, in one batch.
+    pub fn create_approval(
+        &self,
+        mut call: CallRecord,
+        approval: Approval,
+        explanation: Map<String, Value>,
+    ) -> Result<Approval, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        self.writer.submit(move |tx| {
+            if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
+                return Err(StoreError::CallExists(call.call_id.clone()));
+            }
+            if approval.status != ApprovalStatus::Pending || approval.call_id != call.call_id {
+                return Err(StoreError::Corrupt(
+                    "a new approval must be pending and name its call".into(),
+                ));
+            }
+            call.status = CallStatus::PendingApproval;
+            call.approval_id = Some(approval.id.clone());
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("decision".into(), Value::from(call.decision.clone()));
+            f.extend(explanation);
+            tx.audit(call.created_at, "call.decided", f);
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("approval_id".into(), Value::from(approval.id.clone()));
+            f.insert("approvers".into(), json!(approval.approvers));
+            f.insert("quorum".into(), Value::from(approval.quorum));
+            f.insert("expires_at".into(), Value::from(approval.expires_at));
+            tx.audit(call.created_at, "approval.requested", f);
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            put(tx, Ks::Approvals, approval.id.as_bytes(), &approval)?;
+            for (field, value) in index_entries(&approval) {
+                tx.put(
+                    Ks::ApprovalIndex,
+                    keys::index_key(field, &value, &approval.id),
+                    Vec::new(),
+                );
+            }
+            tx.put(
+                Ks::Expiry,
+                keys::expiry_key(approval.expires_at, EXPIRE_APPROVAL, approval.id.as_bytes()),
+                Vec::new(),
+            );
+            Ok(approval)
+        })
+    }
+
+    /// An approver decides. Refusals, in this order: `approval.not_found`,
+    /// `approval.forbidden` (not an approver or admin, or outside the approval's groups),
+    /// `approval.self_approval`, `approval.already_decided`, `approval.not_pending` (also for
+    /// a pending approval already past its expiry: silence never approves).
+    pub fn decide(
+        &self,
+        approval_id: &str,
+        by: &Principal,
+        verdict: Verdict,
+        now: Millis,
+    ) -> Result<Approval, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let approval_id = approval_id.to_owned();
+        let by = by.clone();
+        self.writer.submit(move |tx| {
+            let mut a: Approval = get(tx, Ks::Approvals, approval_id.as_bytes())?
+                .ok_or_else(|| StoreError::ApprovalNotFound(approval_id.clone()))?;
+            check_decider(&a, &by)?;
+            if a.decisions.iter().any(|d| d.by == by.id) {
+                return Err(StoreError::AlreadyDecided(by.id.clone()));
+            }
+            if a.status != ApprovalStatus::Pending {
+                return Err(StoreError::NotPending(a.status.as_str()));
+            }
+            if now >= a.expires_at {
+                return Err(StoreError::NotPending("expired"));
+            }
+            let old_status = a.status;
+            let mut call: CallRecord = get(tx, Ks::Calls, a.call_id.as_bytes())?
+                .ok_or_else(|| StoreError::CallNotFound(a.call_id.clone()))?;
+            let (decision, reason) = match &verdict {
+                Verdict::Approve { reason, edit } => {
+                    if let Some((args, fingerprint)) = edit {
+                        a.edited_args = Some(args.clone());
+                        a.edited_fingerprint = Some(fingerprint.clone());
+                    }
+                    ("approve", reason.clone())
+                }
+                Verdict::Decline { reason } => ("decline", Some(reason.clone())),
+            };
+            a.decisions.push(ApprovalDecision {
+                by: by.id.clone(),
+                decision: decision.into(),
+                reason: reason.clone(),
+                at: now,
+                fingerprint: a.effective_fingerprint().to_owned(),
+            });
+            if decision == "decline" {
+                a.status = ApprovalStatus::Declined;
+                call.status = CallStatus::Declined;
+                call.reason = reason.clone();
+            } else if a.approvals_counted() >= a.quorum as usize {
+                a.status = ApprovalStatus::Approved;
+                call.status = CallStatus::Approved;
+                call.args = a.effective_args().clone();
+                call.fingerprint = a.effective_fingerprint().to_owned();
+                let grant = Grant {
+                    fingerprint: call.fingerprint.clone(),
+                    scope_key: a.grant.scope_key.clone(),
+                    approval_id: a.id.clone(),
+                    uses_left: a.grant.uses,
+                    expires_at: now.saturating_add(a.grant.ttl_ms),
+                };
+                let gk = keys::grant_key(&grant.fingerprint, &grant.scope_key);
+                put(tx, Ks::Grants, &gk, &grant)?;
+                tx.put(
+                    Ks::Expiry,
+                    keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
+                    Vec::new(),
+                );
+            }
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("approval_id".into(), Value::from(a.id.clone()));
+            f.insert("by".into(), Value::from(by.id.clone()));
+            f.insert("decision".into(), Value::from(decision));
+            f.insert("reason".into(), json!(reason));
+            f.insert("status".into(), Value::from(a.status.as_str()));
+            f.insert("approvals".into(), Value::from(a.approvals_counted()));
+            f.insert("quorum".into(), Value::from(a.quorum));
+            if a.edited_fingerprint.is_some() {
+                f.insert("edited".into(), Value::from(true));
+            }
+            tx.audit(now, "approval.decided", f);
+            if a.status != old_status {
+                a.decided_at = Some(now);
+                set_status_index(tx, &a, old_status)?;
+                tx.delete(
+                    Ks::Expiry,
+                    keys::expiry_key(a.expires_at, EXPIRE_APPROVAL, a.id.as_bytes()),
+                );
+                call.updated_at = now;
+                put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            }
+            put(tx, Ks::Approvals, a.id.as_bytes(), &a)?;
+            Ok(a)
+        })
+    }
+
+    /// Cancels a call that has not started executing; only its requester or an admin may.
+    pub fn cancel(
+        &self,
+        call_id: &str,
+        by: &Principal,
+        now: Millis,
+    ) -> Result<CallRecord, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let call_id = call_id.to_owned();
+        let by = by.clone();
+        self.writer.submit(move |tx| {
+            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+                .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+            if call.requester.id != by.id && !by.is_admin() {
+                return Err(StoreError::Forbidden(
+                    "only the requester or an admin may cancel a call".into(),
+                ));
+            }
+            match call.status {
+                CallStatus::PendingApproval | CallStatus::Approved | CallStatus::Allowed => {}
+                other => return Err(StoreError::CallState(other.as_str(), "be cancelled")),
+            }
+            if let Some(approval_id) = &call.approval_id {
+                if let Some(mut a) = get::<Approval>(tx, Ks::Approvals, approval_id.as_bytes())? {
+                    match a.status {
+                        ApprovalStatus::Pending => {
+                            a.status = ApprovalStatus::Cancelled;
+                            a.decided_at = Some(now);
+                            set_status_index(tx, &a, ApprovalStatus::Pending)?;
+                            tx.delete(
+                                Ks::Expiry,
+                                keys::expiry_key(a.expires_at, EXPIRE_APPROVAL, a.id.as_bytes()),
+                            );
+                            put(tx, Ks::Approvals, a.id.as_bytes(), &a)?;
+                        }
+                        ApprovalStatus::Approved if call.status == CallStatus::Approved => {
+                            // The approved call never ran: its grant goes with it.
+                            let gk = keys::grant_key(a.effective_fingerprint(), &a.grant.scope_key);
+                            tx.delete(Ks::Grants, gk);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            call.status = CallStatus::Cancelled;
+            call.updated_at = now;
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("by".into(), Value::from(by.id.clone()));
+            f.insert("approval_id".into(), json!(call.approval_id));
+            tx.audit(now, "call.cancelled", f);
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(call)
+        })
+    }
+
+    /// Expires pending approvals and grants whose time has come; returns the approvals that
+    /// expired. Costs work in proportion to what expires (the expiry index is time-ordered).
+    pub fn expire_due(&self, now: Millis) -> Result<Vec<Approval>, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        self.writer.submit(move |tx| {
+            let end = keys::timed_key(now, &[0xff]);
+            let mut expired = Vec::new();
+            for key in tx.committed_keys_until(Ks::Expiry, &end, SWEEP_LIMIT)? {
+                if !tx.exists(Ks::Expiry, &key)? {
+                    continue;
+                }
+                tx.delete(Ks::Expiry, key.clone());
+                let Some((_, tail)) = keys::split_timed(&key) else { continue };
+                let Some((&kind, id)) = tail.split_first() else { continue };
+                match kind {
+                    EXPIRE_APPROVAL => {
+                        let Some(mut a) = get::<Approval>(tx, Ks::Approvals, id)? else { continue };
+                        if a.status != ApprovalStatus::Pending || a.expires_at > now {
+                            continue;
+                        }
+                        a.status = ApprovalStatus::Expired;
+                        a.decided_at = Some(now);
+                        set_status_index(tx, &a, ApprovalStatus::Pending)?;
+                        put(tx, Ks::Approvals, a.id.as_bytes(), &a)?;
+                        if let Some(mut call) = get::<CallRecord>(tx, Ks::Calls, a.call_id.as_bytes())? {
+                            call.status = CallStatus::Expired;
+                            call.updated_at = now;
+                            let mut f = Self::call_fields(&redact_ptrs, &call);
+                            f.insert("approval_id".into(), Value::from(a.id.clone()));
+                            tx.audit(now, "approval.expired", f);
+                            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+                        }
+                        expired.push(a);
+                    }
+                    EXPIRE_GRANT => {
+                        let Some(g) = get::<Grant>(tx, Ks::Grants, id)? else { continue };
+                        if g.expires_at > now {
+                            continue;
+                        }
+                        tx.delete(Ks::Grants, id.to_vec());
+                        let f = fields(json!({"approval_id": g.approval_id, "fingerprint": g.fingerprint, "scope_key": g.scope_key, "uses_left": g.uses_left}));
+                        tx.audit(now, "grant.expired", f);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(expired)
+        })
+    }
+
+    /// Claims a call for execution, at most once. An approved call spends its grant's first
+    /// use here, so it cannot run after the grant has expired.
+    pub fn begin_execution(&self, call_id: &str, now: Millis) -> Result<Begin, StoreError> {
+        let call_id = call_id.to_owned();
+        self.writer.submit(move |tx| {
+            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+                .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+            match call.status {
+                CallStatus::Allowed => {}
+                CallStatus::Approved => {
+                    let approval: Approval = call
+                        .approval_id
+                        .as_deref()
+                        .map(|id| get(tx, Ks::Approvals, id.as_bytes()))
+                        .transpose()?
+                        .flatten()
+                        .ok_or_else(|| StoreError::Corrupt(format!("approved call {call_id} has no approval")))?;
+                    if spend_grant(tx, &call.fingerprint, &approval.grant.scope_key, now, &call.call_id)?.is_none() {
+                        return Err(StoreError::GrantGone);
+                    }
+                }
+                CallStatus::Executing => return Ok(Begin::InProgress(call)),
+                CallStatus::PendingApproval => return Ok(Begin::Pending(call)),
+                _ => return Ok(Begin::Finished(call)),
+            }
+            call.status = CallStatus::Executing;
+            call.updated_at = now;
+            tx.put(Ks::ApprovalIndex, keys::index_key(IDX_EXECUTING, "", &call.call_id), Vec::new());
+            tx.audit(now, "call.started", fields(json!({"call_id": call.call_id, "tool": call.tool, "fingerprint": call.fingerprint})));
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(Begin::Run(call))
+        })
+    }
+
+    /// Stores how an executing call ended: `completed` when the backend answered (any HTTP
+    /// status), `failed` otherwise.
+    pub fn complete_call(
+        &self,
+        call_id: &str,
+        outcome: CallOutcome,
+        now: Millis,
+    ) -> Result<CallRecord, StoreError> {
+        let call_id = call_id.to_owned();
+        self.writer.submit(move |tx| {
+            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+                .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+            if call.status != CallStatus::Executing {
+                return Err(StoreError::CallState(call.status.as_str(), "complete"));
+            }
+            call.status = if outcome.error.is_none() {
+                CallStatus::Completed
+            } else {
+                CallStatus::Failed
+            };
+            let kind = if call.status == CallStatus::Completed {
+                "call.completed"
+            } else {
+                "call.failed"
+            };
+            tx.audit(
+                now,
+                kind,
+                fields(json!({
+                    "call_id": call.call_id,
+                    "tool": call.tool,
+                    "fingerprint": call.fingerprint,
+                    "upstream_status": outcome.upstream_status,
+                    "error": outcome.error,
+                })),
+            );
+            call.outcome = Some(outcome);
+            call.updated_at = now;
+            tx.delete(
+                Ks::ApprovalIndex,
+                keys::index_key(IDX_EXECUTING, "", &call.call_id),
+            );
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(call)
+        })
+    }
+
+    /// Appends an audit record of its own (for example `policy.loaded`).
+    pub fn append_audit(
+        &self,
+        kind: &str,
+        record: Map<String, Value>,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        let kind = kind.to_owned();
+        self.writer
+            .submit(move |tx| Ok(tx.audit(now, &kind, record)))
+    }
+
+    /// Calls a crash left executing have an unknown outcome: they are marked failed with
+    /// `call.interrupted`, never run again.
+    pub(crate) fn recover(&self) -> Result<(), StoreError> {
+        let prefix = keys::index_prefix(IDX_EXECUTING, "");
+        let mut stuck = Vec::new();
+        for guard in self.shared.ks(Ks::ApprovalIndex).prefix(&prefix) {
+            let key = guard.key()?;
+            stuck.push(String::from_utf8_lossy(&key[prefix.len()..]).into_owned());
+        }
+        for call_id in stuck {
+            let now = self.call(&call_id)?.map_or(0, |c| c.updated_at);
+            self.complete_call(
+                &call_id,
+                CallOutcome {
+                    upstream_status: None,
+                    result: None,
+                    error: Some("call.interrupted".into()),
+                    message: Some(
+                        "the gateway stopped while the call was executing; its outcome is unknown"
+                            .into(),
+                    ),
+                },
+                now,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Lists approvals newest first. `cursor` is the last id of the previous page.
+    pub fn list_approvals(
+        &self,
+        filter: &ApprovalFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Approval>, Option<String>), StoreError> {
+        self.shared.check()?;
+        let (field, value) = if let Some(r) = &filter.run_id {
+            (IDX_RUN, r.as_str())
+        } else if let Some(t) = &filter.tool {
+            (IDX_TOOL, t.as_str())
+        } else if let Some(p) = &filter.principal {
+            (IDX_PRINCIPAL, p.as_str())
+        } else if let Some(s) = filter.status {
+            (IDX_STATUS, s.as_str())
+        } else {
+            (IDX_ALL, "")
+        };
+        let prefix = keys::index_prefix(field, value);
+        let end = match cursor {
+            Some(c) => keys::index_key(field, value, c),
+            None => {
+                let mut e = prefix.clone();
+                e.push(0xff);
+                e
+            }
+        };
+        let mut out = Vec::new();
+        for guard in self
+            .shared
+            .ks(Ks::ApprovalIndex)
+            .range(prefix.clone()..end)
+            .rev()
+        {
+            let key = guard.key()?;
+            let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            let Some(a) = self.approval(&id)? else {
+                continue;
+            };
+            let keep = filter.status.is_none_or(|s| a.status == s)
+                && filter.tool.as_deref().is_none_or(|t| a.tool == t)
+                && filter
+                    .run_id
+                    .as_deref()
+                    .is_none_or(|r| run_id(&a.context) == Some(r))
+                && filter
+                    .principal
+                    .as_deref()
+                    .is_none_or(|p| a.requester.id == p);
+            if keep {
+                out.push(a);
+                if out.len() == limit {
+                    break;
+                }
+            }
+        }
+        let next = (out.len() == limit)
+            .then(|| out.last().map(|a| a.id.clone()))
+            .flatten();
+        Ok((out, next))
+    }
+
+    // ---- webhook outbox ----
+
+    /// Puts deliveries in the outbox, due now.
+    pub fn enqueue_deliveries(
+        &self,
+        deliveries: Vec<NewDelivery>,
+        now: Millis,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.writer.submit(move |tx| {
+            let mut out = Vec::new();
+            for d in deliveries {
+                let delivery = Delivery {
+                    id: crate::new_id(),
+                    webhook: d.webhook,
+                    event: d.event,
+                    payload: d.payload,
+                    attempts: 0,
+                    state: "pending".into(),
+                    due_at: now,
+                    created_at: now,
+                    last_error: None,
+                };
+                put(tx, Ks::Outbox, delivery.id.as_bytes(), &delivery)?;
+                tx.put(
+                    Ks::OutboxDue,
+                    keys::timed_key(now, delivery.id.as_bytes()),
+                    Vec::new(),
+                );
+                out.push(delivery);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Leases up to `max` deliveries that are due (pending ones whose time has come, and
+    /// leased ones whose worker did not answer before the lease ran out) for `lease_ms`.
+    pub fn lease_deliveries(
+        &self,
+        now: Millis,
+        lease_ms: u64,
+        max: usize,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        self.writer.submit(move |tx| {
+            let end = keys::timed_key(now, &[0xff]);
+            let mut out = Vec::new();
+            for key in tx.committed_keys_until(Ks::OutboxDue, &end, max)? {
+                if !tx.exists(Ks::OutboxDue, &key)? {
+                    continue;
+                }
+                let Some((_, id)) = keys::split_timed(&key) else {
+                    continue;
+                };
+                let Some(mut d) = get::<Delivery>(tx, Ks::Outbox, id)? else {
+                    tx.delete(Ks::OutboxDue, key);
+                    continue;
+                };
+                tx.delete(Ks::OutboxDue, key.clone());
+                d.state = "leased".into();
+                d.attempts += 1;
+                d.due_at = now.saturating_add(lease_ms);
+                tx.put(
+                    Ks::OutboxDue,
+                    keys::timed_key(d.due_at, d.id.as_bytes()),
+                    Vec::new(),
+                );
+                put(tx, Ks::Outbox, d.id.as_bytes(), &d)?;
+                out.push(d);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Marks a delivery delivered; it is never handed out again. Acking twice is harmless.
+    pub fn ack_delivery(&self, id: &str, now: Millis) -> Result<Delivery, StoreError> {
+        self.finish_delivery(id, now, "delivered", None, None)
+    }
+
+    /// Schedules another attempt at `due_at`.
+    pub fn retry_delivery(
+        &self,
+        id: &str,
+        due_at: Millis,
+        error: &str,
+    ) -> Result<Delivery, StoreError> {
+        self.finish_delivery(id, due_at, "pending", Some(error.to_owned()), Some(due_at))
+    }
+
+    /// Gives up on a delivery: it stays in the outbox as `dead` for an operator to see.
+    pub fn dead_letter(&self, id: &str, error: &str, now: Millis) -> Result<Delivery, StoreError> {
+        self.finish_delivery(id, now, "dead", Some(error.to_owned()), None)
+    }
+
+    /// Moves a leased delivery to `state`; `due_at` puts it back in the due index.
+    fn finish_delivery(
+        &self,
+        id: &str,
+        now: Millis,
+        state: &'static str,
+        error: Option<String>,
+        due_at: Option<Millis>,
+    ) -> Result<Delivery, StoreError> {
+        let id = id.to_owned();
+        self.writer.submit(move |tx| {
+            let mut d: Delivery = get(tx, Ks::Outbox, id.as_bytes())?
+                .ok_or_else(|| StoreError::DeliveryNotFound(id.clone()))?;
+            if d.state == "delivered" || d.state == "dead" {
+                return Ok(d);
+            }
+            tx.delete(Ks::OutboxDue, keys::timed_key(d.due_at, d.id.as_bytes()));
+            d.state = state.into();
+            if error.is_some() {
+                d.last_error = error;
+            }
+            if let Some(at) = due_at {
+                d.due_at = at;
+                tx.put(
+                    Ks::OutboxDue,
+                    keys::timed_key(at, d.id.as_bytes()),
+                    Vec::new(),
+                );
+            }
+            if state != "pending" {
+                tx.audit(
+                    now,
+                    &format!("webhook.{state}"),
+                    fields(json!({
+                        "delivery_id": d.id, "webhook": d.webhook, "event": d.event,
+                        "attempts": d.attempts, "error": d.last_error,
+                    })),
+                );
+            }
+            put(tx, Ks::Outbox, d.id.as_bytes(), &d)?;
+            Ok(d)
+        })
+    }
+
+    /// Undelivered deliveries and the oldest one's age, scanning at most `limit` of them.
+    pub fn outbox_stats(&self, limit: usize) -> Result<OutboxStats, StoreError> {
+        self.shared.check()?;
+        let mut stats = OutboxStats::default();
+        for guard in self.shared.ks(Ks::OutboxDue).iter().take(limit) {
+            let key = guard.key()?;
+            let Some((_, id)) = keys::split_timed(&key) else {
+                continue;
+            };
+            if let Some(d) = self.read::<Delivery>(Ks::Outbox, id)? {
+                stats.undelivered += 1;
+                stats.oldest_created_at = Some(
+                    stats
+                        .oldest_created_at
+                        .map_or(d.created_at, |o| o.min(d.created_at)),
+                );
+            }
+        }
+        Ok(stats)
+    }
+}
+
+/// Who may decide `a`: approvers (in one of its groups, when it names groups) and admins,
+/// never the requester.
+fn check_decider(a: &Approval, by: &Principal) -> Result<(), StoreError> {
+    match by.role.as_str() {
+        "admin" => {}
+        "approver" => {
+            if !a.approvers.is_empty() && !by.groups.iter().any(|g| a.approvers.contains(g)) {
+                return Err(StoreError::Forbidden(format!(
+                    "`{}` is in none of the approver groups {:?}",
+                    by.id, a.approvers
+                )));
+            }
+        }
+        other => {
+            return Err(StoreError::Forbidden(format!(
+                "the `{other}` role cannot decide approvals"
+            )))
+        }
+    }
+    if by.id == a.requester.id {
+        return Err(StoreError::SelfApproval);
+    }
+    Ok(())
+}
+
+/// Spends one use of the grant at (`fingerprint`, `scope_key`) if it has one left and has not
+/// expired at `now`; returns the grant as it is after spending.
+fn spend_grant(
+    tx: &mut Tx<'_>,
+    fingerprint: &str,
+    scope_key: &str,
+    now: Millis,
+    call_id: &str,
+) -> Result<Option<Grant>, StoreError> {
+    let gk = keys::grant_key(fingerprint, scope_key);
+    let Some(mut grant) = get::<Grant>(tx, Ks::Grants, &gk)? else {
+        return Ok(None);
+    };
+    // INVARIANT: an expired grant is never spent, even before the sweeper has removed it.
+    if grant.uses_left == 0 || now >= grant.expires_at {
+        return Ok(None);
+    }
+    grant.uses_left -= 1;
+    if grant.uses_left == 0 {
+        tx.delete(Ks::Grants, gk.clone());
+        tx.delete(
+            Ks::Expiry,
+            keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
+        );
+    } else {
+        put(tx, Ks::Grants, &gk, &grant)?;
+    }
+    tx.audit(
+        now,
+        "grant.consumed",
+        fields(json!({
+            "approval_id": grant.approval_id, "fingerprint": fingerprint, "scope_key": scope_key,
+            "call_id": call_id, "uses_left": grant.uses_left,
+        })),
+    );
+    Ok(Some(grant))
+}
+
+/// The listing index entries of an approval.
+fn index_entries(a: &Approval) -> Vec<(u8, String)> {
+    let mut entries = vec![
+        (IDX_ALL, String::new()),
+        (IDX_STATUS, a.status.as_str().to_owned()),
+        (IDX_TOOL, a.tool.clone()),
+        (IDX_PRINCIPAL, a.requester.id.clone()),
+    ];
+    if let Some(r) = run_id(&a.context) {
+        entries.push((IDX_RUN, r.to_owned()));
+    }
+    entries
+}
+
+/// Moves `a` in the status index; refuses any transition but `pending` → final.
+fn set_status_index(tx: &mut Tx<'_>, a: &Approval, old: ApprovalStatus) -> Result<(), StoreError> {
+    if !old.can_become(a.status) {
+        return Err(StoreError::NotPending(old.as_str()));
+    }
+    tx.delete(
+        Ks::ApprovalIndex,
+        keys::index_key(IDX_STATUS, old.as_str(), &a.id),
+    );
+    tx.put(
+        Ks::ApprovalIndex,
+        keys::index_key(IDX_STATUS, a.status.as_str(), &a.id),
+        Vec::new(),
+    );
+    Ok(())
+}

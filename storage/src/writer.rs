@@ -1,0 +1,240 @@
+//! The single writer: every state change runs here, one at a time, and is acknowledged only
+//! after its batch is fsynced.
+//!
+//! Callers hand the writer a closure over a [`Tx`]. The writer takes whatever jobs are queued,
+//! runs them in order against the store plus the writes staged so far, commits all their writes
+//! and audit records as one atomic batch with `PersistMode::SyncAll`, and only then answers
+//! each job. That is group commit: concurrent writers share one fsync, nobody is answered
+//! before it, and read-modify-write (spending a grant use, chaining the audit log) is atomic
+//! because only this thread writes.
+//!
+//! A job that fails leaves nothing behind: its staged writes are rolled back before the next
+//! job runs. A commit that fails poisons the store: every later call is `store.unavailable`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::Arc;
+
+use fjall::{Database, Keyspace, PersistMode};
+use serde_json::{Map, Value};
+
+use crate::audit;
+use crate::error::StoreError;
+use crate::keys::Ks;
+
+/// Jobs in one group commit at most.
+const MAX_GROUP: usize = 512;
+
+/// Where the audit chain ends: kept by the writer, the only one that extends it.
+#[derive(Debug, Clone)]
+pub(crate) struct ChainHead {
+    pub seq: u64,
+    pub hash: String,
+}
+
+/// What the writer shares with readers.
+pub(crate) struct Shared {
+    pub db: Database,
+    pub keyspaces: Vec<Keyspace>,
+    /// Set when a commit failed; then nothing is served.
+    pub poisoned: AtomicBool,
+}
+
+impl Shared {
+    pub fn ks(&self, ks: Ks) -> &Keyspace {
+        &self.keyspaces[ks.index()]
+    }
+
+    pub fn check(&self) -> Result<(), StoreError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            Err(StoreError::Unavailable(
+                "a write failed to reach the disk; restart the gateway".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// One staged write: a value to put, or `None` to delete.
+struct Staged {
+    ks: Ks,
+    key: Vec<u8>,
+    value: Option<Vec<u8>>,
+}
+
+/// The writes of the jobs in one group, visible to the jobs that follow them.
+pub struct Tx<'a> {
+    shared: &'a Shared,
+    staged: Vec<Staged>,
+    head: ChainHead,
+}
+
+/// A point to roll a failed job back to.
+struct Savepoint {
+    staged: usize,
+    head: ChainHead,
+}
+
+impl Tx<'_> {
+    /// Reads `key`, seeing this group's staged writes first.
+    pub fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(s) = self
+            .staged
+            .iter()
+            .rev()
+            .find(|s| s.ks == ks && s.key == key)
+        {
+            return Ok(s.value.clone());
+        }
+        Ok(self.shared.ks(ks).get(key)?.map(|v| v.to_vec()))
+    }
+
+    pub fn put(&mut self, ks: Ks, key: Vec<u8>, value: Vec<u8>) {
+        self.staged.push(Staged {
+            ks,
+            key,
+            value: Some(value),
+        });
+    }
+
+    pub fn delete(&mut self, ks: Ks, key: Vec<u8>) {
+        self.staged.push(Staged {
+            ks,
+            key,
+            value: None,
+        });
+    }
+
+    /// Keys of `ks` from the start up to and including `end`, oldest first, as committed (the
+    /// caller re-reads each with [`Tx::get`] to see this group's writes).
+    pub fn committed_keys_until(
+        &self,
+        ks: Ks,
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut keys = Vec::new();
+        for guard in self.shared.ks(ks).range(..=end.to_vec()).take(limit) {
+            keys.push(guard.key()?.to_vec());
+        }
+        Ok(keys)
+    }
+
+    /// Whether `key` exists in `ks`, seeing staged writes.
+    pub fn exists(&self, ks: Ks, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.get(ks, key)?.is_some())
+    }
+
+    /// Appends an audit record in this same atomic batch; returns its seq.
+    pub fn audit(&mut self, ts: u64, kind: &str, fields: Map<String, Value>) -> u64 {
+        let seq = self.head.seq + 1;
+        let (bytes, hash) = audit::seal(seq, &self.head.hash, ts, kind, fields);
+        self.put(Ks::Audit, seq.to_be_bytes().to_vec(), bytes);
+        self.head = ChainHead { seq, hash };
+        seq
+    }
+
+    fn savepoint(&self) -> Savepoint {
+        Savepoint {
+            staged: self.staged.len(),
+            head: self.head.clone(),
+        }
+    }
+
+    fn rollback(&mut self, sp: Savepoint) {
+        self.staged.truncate(sp.staged);
+        self.head = sp.head;
+    }
+}
+
+/// A queued job: runs against the group's [`Tx`], and returns what answers its caller once the
+/// group's commit result is known.
+type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+type Job = Box<dyn FnOnce(&mut Tx<'_>) -> Finish + Send>;
+
+/// The handle callers submit jobs through.
+pub(crate) struct Writer {
+    jobs: SyncSender<Job>,
+    shared: Arc<Shared>,
+}
+
+impl Writer {
+    /// Starts the writer thread, continuing the chain from `head`.
+    pub fn start(shared: Arc<Shared>, head: ChainHead) -> Result<Writer, StoreError> {
+        let (jobs, rx) = mpsc::sync_channel::<Job>(4096);
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("airlock-store-writer".into())
+            .spawn(move || run(&thread_shared, rx, head))
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the writer: {e}")))?;
+        Ok(Writer { jobs, shared })
+    }
+
+    /// Runs `f` on the writer and returns its result once it is durable.
+    pub fn submit<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.shared.check()?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        let job: Job = Box::new(move |t: &mut Tx<'_>| {
+            let sp = t.savepoint();
+            let out = f(t);
+            if out.is_err() {
+                t.rollback(sp);
+            }
+            Box::new(move |commit: Result<(), StoreError>| {
+                let _ = tx.send(commit.and(out));
+            })
+        });
+        self.jobs
+            .send(job)
+            .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
+        rx.recv()
+            .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?
+    }
+}
+
+fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead) {
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut tx = Tx {
+            shared,
+            staged: Vec::new(),
+            head: head.clone(),
+        };
+        let finishers: Vec<Finish> = group.into_iter().map(|job| job(&mut tx)).collect();
+        let result = commit(shared, &tx.staged);
+        if result.is_ok() {
+            head = tx.head;
+        } else {
+            shared.poisoned.store(true, Ordering::Release);
+        }
+        for finish in finishers {
+            finish(result.clone());
+        }
+    }
+}
+
+fn commit(shared: &Shared, staged: &[Staged]) -> Result<(), StoreError> {
+    shared.check()?;
+    if staged.is_empty() {
+        return Ok(());
+    }
+    let mut batch = shared.db.batch().durability(Some(PersistMode::SyncAll));
+    for s in staged {
+        match &s.value {
+            Some(v) => batch.insert(shared.ks(s.ks), s.key.clone(), v.clone()),
+            None => batch.remove(shared.ks(s.ks), s.key.clone()),
+        }
+    }
+    batch.commit().map_err(StoreError::from)
+}

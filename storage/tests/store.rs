@@ -1,0 +1,548 @@
+//! The store's behaviour, one capability at a time: who may decide, quorum, edits, grants,
+//! at-most-once execution, expiry, listing, the outbox, the audit chain and reopening.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use airlock_storage::{
+    ApprovalFilter, ApprovalStatus, Begin, CallOutcome, CallStatus, NewDelivery, Store,
+    StoreOptions, Verdict,
+};
+use support::*;
+
+fn open(dir: &tempfile::TempDir) -> Store {
+    Store::open(
+        dir.path(),
+        StoreOptions {
+            redact: vec!["/password".into()],
+        },
+    )
+    .unwrap()
+}
+
+fn approve() -> Verdict {
+    Verdict::Approve {
+        reason: None,
+        edit: None,
+    }
+}
+
+#[test]
+fn refusals_come_in_the_documented_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let requester = approver("alice", &["finance"]);
+    let h = held(
+        "c1",
+        "sha256:aa",
+        &requester,
+        &["finance"],
+        2,
+        1,
+        1000,
+        60_000,
+    );
+    let a = store
+        .create_approval(h.call, h.approval, no_fields())
+        .unwrap();
+
+    let code =
+        |r: Result<_, airlock_storage::StoreError>| r.map(|_| "ok").unwrap_or_else(|e| e.code());
+    assert_eq!(
+        code(store.decide("nope", &approver("bob", &["finance"]), approve(), 2000)),
+        "approval.not_found"
+    );
+    assert_eq!(
+        code(store.decide(&a.id, &agent("bot"), approve(), 2000)),
+        "approval.forbidden"
+    );
+    assert_eq!(
+        code(store.decide(&a.id, &approver("eve", &["ops"]), approve(), 2000)),
+        "approval.forbidden"
+    );
+    // The requester is an approver of the right group, but still cannot approve its own call.
+    assert_eq!(
+        code(store.decide(&a.id, &requester, approve(), 2000)),
+        "approval.self_approval"
+    );
+    assert_eq!(
+        code(store.decide(&a.id, &approver("bob", &["finance"]), approve(), 2000)),
+        "ok"
+    );
+    assert_eq!(
+        code(store.decide(&a.id, &approver("bob", &["finance"]), approve(), 2001)),
+        "approval.already_decided"
+    );
+    // An admin needs no group.
+    assert_eq!(
+        code(store.decide(&a.id, &admin("root"), approve(), 2002)),
+        "ok"
+    );
+    assert_eq!(
+        code(store.decide(&a.id, &approver("carol", &["finance"]), approve(), 2003)),
+        "approval.not_pending"
+    );
+    assert_eq!(
+        store.approval(&a.id).unwrap().unwrap().status,
+        ApprovalStatus::Approved
+    );
+}
+
+#[test]
+fn quorum_counts_distinct_approvers_and_one_decline_ends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let h = held("c1", "sha256:aa", &agent("bot"), &[], 2, 1, 1000, 60_000);
+    let a = store
+        .create_approval(h.call, h.approval, no_fields())
+        .unwrap();
+    let a = store
+        .decide(&a.id, &approver("bob", &[]), approve(), 1100)
+        .unwrap();
+    assert_eq!(
+        (a.status, a.approvals_counted()),
+        (ApprovalStatus::Pending, 1)
+    );
+    let a = store
+        .decide(&a.id, &approver("carol", &[]), approve(), 1200)
+        .unwrap();
+    assert_eq!(a.status, ApprovalStatus::Approved);
+    assert_eq!(
+        store.call("c1").unwrap().unwrap().status,
+        CallStatus::Approved
+    );
+
+    let h = held("c2", "sha256:bb", &agent("bot"), &[], 2, 1, 1000, 60_000);
+    let b = store
+        .create_approval(h.call, h.approval, no_fields())
+        .unwrap();
+    store
+        .decide(&b.id, &approver("bob", &[]), approve(), 1100)
+        .unwrap();
+    let b = store
+        .decide(
+            &b.id,
+            &approver("carol", &[]),
+            Verdict::Decline {
+                reason: "too much".into(),
+            },
+            1200,
+        )
+        .unwrap();
+    assert_eq!(b.status, ApprovalStatus::Declined);
+    let c2 = store.call("c2").unwrap().unwrap();
+    assert_eq!(
+        (c2.status, c2.reason.as_deref()),
+        (CallStatus::Declined, Some("too much"))
+    );
+    assert!(store.grant("sha256:bb", "run:run-1").unwrap().is_none());
+}
+
+#[test]
+fn an_edit_binds_the_grant_to_the_edited_fingerprint_and_resets_earlier_approvals() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let h = held("c1", "sha256:orig", &agent("bot"), &[], 2, 1, 1000, 60_000);
+    let a = store
+        .create_approval(h.call, h.approval, no_fields())
+        .unwrap();
+    store
+        .decide(&a.id, &approver("bob", &[]), approve(), 1100)
+        .unwrap();
+    let edit = Verdict::Approve {
+        reason: Some("smaller".into()),
+        edit: Some((serde_json::json!({"amount": 90}), "sha256:edit".into())),
+    };
+    let a = store
+        .decide(&a.id, &approver("carol", &[]), edit, 1200)
+        .unwrap();
+    // Bob approved the original args; that does not count toward the edited ones.
+    assert_eq!(
+        (a.status, a.approvals_counted()),
+        (ApprovalStatus::Pending, 1)
+    );
+    let a = store
+        .decide(&a.id, &approver("dave", &[]), approve(), 1300)
+        .unwrap();
+    assert_eq!(a.status, ApprovalStatus::Approved);
+    let call = store.call("c1").unwrap().unwrap();
+    assert_eq!(
+        (call.fingerprint.as_str(), &call.args),
+        ("sha256:edit", &serde_json::json!({"amount": 90}))
+    );
+    assert!(store.grant("sha256:edit", "run:run-1").unwrap().is_some());
+    assert!(store.grant("sha256:orig", "run:run-1").unwrap().is_none());
+}
+
+#[test]
+fn an_approved_call_runs_once_and_later_calls_spend_the_remaining_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let h = held("c1", "sha256:aa", &agent("bot"), &[], 1, 2, 1000, 60_000);
+    let a = store
+        .create_approval(h.call, h.approval, no_fields())
+        .unwrap();
+    assert!(matches!(
+        store.begin_execution("c1", 1050).unwrap(),
+        Begin::Pending(_)
+    ));
+    store
+        .decide(&a.id, &approver("bob", &[]), approve(), 1100)
+        .unwrap();
+    assert!(matches!(
+        store.begin_execution("c1", 1200).unwrap(),
+        Begin::Run(_)
+    ));
+    assert!(matches!(
+        store.begin_execution("c1", 1201).unwrap(),
+        Begin::InProgress(_)
+    ));
+    let done = store
+        .complete_call(
+            "c1",
+            CallOutcome {
+                upstream_status: Some(200),
+                result: Some(serde_json::json!({"ok": true})),
+                error: None,
+                message: None,
+            },
+            1300,
+        )
+        .unwrap();
+    assert_eq!(done.status, CallStatus::Completed);
+    match store.begin_execution("c1", 1400).unwrap() {
+        Begin::Finished(c) => assert_eq!(c.outcome.unwrap().upstream_status, Some(200)),
+        other => panic!("{other:?}"),
+    }
+    // Uses: 2. The approved call spent one; one identical call may follow, not two.
+    assert_eq!(
+        store
+            .grant("sha256:aa", "run:run-1")
+            .unwrap()
+            .unwrap()
+            .uses_left,
+        1
+    );
+    let again = call("c2", "sha256:aa", &agent("bot"), "require_approval", 1500);
+    assert!(store
+        .call_with_grant(again, "run:run-1", no_fields())
+        .unwrap()
+        .is_some());
+    let third = call("c3", "sha256:aa", &agent("bot"), "require_approval", 1600);
+    assert!(store
+        .call_with_grant(third, "run:run-1", no_fields())
+        .unwrap()
+        .is_none());
+    assert!(
+        store.call("c3").unwrap().is_none(),
+        "a refused grant use writes nothing"
+    );
+    // Another scope key, or another fingerprint, never matches.
+    let other = call("c4", "sha256:aa", &agent("bot"), "require_approval", 1600);
+    assert!(store
+        .call_with_grant(other, "run:run-2", no_fields())
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn expiry_is_a_deny_and_an_expired_grant_is_never_spent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let h = held("c1", "sha256:aa", &agent("bot"), &[], 1, 1, 1000, 5_000);
+    let a = store
+        .create_approval(h.call, h.approval, no_fields())
+        .unwrap();
+    assert!(store.expire_due(5_999).unwrap().is_empty());
+    // Past expiry but before the sweep, a decision is still refused.
+    assert_eq!(
+        store
+            .decide(&a.id, &approver("bob", &[]), approve(), 6_000)
+            .unwrap_err()
+            .code(),
+        "approval.not_pending"
+    );
+    let expired = store.expire_due(6_000).unwrap();
+    assert_eq!(expired.len(), 1);
+    assert_eq!(
+        store.call("c1").unwrap().unwrap().status,
+        CallStatus::Expired
+    );
+    assert_eq!(
+        store
+            .decide(&a.id, &approver("bob", &[]), approve(), 6_001)
+            .unwrap_err()
+            .code(),
+        "approval.not_pending"
+    );
+
+    // A grant: ttl 600 s from the approval at 10_000.
+    let h = held("c2", "sha256:bb", &agent("bot"), &[], 1, 3, 10_000, 5_000);
+    let b = store
+        .create_approval(h.call, h.approval, no_fields())
+        .unwrap();
+    store
+        .decide(&b.id, &approver("bob", &[]), approve(), 10_000)
+        .unwrap();
+    let late = call(
+        "c3",
+        "sha256:bb",
+        &agent("bot"),
+        "require_approval",
+        610_000,
+    );
+    assert!(
+        store
+            .call_with_grant(late, "run:run-1", no_fields())
+            .unwrap()
+            .is_none(),
+        "expired but not yet swept"
+    );
+    store.expire_due(610_000).unwrap();
+    assert!(store.grant("sha256:bb", "run:run-1").unwrap().is_none());
+    // The approved call itself cannot run on an expired grant either.
+    assert_eq!(
+        store.begin_execution("c2", 610_001).unwrap_err().code(),
+        "approval.expired"
+    );
+}
+
+#[test]
+fn cancel_is_for_the_requester_or_an_admin_and_only_before_execution() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let h = held("c1", "sha256:aa", &agent("bot"), &[], 1, 1, 1000, 60_000);
+    let a = store
+        .create_approval(h.call, h.approval, no_fields())
+        .unwrap();
+    assert_eq!(
+        store
+            .cancel("c1", &agent("other"), 1100)
+            .unwrap_err()
+            .code(),
+        "approval.forbidden"
+    );
+    assert_eq!(
+        store.cancel("c1", &agent("bot"), 1100).unwrap().status,
+        CallStatus::Cancelled
+    );
+    assert_eq!(
+        store.approval(&a.id).unwrap().unwrap().status,
+        ApprovalStatus::Cancelled
+    );
+    assert_eq!(
+        store
+            .decide(&a.id, &approver("bob", &[]), approve(), 1200)
+            .unwrap_err()
+            .code(),
+        "approval.not_pending"
+    );
+    assert_eq!(
+        store.cancel("c1", &agent("bot"), 1300).unwrap_err().code(),
+        "call.invalid_state"
+    );
+    assert_eq!(
+        store.cancel("zz", &agent("bot"), 1300).unwrap_err().code(),
+        "call.not_found"
+    );
+}
+
+#[test]
+fn listing_filters_newest_first_with_a_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        let requester = agent(if i % 2 == 0 { "even" } else { "odd" });
+        let mut h = held(
+            &format!("c{i}"),
+            &format!("sha256:{i}"),
+            &requester,
+            &[],
+            1,
+            1,
+            1000 + i,
+            60_000,
+        );
+        if i == 3 {
+            h.approval.tool = "db.exec".into();
+            h.call.tool = "db.exec".into();
+        }
+        ids.push(
+            store
+                .create_approval(h.call, h.approval, no_fields())
+                .unwrap()
+                .id,
+        );
+    }
+    store
+        .decide(&ids[6], &approver("bob", &[]), approve(), 2000)
+        .unwrap();
+    let pending = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        ..Default::default()
+    };
+    let (page1, cursor) = store.list_approvals(&pending, None, 4).unwrap();
+    assert_eq!(
+        page1.iter().map(|a| a.id.clone()).collect::<Vec<_>>(),
+        vec![
+            ids[5].clone(),
+            ids[4].clone(),
+            ids[3].clone(),
+            ids[2].clone()
+        ]
+    );
+    let (page2, end) = store
+        .list_approvals(&pending, cursor.as_deref(), 4)
+        .unwrap();
+    assert_eq!(
+        page2.iter().map(|a| a.id.clone()).collect::<Vec<_>>(),
+        vec![ids[1].clone(), ids[0].clone()]
+    );
+    assert!(end.is_none());
+    let odd = ApprovalFilter {
+        principal: Some("odd".into()),
+        status: Some(ApprovalStatus::Pending),
+        ..Default::default()
+    };
+    assert_eq!(store.list_approvals(&odd, None, 10).unwrap().0.len(), 3);
+    let db = ApprovalFilter {
+        tool: Some("db.exec".into()),
+        ..Default::default()
+    };
+    assert_eq!(store.list_approvals(&db, None, 10).unwrap().0[0].id, ids[3]);
+    let run = ApprovalFilter {
+        run_id: Some("run-1".into()),
+        ..Default::default()
+    };
+    assert_eq!(store.list_approvals(&run, None, 10).unwrap().0.len(), 7);
+}
+
+#[test]
+fn outbox_leases_acks_retries_and_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let new = |event: &str| NewDelivery {
+        webhook: "oncall".into(),
+        event: event.into(),
+        payload: "{}".into(),
+    };
+    let ds = store
+        .enqueue_deliveries(
+            vec![new("approval.requested"), new("approval.decided")],
+            1000,
+        )
+        .unwrap();
+    let leased = store.lease_deliveries(1000, 30_000, 10).unwrap();
+    assert_eq!(leased.len(), 2);
+    assert!(
+        store.lease_deliveries(2000, 30_000, 10).unwrap().is_empty(),
+        "leased ones are not handed out twice"
+    );
+    store.ack_delivery(&ds[0].id, 2000).unwrap();
+    store.retry_delivery(&ds[1].id, 7000, "503").unwrap();
+    assert!(store.lease_deliveries(6999, 30_000, 10).unwrap().is_empty());
+    let again = store.lease_deliveries(7000, 30_000, 10).unwrap();
+    assert_eq!(
+        (again.len(), again[0].id.clone(), again[0].attempts),
+        (1, ds[1].id.clone(), 2)
+    );
+    // Its worker dies: the lease runs out and it comes back, with the same id.
+    let back = store.lease_deliveries(37_000, 30_000, 10).unwrap();
+    assert_eq!(
+        (back[0].id.clone(), back[0].attempts),
+        (ds[1].id.clone(), 3)
+    );
+    store.dead_letter(&ds[1].id, "gave up", 40_000).unwrap();
+    assert!(store
+        .lease_deliveries(1_000_000, 30_000, 10)
+        .unwrap()
+        .is_empty());
+    assert_eq!(store.delivery(&ds[1].id).unwrap().unwrap().state, "dead");
+    // An acked delivery is never handed out again, even if acked twice.
+    assert_eq!(
+        store.ack_delivery(&ds[0].id, 50_000).unwrap().state,
+        "delivered"
+    );
+    assert_eq!(store.outbox_stats(100).unwrap().undelivered, 0);
+}
+
+#[test]
+fn every_change_is_audited_redacted_and_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let approval_id;
+    {
+        let store = open(&dir);
+        store
+            .record_call(
+                call("c0", "sha256:00", &agent("bot"), "allow", 900),
+                no_fields(),
+            )
+            .unwrap();
+        let h = held("c1", "sha256:aa", &agent("bot"), &[], 1, 1, 1000, 60_000);
+        approval_id = store
+            .create_approval(h.call, h.approval, no_fields())
+            .unwrap()
+            .id;
+        store
+            .decide(&approval_id, &approver("bob", &[]), approve(), 1100)
+            .unwrap();
+        assert!(matches!(
+            store.begin_execution("c1", 1200).unwrap(),
+            Begin::Run(_)
+        ));
+    }
+    // Reopening after the call was claimed but not completed: its outcome is unknown, so it is
+    // failed, never re-run.
+    let store = open(&dir);
+    let c1 = store.call("c1").unwrap().unwrap();
+    assert_eq!(
+        (c1.status, c1.outcome.unwrap().error.as_deref()),
+        (CallStatus::Failed, Some("call.interrupted"))
+    );
+    assert_eq!(
+        store.approval(&approval_id).unwrap().unwrap().status,
+        ApprovalStatus::Approved
+    );
+
+    let records = store.audit_after(0, 100).unwrap();
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "call.decided",
+            "call.decided",
+            "approval.requested",
+            "approval.decided",
+            "grant.consumed",
+            "call.started",
+            "call.failed"
+        ]
+    );
+    assert!(records
+        .iter()
+        .all(|r| r.get("args").is_none_or(|a| a["password"] == "[redacted]")));
+    let summary = store.verify_audit().unwrap().unwrap();
+    assert_eq!(summary.records, 7);
+    let mut export = Vec::new();
+    assert_eq!(store.export_audit(0, &mut export).unwrap(), 7);
+    let lines = export
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| Ok::<_, String>(l.to_vec()));
+    assert_eq!(airlock_storage::verify_chain(lines).unwrap(), summary);
+}
+
+#[test]
+fn a_second_process_cannot_open_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let _store = open(&dir);
+    let err = Store::open(dir.path(), StoreOptions::default())
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), "store.unavailable");
+}
