@@ -1,0 +1,85 @@
+//! 32 threads race to spend one one-use grant: exactly one wins, every time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::{Arc, Barrier};
+
+use airlock_storage::{Store, StoreOptions, Verdict};
+use support::*;
+
+#[test]
+fn one_use_is_spent_once_under_contention() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    for round in 0..40 {
+        let fp = format!("sha256:round-{round}");
+        let h = held(
+            &format!("orig-{round}"),
+            &fp,
+            &agent("bot"),
+            &[],
+            1,
+            2,
+            1000,
+            60_000,
+        );
+        let a = store
+            .create_approval(h.call, h.approval, no_fields())
+            .unwrap();
+        store
+            .decide(
+                &a.id,
+                &approver("bob", &[]),
+                Verdict::Approve {
+                    reason: None,
+                    edit: None,
+                },
+                1100,
+            )
+            .unwrap();
+        // Uses: 2. The approved call spends one, leaving exactly one for the racers.
+        store
+            .begin_execution(&format!("orig-{round}"), 1200)
+            .unwrap();
+
+        let barrier = Arc::new(Barrier::new(32));
+        let winners: usize = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..32)
+                .map(|t| {
+                    let store = store.clone();
+                    let barrier = barrier.clone();
+                    let fp = fp.clone();
+                    s.spawn(move || {
+                        let c = call(
+                            &format!("race-{round}-{t}"),
+                            &fp,
+                            &agent("bot"),
+                            "require_approval",
+                            1300,
+                        );
+                        barrier.wait();
+                        usize::from(
+                            store
+                                .call_with_grant(c, "run:run-1", no_fields())
+                                .unwrap()
+                                .is_some(),
+                        )
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(winners, 1, "round {round}");
+        assert!(store.grant(&fp, "run:run-1").unwrap().is_none());
+    }
+    let consumed = store
+        .audit_after(0, 100_000)
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "grant.consumed")
+        .count();
+    assert_eq!(consumed, 80);
+    assert!(store.verify_audit().unwrap().is_ok());
+}
