@@ -1,4 +1,4 @@
-//! The `airlock` command line: `policy check|test|eval` and `fingerprint`.
+//! The `airlock` command line: `policy check|test|eval`, `fingerprint` and `audit verify|export`.
 //!
 //! Each command takes its flags and returns an exit code: 0 success, 1 a failed check or test,
 //! 2 bad input (with the stable error code on stderr). Nothing here decides anything itself:
@@ -10,6 +10,7 @@ use std::time::SystemTime;
 
 use airlock_policy::cases::{self, EvalRequest};
 use airlock_policy::{evaluate, json, PolicySet, ToolCall, MAX_ARGS_DEPTH};
+use airlock_storage::{Store, StoreOptions};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 
@@ -31,6 +32,32 @@ pub enum Command {
     Policy(PolicyCommand),
     /// Print the canonical args and fingerprint of a call.
     Fingerprint(FingerprintArgs),
+    /// Verify or export the audit chain of a stopped gateway's store, or of an export.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AuditCommand {
+    /// Exit 0 and print the record count when the chain is intact; exit 1 naming the first
+    /// bad seq otherwise.
+    Verify {
+        /// The store of a stopped gateway.
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        data_dir: Option<PathBuf>,
+        /// A JSONL export.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Write the records after SEQ as JSONL, to stdout or --out.
+    Export {
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -86,6 +113,10 @@ pub fn run(cli: Cli) -> u8 {
         Command::Policy(PolicyCommand::Test { paths }) => policy_test(&paths),
         Command::Policy(PolicyCommand::Eval(args)) => policy_eval(&args),
         Command::Fingerprint(args) => fingerprint(&args),
+        Command::Audit(AuditCommand::Verify { data_dir, file }) => audit_verify(data_dir, file),
+        Command::Audit(AuditCommand::Export { data_dir, after, out }) => {
+            audit_export(&data_dir, after, out)
+        }
     }
 }
 
@@ -218,4 +249,79 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
         classifiers,
         now,
     })
+}
+
+fn open_store(dir: &std::path::Path) -> Result<Store, u8> {
+    Store::open(dir, StoreOptions::default()).map_err(|e| bad_input(e.code(), e))
+}
+
+fn audit_verify(data_dir: Option<PathBuf>, file: Option<PathBuf>) -> u8 {
+    let result = match (data_dir, file) {
+        (Some(dir), _) => {
+            let store = match open_store(&dir) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            match store.verify_audit() {
+                Ok(r) => r,
+                Err(e) => return bad_input(e.code(), e),
+            }
+        }
+        (None, Some(file)) => {
+            let reader = match std::fs::File::open(&file) {
+                Ok(f) => std::io::BufReader::new(f),
+                Err(e) => return bad_input("audit.io", format!("{}: {e}", file.display())),
+            };
+            let lines = std::io::BufRead::split(reader, b'\n')
+                .map(|l| l.map(|mut l| { if l.last() == Some(&b'\r') { l.pop(); } l }))
+                .filter(|l| !matches!(l, Ok(l) if l.is_empty()));
+            airlock_storage::verify_chain(lines)
+        }
+        (None, None) => return bad_input("audit.usage", "give --data-dir or --file"),
+    };
+    match result {
+        Ok(s) if s.records == 0 => {
+            println!("ok: 0 records");
+            0
+        }
+        Ok(s) => {
+            println!(
+                "ok: {} records (seq {}..{}), last hash {}",
+                s.records, s.first_seq, s.last_seq, s.last_hash
+            );
+            0
+        }
+        Err(e) => {
+            println!("FAILED: {e}");
+            1
+        }
+    }
+}
+
+fn audit_export(data_dir: &std::path::Path, after: u64, out: Option<PathBuf>) -> u8 {
+    let store = match open_store(data_dir) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let result = match &out {
+        Some(path) => std::fs::File::create(path)
+            .map_err(|e| bad_input("audit.io", format!("{}: {e}", path.display())))
+            .and_then(|f| {
+                let mut w = std::io::BufWriter::new(f);
+                let n = store.export_audit(after, &mut w).map_err(|e| bad_input(e.code(), e))?;
+                std::io::Write::flush(&mut w).map_err(|e| bad_input("audit.io", e))?;
+                Ok(n)
+            }),
+        None => {
+            let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+            store.export_audit(after, &mut w).map_err(|e| bad_input(e.code(), e))
+        }
+    };
+    match result {
+        Ok(n) => {
+            eprintln!("exported {n} records");
+            0
+        }
+        Err(code) => code,
+    }
 }

@@ -521,6 +521,17 @@ impl Store {
             .submit(move |tx| Ok(tx.audit(now, &kind, record)))
     }
 
+    /// Appends several audit records in one atomic batch (bulk imports, benches).
+    pub fn append_audit_many(&self, records: Vec<(String, Map<String, Value>)>, now: Millis) -> Result<u64, StoreError> {
+        self.writer.submit(move |tx| {
+            let mut last = 0;
+            for (kind, record) in records {
+                last = tx.audit(now, &kind, record);
+            }
+            Ok(last)
+        })
+    }
+
     /// Calls a crash left executing have an unknown outcome: they are marked failed with
     /// `call.interrupted`, never run again.
     pub(crate) fn recover(&self) -> Result<(), StoreError> {
