@@ -114,9 +114,11 @@ pub fn run(cli: Cli) -> u8 {
         Command::Policy(PolicyCommand::Eval(args)) => policy_eval(&args),
         Command::Fingerprint(args) => fingerprint(&args),
         Command::Audit(AuditCommand::Verify { data_dir, file }) => audit_verify(data_dir, file),
-        Command::Audit(AuditCommand::Export { data_dir, after, out }) => {
-            audit_export(&data_dir, after, out)
-        }
+        Command::Audit(AuditCommand::Export {
+            data_dir,
+            after,
+            out,
+        }) => audit_export(&data_dir, after, out),
     }
 }
 
@@ -273,7 +275,14 @@ fn audit_verify(data_dir: Option<PathBuf>, file: Option<PathBuf>) -> u8 {
                 Err(e) => return bad_input("audit.io", format!("{}: {e}", file.display())),
             };
             let lines = std::io::BufRead::split(reader, b'\n')
-                .map(|l| l.map(|mut l| { if l.last() == Some(&b'\r') { l.pop(); } l }))
+                .map(|l| {
+                    l.map(|mut l| {
+                        if l.last() == Some(&b'\r') {
+                            l.pop();
+                        }
+                        l
+                    })
+                })
                 .filter(|l| !matches!(l, Ok(l) if l.is_empty()));
             airlock_storage::verify_chain(lines)
         }
@@ -308,13 +317,17 @@ fn audit_export(data_dir: &std::path::Path, after: u64, out: Option<PathBuf>) ->
             .map_err(|e| bad_input("audit.io", format!("{}: {e}", path.display())))
             .and_then(|f| {
                 let mut w = std::io::BufWriter::new(f);
-                let n = store.export_audit(after, &mut w).map_err(|e| bad_input(e.code(), e))?;
+                let n = store
+                    .export_audit(after, &mut w)
+                    .map_err(|e| bad_input(e.code(), e))?;
                 std::io::Write::flush(&mut w).map_err(|e| bad_input("audit.io", e))?;
                 Ok(n)
             }),
         None => {
             let mut w = std::io::BufWriter::new(std::io::stdout().lock());
-            store.export_audit(after, &mut w).map_err(|e| bad_input(e.code(), e))
+            store
+                .export_audit(after, &mut w)
+                .map_err(|e| bad_input(e.code(), e))
         }
     };
     match result {

@@ -10,7 +10,10 @@ use airlock_storage::{Store, StoreOptions};
 use serde_json::{Map, Value};
 
 fn airlock(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_airlock")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn stdout(o: &Output) -> String {
@@ -35,10 +38,21 @@ fn verify_and_export_a_store_and_catch_every_kind_of_tampering() {
 
     let v = airlock(&["audit", "verify", "--data-dir", data_s]);
     assert_eq!(v.status.code(), Some(0), "{}", stdout(&v));
-    assert!(stdout(&v).starts_with("ok: 30 records (seq 1..30)"), "{}", stdout(&v));
+    assert!(
+        stdout(&v).starts_with("ok: 30 records (seq 1..30)"),
+        "{}",
+        stdout(&v)
+    );
 
     let export = dir.path().join("audit.jsonl");
-    let e = airlock(&["audit", "export", "--data-dir", data_s, "--out", export.to_str().unwrap()]);
+    let e = airlock(&[
+        "audit",
+        "export",
+        "--data-dir",
+        data_s,
+        "--out",
+        export.to_str().unwrap(),
+    ]);
     assert!(e.status.success());
     let f = airlock(&["audit", "verify", "--file", export.to_str().unwrap()]);
     assert_eq!(f.status.code(), Some(0));
@@ -49,7 +63,11 @@ fn verify_and_export_a_store_and_catch_every_kind_of_tampering() {
     let tail_file = dir.path().join("tail.jsonl");
     std::fs::write(&tail_file, &tail.stdout).unwrap();
     let t = airlock(&["audit", "verify", "--file", tail_file.to_str().unwrap()]);
-    assert!(stdout(&t).starts_with("ok: 10 records (seq 21..30)"), "{}", stdout(&t));
+    assert!(
+        stdout(&t).starts_with("ok: 10 records (seq 21..30)"),
+        "{}",
+        stdout(&t)
+    );
 
     let original = std::fs::read_to_string(&export).unwrap();
     let lines: Vec<&str> = original.lines().collect();
@@ -58,7 +76,11 @@ fn verify_and_export_a_store_and_catch_every_kind_of_tampering() {
         std::fs::write(&path, text).unwrap();
         let out = airlock(&["audit", "verify", "--file", path.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(1), "{name}: {}", stdout(&out));
-        assert!(stdout(&out).contains(&format!("at seq {seq}:")), "{name}: {}", stdout(&out));
+        assert!(
+            stdout(&out).contains(&format!("at seq {seq}:")),
+            "{name}: {}",
+            stdout(&out)
+        );
     };
     // Flip one byte inside record 12's note.
     let mut flipped = lines.clone();
@@ -83,14 +105,24 @@ fn verify_and_export_a_store_and_catch_every_kind_of_tampering() {
     raw[at] ^= 0x20;
     let path = dir.path().join("raw.jsonl");
     std::fs::write(&path, raw).unwrap();
-    assert_eq!(airlock(&["audit", "verify", "--file", path.to_str().unwrap()]).status.code(), Some(1));
+    assert_eq!(
+        airlock(&["audit", "verify", "--file", path.to_str().unwrap()])
+            .status
+            .code(),
+        Some(1)
+    );
 }
 
 #[test]
 fn a_store_held_by_a_running_gateway_is_refused_with_its_code() {
     let dir = tempfile::tempdir().unwrap();
     let _held = Store::open(dir.path(), StoreOptions::default()).unwrap();
-    let out = airlock(&["audit", "verify", "--data-dir", dir.path().to_str().unwrap()]);
+    let out = airlock(&[
+        "audit",
+        "verify",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error[store.unavailable]"));
 }

@@ -522,7 +522,11 @@ impl Store {
     }
 
     /// Appends several audit records in one atomic batch (bulk imports, benches).
-    pub fn append_audit_many(&self, records: Vec<(String, Map<String, Value>)>, now: Millis) -> Result<u64, StoreError> {
+    pub fn append_audit_many(
+        &self,
+        records: Vec<(String, Map<String, Value>)>,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
         self.writer.submit(move |tx| {
             let mut last = 0;
             for (kind, record) in records {

@@ -14,6 +14,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use fjall::{Database, Keyspace, PersistMode};
 use serde_json::{Map, Value};
@@ -24,6 +25,9 @@ use crate::keys::Ks;
 
 /// Jobs in one group commit at most.
 const MAX_GROUP: usize = 512;
+
+/// How long the writer waits for company before an fsync, when the last group had some.
+const LINGER: Duration = Duration::from_micros(150);
 
 /// Where the audit chain ends: kept by the writer, the only one that extends it.
 #[derive(Debug, Clone)]
@@ -153,10 +157,21 @@ impl Tx<'_> {
 type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 type Job = Box<dyn FnOnce(&mut Tx<'_>) -> Finish + Send>;
 
-/// The handle callers submit jobs through.
+/// The handle callers submit jobs through. Dropping it stops the writer after the jobs
+/// already queued, and waits for it, so the database is closed when the last handle is gone.
 pub(crate) struct Writer {
-    jobs: SyncSender<Job>,
+    jobs: Option<SyncSender<Job>>,
     shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Writer {
@@ -164,11 +179,15 @@ impl Writer {
     pub fn start(shared: Arc<Shared>, head: ChainHead) -> Result<Writer, StoreError> {
         let (jobs, rx) = mpsc::sync_channel::<Job>(4096);
         let thread_shared = shared.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("airlock-store-writer".into())
             .spawn(move || run(&thread_shared, rx, head))
             .map_err(|e| StoreError::Unavailable(format!("cannot start the writer: {e}")))?;
-        Ok(Writer { jobs, shared })
+        Ok(Writer {
+            jobs: Some(jobs),
+            shared,
+            thread: Some(thread),
+        })
     }
 
     /// Runs `f` on the writer and returns its result once it is durable.
@@ -190,6 +209,8 @@ impl Writer {
             })
         });
         self.jobs
+            .as_ref()
+            .ok_or_else(|| StoreError::Unavailable("the writer has stopped".into()))?
             .send(job)
             .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
         rx.recv()
@@ -198,21 +219,37 @@ impl Writer {
 }
 
 fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead) {
+    let mut last_group = 1;
     while let Ok(first) = rx.recv() {
         let mut group = vec![first];
+        // Writers that were answered together come back together: when the last group had
+        // company, wait a moment for as many, so they share one fsync instead of splitting
+        // into a group of one and a group of the rest. A lone writer never waits.
+        let deadline = Instant::now() + LINGER;
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
                 Ok(job) => group.push(job),
+                Err(_) if group.len() < last_group => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    match rx.recv_timeout(deadline - now) {
+                        Ok(job) => group.push(job),
+                        Err(_) => break,
+                    }
+                }
                 Err(_) => break,
             }
         }
+        last_group = group.len();
         let mut tx = Tx {
             shared,
             staged: Vec::new(),
             head: head.clone(),
         };
         let finishers: Vec<Finish> = group.into_iter().map(|job| job(&mut tx)).collect();
-        let result = commit(shared, &tx.staged);
+        let result = commit(shared, std::mem::take(&mut tx.staged));
         if result.is_ok() {
             head = tx.head;
         } else {
@@ -224,16 +261,16 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead) {
     }
 }
 
-fn commit(shared: &Shared, staged: &[Staged]) -> Result<(), StoreError> {
+fn commit(shared: &Shared, staged: Vec<Staged>) -> Result<(), StoreError> {
     shared.check()?;
     if staged.is_empty() {
         return Ok(());
     }
     let mut batch = shared.db.batch().durability(Some(PersistMode::SyncAll));
     for s in staged {
-        match &s.value {
-            Some(v) => batch.insert(shared.ks(s.ks), s.key.clone(), v.clone()),
-            None => batch.remove(shared.ks(s.ks), s.key.clone()),
+        match s.value {
+            Some(v) => batch.insert(shared.ks(s.ks), s.key, v),
+            None => batch.remove(shared.ks(s.ks), s.key),
         }
     }
     batch.commit().map_err(StoreError::from)

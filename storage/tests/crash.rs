@@ -145,7 +145,7 @@ fn acknowledged_writes_survive_sigkill() {
         }
 
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        for (id, _) in &created {
+        for id in created.keys() {
             let a = store
                 .approval(id)
                 .unwrap()

@@ -66,6 +66,7 @@ pub struct Held {
 }
 
 /// A call held for approval by `groups` with `quorum`, expiring `ttl_ms` after `now`.
+#[allow(clippy::too_many_arguments)]
 pub fn held(
     call_id: &str,
     fingerprint: &str,
