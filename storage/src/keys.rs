@@ -138,3 +138,28 @@ pub fn expiry_key(at: u64, kind: u8, id: &[u8]) -> Vec<u8> {
     tail.extend_from_slice(id);
     timed_key(at, &tail)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_carry_their_format_version_and_unknown_ones_are_refused() {
+        let bytes = encode(&serde_json::json!({"a": 1})).unwrap();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["v"], FORMAT_VERSION);
+        assert_eq!(decode::<Value>(&bytes).unwrap(), serde_json::json!({"a": 1}));
+        for bad in [&br#"{"a":1,"v":2}"#[..], br#"{"a":1}"#, b"not json"] {
+            assert_eq!(decode::<Value>(bad).unwrap_err().code(), "store.corrupt");
+        }
+    }
+
+    #[test]
+    fn timed_keys_sort_by_time() {
+        let a = expiry_key(5, EXPIRE_APPROVAL, b"zzz");
+        let b = expiry_key(256, EXPIRE_APPROVAL, b"aaa");
+        assert!(a < b);
+        // The tail is the kind byte (`a`) and the id.
+        assert_eq!(split_timed(&b), Some((256, &b"aaaa"[..])));
+    }
+}
