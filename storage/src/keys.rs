@@ -148,7 +148,10 @@ mod tests {
         let bytes = encode(&serde_json::json!({"a": 1})).unwrap();
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(v["v"], FORMAT_VERSION);
-        assert_eq!(decode::<Value>(&bytes).unwrap(), serde_json::json!({"a": 1}));
+        assert_eq!(
+            decode::<Value>(&bytes).unwrap(),
+            serde_json::json!({"a": 1})
+        );
         for bad in [&br#"{"a":1,"v":2}"#[..], br#"{"a":1}"#, b"not json"] {
             assert_eq!(decode::<Value>(bad).unwrap_err().code(), "store.corrupt");
         }
