@@ -28,6 +28,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
         status: CallStatus::PendingApproval,
         approval_id: None,
         reason: None,
+        edited: false,
         outcome: None,
         created_at: now,
         updated_at: now,

@@ -1,4 +1,5 @@
-//! The `airlock` command line: `policy check|test|eval`, `fingerprint` and `audit verify|export`.
+//! The `airlock` command line: `serve`, the client commands (`call`, `approvals`), `policy
+//! check|test|eval`, `fingerprint` and `audit verify|export`.
 //!
 //! Each command takes its flags and returns an exit code: 0 success, 1 a failed check or test,
 //! 2 bad input (with the stable error code on stderr). Nothing here decides anything itself:
@@ -11,6 +12,9 @@ use std::time::SystemTime;
 use airlock_policy::cases::{self, EvalRequest};
 use airlock_policy::{evaluate, json, PolicySet, ToolCall, MAX_ARGS_DEPTH};
 use airlock_storage::{Store, StoreOptions};
+
+use crate::client;
+use crate::config::Config;
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 
@@ -27,6 +31,13 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run the gateway; without --config, a local demo on the embedded store.
+    Serve(ServeArgs),
+    /// Call a tool through a running gateway (or resume a held call).
+    Call(CallArgs),
+    /// List, show, approve and decline approvals on a running gateway.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
     /// Check, test and evaluate policy sets.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -35,6 +46,91 @@ pub enum Command {
     /// Verify or export the audit chain of a stopped gateway's store, or of an export.
     #[command(subcommand)]
     Audit(AuditCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// `airlock.toml`; without it, the demo.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Overrides `server.listen` (use 127.0.0.1:0 for any free port).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Overrides `server.data_dir`.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// How to reach a running gateway.
+#[derive(Args, Debug)]
+pub struct Remote {
+    #[arg(long, default_value = "http://127.0.0.1:8080", global = true)]
+    pub url: String,
+    /// The bearer token; defaults to $AIRLOCK_TOKEN.
+    #[arg(long, global = true)]
+    pub token: Option<String>,
+    /// Print the gateway's JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CallArgs {
+    #[command(flatten)]
+    pub remote: Remote,
+    #[arg(long, required_unless_present = "resume")]
+    pub tool: Option<String>,
+    /// The args as a JSON object, or `-` for stdin.
+    #[arg(long, default_value = "{}")]
+    pub args: String,
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Seconds to wait for a decision (Prefer: wait=N).
+    #[arg(long)]
+    pub wait: Option<u64>,
+    /// Answer at once with the approval to wait for (Prefer: respond-async).
+    #[arg(long = "async")]
+    pub respond_async: bool,
+    /// Resume a held call by id instead of making a new one.
+    #[arg(long)]
+    pub resume: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ApprovalsCommand {
+    List {
+        #[command(flatten)]
+        remote: Remote,
+        /// pending (default), approved, declined, expired, cancelled, or all.
+        #[arg(long, default_value = "pending")]
+        status: String,
+        #[arg(long)]
+        tool: Option<String>,
+        #[arg(long)]
+        run_id: Option<String>,
+    },
+    Show {
+        #[command(flatten)]
+        remote: Remote,
+        id: String,
+    },
+    Approve {
+        #[command(flatten)]
+        remote: Remote,
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+        /// Edited args (a JSON object): the call runs with these instead.
+        #[arg(long)]
+        args: Option<String>,
+    },
+    Decline {
+        #[command(flatten)]
+        remote: Remote,
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -109,6 +205,9 @@ pub struct FingerprintArgs {
 /// Runs the command and returns the process exit code.
 pub fn run(cli: Cli) -> u8 {
     match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::Call(args) => call(args),
+        Command::Approvals(cmd) => approvals(cmd),
         Command::Policy(PolicyCommand::Check { path }) => policy_check(&path),
         Command::Policy(PolicyCommand::Test { paths }) => policy_test(&paths),
         Command::Policy(PolicyCommand::Eval(args)) => policy_eval(&args),
@@ -336,5 +435,274 @@ fn audit_export(data_dir: &std::path::Path, after: u64, out: Option<PathBuf>) ->
             0
         }
         Err(code) => code,
+    }
+}
+
+fn serve(args: ServeArgs) -> u8 {
+    let mut config = match &args.config {
+        Some(path) => match Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error[config.invalid]: {e}");
+                return 2;
+            }
+        },
+        None => Config::demo(),
+    };
+    if let Some(listen) = &args.listen {
+        match listen.parse() {
+            Ok(addr) => config.listen = addr,
+            Err(_) => {
+                return bad_input(
+                    "config.invalid",
+                    format!("--listen: `{listen}` is not an address"),
+                )
+            }
+        }
+    }
+    if let Some(dir) = args.data_dir {
+        config.data_dir = dir;
+    }
+    init_logging(config.json_logs);
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error[internal]: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!(
+                    "error[config.invalid]: cannot listen on {}: {e}",
+                    config.listen
+                );
+                return 1;
+            }
+        };
+        let addr = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        if let Some(banner) = &config.banner {
+            println!("{banner}");
+        }
+        println!(
+            "airlock listening on {scheme}://{addr} (data in {})",
+            config.data_dir.display()
+        );
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let signals = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_stop_signal().await;
+            signals.cancel();
+        });
+        match crate::server::run(config, listener, shutdown).await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("error[gateway.start]: {e}");
+                1
+            }
+        }
+    })
+}
+
+async fn wait_for_stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AIRLOCK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,fjall=warn,lsm_tree=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        let _ = builder.json().try_init();
+    } else {
+        let _ = builder.try_init();
+    }
+}
+
+/// Prints a gateway answer: JSON as is, or the given human form; the exit code is 0 for 2xx,
+/// 1 otherwise.
+fn print_answer(json_out: bool, status: u16, body: &Value, human: impl FnOnce() -> String) -> u8 {
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(body).unwrap_or_default());
+    } else {
+        println!("{}", human());
+    }
+    u8::from(!(200..300).contains(&status))
+}
+
+fn remote_client(remote: &Remote) -> Result<client::Client, u8> {
+    client::Client::new(&remote.url, remote.token.clone())
+        .map_err(|e| bad_input(&e.code, e.message))
+}
+
+fn call(args: CallArgs) -> u8 {
+    let c = match remote_client(&args.remote) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let prefer = if args.respond_async {
+        Some("respond-async".to_owned())
+    } else {
+        args.wait.map(|w| format!("wait={w}"))
+    };
+    let result = if let Some(id) = &args.resume {
+        let wait = args.wait.map(|w| format!("?wait={w}")).unwrap_or_default();
+        c.send(
+            reqwest::Method::POST,
+            &format!("/v1/calls/{id}/resume{wait}"),
+            None,
+            None,
+        )
+    } else {
+        let raw = match read_json_arg(&args.args, "--args") {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        let call_args = match json::parse(&raw, MAX_ARGS_DEPTH) {
+            Ok(v) => v,
+            Err(e) => return bad_input(e.code(), format!("--args: {e}")),
+        };
+        let context = match args
+            .context
+            .as_deref()
+            .map(|c| parse_json_flag(c, "context"))
+            .transpose()
+        {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        let body = client::call_body(args.tool.as_deref().unwrap_or(""), call_args, context);
+        c.send(
+            reqwest::Method::POST,
+            "/v1/calls",
+            Some(&body),
+            prefer.as_deref(),
+        )
+    };
+    match result {
+        Ok((status, body)) => print_answer(args.remote.json, status, &body, || {
+            client::call_summary(status, &body)
+        }),
+        Err(e) => bad_input(&e.code, e.message),
+    }
+}
+
+fn approvals(cmd: ApprovalsCommand) -> u8 {
+    let (remote, method, path, body) = match &cmd {
+        ApprovalsCommand::List {
+            remote,
+            status,
+            tool,
+            run_id,
+        } => {
+            let mut q = vec![];
+            if status != "all" {
+                q.push(format!("status={status}"));
+            }
+            if let Some(t) = tool {
+                q.push(format!("tool={t}"));
+            }
+            if let Some(r) = run_id {
+                q.push(format!("run_id={r}"));
+            }
+            (
+                remote,
+                reqwest::Method::GET,
+                format!("/v1/approvals?{}", q.join("&")),
+                None,
+            )
+        }
+        ApprovalsCommand::Show { remote, id } => (
+            remote,
+            reqwest::Method::GET,
+            format!("/v1/approvals/{id}"),
+            None,
+        ),
+        ApprovalsCommand::Approve {
+            remote,
+            id,
+            reason,
+            args,
+        } => {
+            let mut b = json!({});
+            if let Some(r) = reason {
+                b["reason"] = json!(r);
+            }
+            if let Some(a) = args {
+                match parse_json_flag(a, "args") {
+                    Ok(v) => b["args"] = v,
+                    Err(code) => return code,
+                }
+            }
+            (
+                remote,
+                reqwest::Method::POST,
+                format!("/v1/approvals/{id}/approve"),
+                Some(b),
+            )
+        }
+        ApprovalsCommand::Decline { remote, id, reason } => (
+            remote,
+            reqwest::Method::POST,
+            format!("/v1/approvals/{id}/decline"),
+            Some(json!({"reason": reason})),
+        ),
+    };
+    let c = match remote_client(remote) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match c.send(method, &path, body.as_ref(), None) {
+        Ok((status, body)) => print_answer(remote.json, status, &body, || {
+            if let Some(code) = client::error_code(&body) {
+                return format!(
+                    "{status} {code}: {}",
+                    body.pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                );
+            }
+            match &cmd {
+                ApprovalsCommand::List { .. } => client::approvals_table(
+                    body["approvals"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or(&[]),
+                ),
+                _ => client::approval_details(&body),
+            }
+        }),
+        Err(e) => bad_input(&e.code, e.message),
     }
 }

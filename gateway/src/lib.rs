@@ -1,4 +1,19 @@
-//! airlock's gateway crate. Today it holds the command line for the policy tools; the HTTP
-//! gateway (`airlock serve`) builds on the same crate.
+//! airlock's gateway: the HTTP front end, the call pipeline, and the command line.
+//!
+//! Start at [`server::run`]; a request goes through [`api::handle`] (routing and roles) into
+//! [`pipeline`] (authenticate → parse → fingerprint → decide → grant or hold → forward → audit).
+//! [`state`] holds what requests share; [`config`] reads `airlock.toml`; [`cli`] is the
+//! command line, including the client of a running gateway in [`client`].
 
+pub mod api;
+pub mod auth;
 pub mod cli;
+pub mod client;
+pub mod clock;
+pub mod config;
+pub mod http;
+pub mod metrics;
+pub mod pipeline;
+pub mod server;
+pub mod state;
+pub mod upstream;

@@ -218,6 +218,9 @@ pub struct CallRecord {
     pub approval_id: Option<String>,
     /// Set when an approver's reason is part of the answer (declines).
     pub reason: Option<String>,
+    /// True when an approver edited the args: `args` and `fingerprint` are the edited ones.
+    #[serde(default)]
+    pub edited: bool,
     pub outcome: Option<CallOutcome>,
     pub created_at: Millis,
     pub updated_at: Millis,

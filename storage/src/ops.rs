@@ -281,6 +281,7 @@ impl Store {
                 call.status = CallStatus::Approved;
                 call.args = a.effective_args().clone();
                 call.fingerprint = a.effective_fingerprint().to_owned();
+                call.edited = a.edited_fingerprint.is_some();
                 let grant = Grant {
                     fingerprint: call.fingerprint.clone(),
                     scope_key: a.grant.scope_key.clone(),

@@ -54,6 +54,7 @@ pub fn call(
         },
         approval_id: None,
         reason: None,
+        edited: false,
         outcome: None,
         created_at: now,
         updated_at: now,

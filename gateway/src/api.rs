@@ -1,0 +1,479 @@
+//! The HTTP API of DESIGN §6: routing, who may use each route, and translating requests into
+//! calls on [`crate::pipeline`], the store and the policy. Every error leaves through
+//! [`ApiError::into_response`], the one place codes become statuses.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_policy::cases::{decision_json, fixed_classifiers, EvalRequest};
+use airlock_policy::{evaluate, json as strict_json, ToolCall};
+use airlock_storage::{ApprovalFilter, ApprovalStatus};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::auth::{require, Role};
+use crate::clock::{now_ms, to_system_time};
+use crate::http::{full, json_response, read_body, ApiError, Body, ChannelBody};
+use crate::pipeline::{self, approval_json, parse_prefer};
+use crate::state::Gateway;
+
+/// Handles one request; never fails (errors become responses).
+pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    // Overload: refuse before doing any work, never run a call without a decision.
+    let Ok(_permit) = gw.in_flight.try_acquire() else {
+        return ApiError::new("gateway.overloaded", "too many requests in flight")
+            .retry_after(1)
+            .into_response();
+    };
+    match route(&gw, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (k == name).then_some(v)
+    })
+}
+
+/// Decodes `%XX` escapes and `+` in a query or path component.
+fn decode_component(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| s.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (escaped, bytes[i]) {
+            (Some(b), _) => {
+                out.push(b);
+                i += 3;
+            }
+            (None, b'+') => {
+                out.push(b' ');
+                i += 1;
+            }
+            (None, b) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Parses a JSON request body strictly (duplicate keys, unsafe numbers, depth).
+fn body_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    Ok(strict_json::parse(
+        bytes,
+        airlock_policy::MAX_ARGS_DEPTH + 1,
+    )?)
+}
+
+fn optional_string(v: &Value, key: &str) -> Result<Option<String>, ApiError> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ApiError::new(
+            "request.invalid_field",
+            format!("`{key}` must be a string"),
+        )),
+    }
+}
+
+async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let header_bytes: usize = req
+        .headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    if header_bytes > gw.config.max_header_bytes {
+        return Err(ApiError::new(
+            "request.headers_too_large",
+            format!(
+                "headers are larger than {} bytes",
+                gw.config.max_header_bytes
+            ),
+        ));
+    }
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+
+    // Open routes.
+    match (&method, segments.as_slice()) {
+        (&Method::GET, ["healthz"]) => {
+            return Ok(json_response(StatusCode::OK, &json!({"status": "ok"})))
+        }
+        (&Method::GET, ["readyz"]) => {
+            return Ok(if gw.is_ready() {
+                json_response(
+                    StatusCode::OK,
+                    &json!({"status": "ready", "policy_version": gw.policy.load().version()}),
+                )
+            } else {
+                ApiError::new(
+                    "store.unavailable",
+                    "not ready: the store is unavailable or no policy has loaded",
+                )
+                .into_response()
+            })
+        }
+        (&Method::GET, ["metrics"]) => {
+            let mut r = Response::new(full(gw.metrics.render()));
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            return Ok(r);
+        }
+        _ => {}
+    }
+
+    let (principal, role) = gw.auth.authenticate(req.headers())?;
+    let prefer = req
+        .headers()
+        .get("prefer")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let limit = gw.config.max_body_bytes;
+    let wait = |q: &str| {
+        Duration::from_secs(
+            query_param(q, "wait")
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(0),
+        )
+        .min(gw.config.max_hold)
+    };
+
+    match (method, segments.as_slice()) {
+        (Method::POST, ["v1", "calls"]) => {
+            require(role, &[Role::Agent, Role::Admin])?;
+            let body = read_body(req.into_body(), limit).await?;
+            let hold = parse_prefer(
+                prefer.as_deref(),
+                gw.config.hold_timeout,
+                gw.config.max_hold,
+            );
+            let result = pipeline::handle_call(gw, principal.clone(), &body, hold).await;
+            if let Err(e) = &result {
+                if e.code.starts_with("request.") || e.code == "tool.unknown" {
+                    gw.metrics.call("rejected", e.code);
+                    audit_rejection(gw, &principal.id, e.code).await;
+                }
+            }
+            result
+        }
+        (Method::GET, ["v1", "calls", id]) => {
+            require(role, &[Role::Agent, Role::Admin])?;
+            pipeline::call_outcome(gw, &principal, id, wait(&query)).await
+        }
+        (Method::POST, ["v1", "calls", id, "resume"]) => {
+            require(role, &[Role::Agent, Role::Admin])?;
+            pipeline::call_outcome(gw, &principal, id, wait(&query)).await
+        }
+        (Method::POST, ["v1", "calls", id, "cancel"]) => {
+            require(role, &[Role::Agent, Role::Admin])?;
+            let (id, by, now) = (id.to_string(), principal.clone(), now_ms());
+            let call = gw.store_op(move |s| s.cancel(&id, &by, now)).await?;
+            if call.approval_id.is_some() {
+                gw.metrics.pending_approvals.dec();
+            }
+            gw.metrics.call(&call.decision, "cancelled");
+            gw.holds.notify(&call.call_id);
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"call_id": call.call_id, "status": "cancelled"}),
+            ))
+        }
+
+        (Method::GET, ["v1", "approvals"]) => {
+            require(role, &[Role::Approver, Role::Admin])?;
+            let status = match query_param(&query, "status").filter(|s| !s.is_empty()) {
+                Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
+                    ApiError::new("request.invalid_field", format!("unknown status `{s}`"))
+                })?),
+                None => None,
+            };
+            let text = |k: &str| {
+                query_param(&query, k)
+                    .filter(|s| !s.is_empty())
+                    .map(decode_component)
+            };
+            let filter = ApprovalFilter {
+                status,
+                tool: text("tool"),
+                run_id: text("run_id"),
+                principal: text("principal"),
+            };
+            let cursor = text("cursor");
+            let n = query_param(&query, "limit")
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(50usize)
+                .clamp(1, 500);
+            let (list, next) = gw
+                .store_op(move |s| s.list_approvals(&filter, cursor.as_deref(), n))
+                .await?;
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({
+                    "approvals": list.iter().map(approval_json).collect::<Vec<_>>(),
+                    "next_cursor": next,
+                }),
+            ))
+        }
+        (Method::GET, ["v1", "approvals", id]) => {
+            require(role, &[Role::Approver, Role::Admin])?;
+            let id = id.to_string();
+            let a = gw
+                .store_op(move |s| s.approval(&id))
+                .await?
+                .ok_or_else(|| ApiError::new("approval.not_found", "no such approval"))?;
+            Ok(json_response(StatusCode::OK, &approval_json(&a)))
+        }
+        (Method::POST, ["v1", "approvals", id, verb @ ("approve" | "decline")]) => {
+            // The agent role is refused as `approval.forbidden`, as DESIGN §6 orders refusals.
+            if role == Role::Agent {
+                return Err(ApiError::new(
+                    "approval.forbidden",
+                    "the agent role cannot decide approvals",
+                ));
+            }
+            let body = body_json(&read_body(req.into_body(), limit).await?)?;
+            let reason = optional_string(&body, "reason")?;
+            let approve = *verb == "approve";
+            if !approve && reason.as_deref().is_none_or(str::is_empty) {
+                return Err(ApiError::new(
+                    "request.missing_reason",
+                    "a decline needs a `reason`: the agent reads it",
+                ));
+            }
+            let edit = if approve {
+                body.get("args").cloned()
+            } else {
+                None
+            };
+            let a = pipeline::decide(gw, id, &principal, approve, reason, edit).await?;
+            Ok(json_response(StatusCode::OK, &approval_json(&a)))
+        }
+        (Method::POST, ["v1", "runs", run_id, verb @ ("approve" | "decline")]) => {
+            if role == Role::Agent {
+                return Err(ApiError::new(
+                    "approval.forbidden",
+                    "the agent role cannot decide approvals",
+                ));
+            }
+            let body = body_json(&read_body(req.into_body(), limit).await?)?;
+            let reason = optional_string(&body, "reason")?;
+            let tool_call_id = optional_string(&body, "tool_call_id")?;
+            let approve = *verb == "approve";
+            if !approve && reason.as_deref().is_none_or(str::is_empty) {
+                return Err(ApiError::new(
+                    "request.missing_reason",
+                    "a decline needs a `reason`: the agent reads it",
+                ));
+            }
+            let filter = ApprovalFilter {
+                status: Some(ApprovalStatus::Pending),
+                run_id: Some(decode_component(run_id)),
+                ..Default::default()
+            };
+            let (pending, _) = gw
+                .store_op(move |s| s.list_approvals(&filter, None, 500))
+                .await?;
+            let targets: Vec<_> = pending
+                .into_iter()
+                .filter(|a| {
+                    tool_call_id.as_deref().is_none_or(|t| {
+                        a.context.get("tool_call_id").and_then(Value::as_str) == Some(t)
+                    })
+                })
+                .collect();
+            if targets.is_empty() {
+                return Err(ApiError::new(
+                    "approval.not_found",
+                    "no pending approval matches this run",
+                ));
+            }
+            let mut results = Vec::new();
+            for a in targets {
+                match pipeline::decide(gw, &a.id, &principal, approve, reason.clone(), None).await {
+                    Ok(a) => results.push(json!({"approval_id": a.id, "call_id": a.call_id, "status": a.status.as_str()})),
+                    Err(e) => results.push(json!({"approval_id": a.id, "call_id": a.call_id, "error": {"code": e.code, "message": e.message}})),
+                }
+            }
+            Ok(json_response(StatusCode::OK, &json!({"results": results})))
+        }
+        (Method::GET, ["v1", "events"]) => {
+            require(role, &[Role::Approver, Role::Admin])?;
+            Ok(event_stream(gw))
+        }
+
+        (Method::GET, ["v1", "policy"]) => {
+            require(role, &[Role::Admin])?;
+            let p = gw.policy.load();
+            let rules: Vec<Value> = p.rules().iter().map(|r| json!({
+                "id": r.id, "tools": r.tools.iter().map(|g| g.as_str()).collect::<Vec<_>>(), "when": r.when,
+                "decision": r.decision, "message": r.message, "classifiers": r.classifiers,
+                "location": format!("{}:{}:{}", r.location.file.display(), r.location.line, r.location.col),
+            })).collect();
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"version": p.version(), "sources": p.sources(), "rules": rules}),
+            ))
+        }
+        (Method::POST, ["v1", "policy", "evaluate"]) => {
+            require(role, &[Role::Admin])?;
+            let body = body_json(&read_body(req.into_body(), limit).await?)?;
+            let tool = body
+                .get("tool")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
+            let args = body.get("args").cloned().unwrap_or(Value::Null);
+            let call = ToolCall::new(&tool, args, body.get("context").cloned())?;
+            let principal = body
+                .get("principal")
+                .cloned()
+                .unwrap_or_else(airlock_policy::cases::default_principal);
+            let classifiers = match body.get("classifier") {
+                Some(c) => fixed_classifiers(c)
+                    .map_err(|e| ApiError::new("request.invalid_classifier", e))?,
+                None => Default::default(),
+            };
+            let request = EvalRequest {
+                call,
+                principal,
+                classifiers,
+                now: to_system_time(now_ms()),
+            };
+            let decision = evaluate(&gw.policy.load(), &request.input());
+            Ok(json_response(
+                StatusCode::OK,
+                &decision_json(&decision, &request.call),
+            ))
+        }
+        (Method::POST, ["v1", "policy", "reload"]) => {
+            require(role, &[Role::Admin])?;
+            match gw.reload("api") {
+                Ok(version) => Ok(json_response(StatusCode::OK, &json!({"version": version}))),
+                Err(errors) => Err(ApiError::new(errors.code(), "the policy does not load; the current one stays in force").with_details(json!({
+                    "errors": errors.0.iter().map(|e| json!({"code": e.code, "file": e.file, "line": e.line, "col": e.col, "rule": e.rule, "message": e.message})).collect::<Vec<_>>(),
+                }))),
+            }
+        }
+        (Method::GET, ["v1", "audit"]) => {
+            require(role, &[Role::Admin])?;
+            let after = query_param(&query, "after")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(0u64);
+            let n = query_param(&query, "limit")
+                .and_then(|l| l.parse().ok())
+                .unwrap_or(100usize)
+                .clamp(1, 1000);
+            let records = gw.store_op(move |s| s.audit_after(after, n)).await?;
+            let next = records
+                .last()
+                .and_then(|r| r.get("seq"))
+                .and_then(Value::as_u64);
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"records": records, "next_after": next}),
+            ))
+        }
+        (_, ["v1", ..]) | (_, ["healthz" | "readyz" | "metrics"]) if is_known_path(&segments) => {
+            Err(ApiError::new(
+                "route.method_not_allowed",
+                "this route does not take that method",
+            ))
+        }
+        _ => Err(ApiError::new(
+            "route.not_found",
+            format!("no route `{path}`"),
+        )),
+    }
+}
+
+fn is_known_path(segments: &[&str]) -> bool {
+    matches!(
+        segments,
+        ["v1", "calls"]
+            | ["v1", "calls", _]
+            | ["v1", "calls", _, "resume" | "cancel"]
+            | ["v1", "approvals"]
+            | ["v1", "approvals", _]
+            | ["v1", "approvals", _, "approve" | "decline"]
+            | ["v1", "runs", _, "approve" | "decline"]
+            | ["v1", "events"]
+            | ["v1", "policy"]
+            | ["v1", "policy", "evaluate" | "reload"]
+            | ["v1", "audit"]
+            | ["healthz" | "readyz" | "metrics"]
+    )
+}
+
+/// Rejected calls are audited too, with who sent them and why.
+async fn audit_rejection(gw: &Arc<Gateway>, principal: &str, code: &'static str) {
+    let record = crate::state::audit_fields(json!({"principal": principal, "code": code}));
+    let now = now_ms();
+    if let Err(e) = gw
+        .store_op(move |s| s.append_audit("call.rejected", record, now))
+        .await
+    {
+        tracing::error!(code = e.code, "cannot audit a rejected call: {}", e.message);
+    }
+}
+
+/// `GET /v1/events`: server-sent events of approvals and completed calls, with a keep-alive
+/// comment every 15 seconds.
+fn event_stream(gw: &Arc<Gateway>) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let mut events = gw.events.subscribe();
+    let shutdown = gw.shutdown.clone();
+    tokio::spawn(async move {
+        if tx
+            .send(Bytes::from_static(b": connected\n\n"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut keepalive = tokio::time::interval(Duration::from_secs(15));
+        loop {
+            let chunk = tokio::select! {
+                e = events.recv() => match e {
+                    Ok(e) => Bytes::from(format!("event: {}\ndata: {}\n\n", e.kind, e.data)),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => Bytes::from(format!(": {n} events dropped, the client is too slow\n\n")),
+                    Err(_) => break,
+                },
+                _ = keepalive.tick() => Bytes::from_static(b": keep-alive\n\n"),
+                _ = shutdown.cancelled() => break,
+            };
+            if tx.send(chunk).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut r = Response::new(ChannelBody::new(rx).boxed());
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-cache"),
+    );
+    r
+}

@@ -1,0 +1,95 @@
+//! Bearer-token authentication: a token is hashed with SHA-256 and compared, in constant time,
+//! with every configured hash; the match names the principal and its role.
+//!
+//! It never stores or logs a token, and it does not decide what a role may do: each route
+//! says which roles it admits.
+
+use airlock_storage::Principal;
+use hyper::HeaderMap;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::PrincipalConfig;
+use crate::http::ApiError;
+
+/// Who may call what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Agent,
+    Approver,
+    Admin,
+}
+
+impl Role {
+    fn parse(s: &str) -> Option<Role> {
+        match s {
+            "agent" => Some(Role::Agent),
+            "approver" => Some(Role::Approver),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// The principals tokens stand for.
+pub struct Auth {
+    principals: Vec<(PrincipalConfig, Role)>,
+}
+
+impl Auth {
+    pub fn new(principals: &[PrincipalConfig]) -> Auth {
+        Auth {
+            principals: principals
+                .iter()
+                .filter_map(|p| Some((p.clone(), Role::parse(&p.role)?)))
+                .collect(),
+        }
+    }
+
+    /// The principal behind the request's bearer token.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<(Principal, Role), ApiError> {
+        let unauthenticated = || {
+            ApiError::new(
+                "auth.unauthenticated",
+                "a valid `Authorization: Bearer <token>` is required",
+            )
+        };
+        let token = headers
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(unauthenticated)?;
+        let presented = airlock_policy::hex(&Sha256::digest(token.as_bytes()));
+        // INVARIANT: every configured hash is compared, match or not, in constant time, so
+        // timing reveals neither which principal matched nor how much of a hash did.
+        let mut found = None;
+        for (p, role) in &self.principals {
+            if bool::from(presented.as_bytes().ct_eq(p.token_sha256.as_bytes())) {
+                found = Some((p, *role));
+            }
+        }
+        let (p, role) = found.ok_or_else(unauthenticated)?;
+        Ok((
+            Principal {
+                id: p.id.clone(),
+                role: p.role.clone(),
+                groups: p.groups.clone(),
+            },
+            role,
+        ))
+    }
+}
+
+/// Refuses a principal whose role is not among `allowed`.
+pub fn require(role: Role, allowed: &[Role]) -> Result<(), ApiError> {
+    if allowed.contains(&role) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            "auth.forbidden",
+            "this token's role may not use this route",
+        ))
+    }
+}

@@ -1,0 +1,216 @@
+//! The command-line client of a running gateway: `airlock call` and
+//! `airlock approvals list|show|approve|decline`. Tables for people, `--json` for scripts.
+//!
+//! It only speaks the HTTP API; it decides nothing itself.
+
+use serde_json::{json, Value};
+
+/// Where the gateway is and who is asking.
+pub struct Client {
+    url: String,
+    token: String,
+    http: reqwest::blocking::Client,
+}
+
+/// A failure: the gateway's error code, or a transport problem.
+pub struct ClientError {
+    pub code: String,
+    pub message: String,
+}
+
+impl Client {
+    pub fn new(url: &str, token: Option<String>) -> Result<Client, ClientError> {
+        let token = token
+            .or_else(|| std::env::var("AIRLOCK_TOKEN").ok())
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ClientError {
+                code: "auth.unauthenticated".into(),
+                message: "give --token or set AIRLOCK_TOKEN".into(),
+            })?;
+        let http = reqwest::blocking::Client::builder()
+            .timeout(std::time::Duration::from_secs(330))
+            .build()
+            .map_err(|e| ClientError {
+                code: "client.error".into(),
+                message: e.to_string(),
+            })?;
+        Ok(Client {
+            url: url.trim_end_matches('/').to_owned(),
+            token,
+            http,
+        })
+    }
+
+    /// Sends a request; returns the status and the JSON body.
+    pub fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        prefer: Option<&str>,
+    ) -> Result<(u16, Value), ClientError> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(&self.token);
+        if let Some(p) = prefer {
+            req = req.header("prefer", p);
+        }
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = req.send().map_err(|e| ClientError {
+            code: "client.unreachable".into(),
+            message: format!("cannot reach {}: {e}", self.url),
+        })?;
+        let status = resp.status().as_u16();
+        let text = resp.text().unwrap_or_default();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Ok((status, value))
+    }
+}
+
+/// The error code of an error body, if it is one.
+pub fn error_code(body: &Value) -> Option<&str> {
+    body.pointer("/error/code").and_then(Value::as_str)
+}
+
+/// A short, aligned table of approvals.
+pub fn approvals_table(list: &[Value]) -> String {
+    let mut rows = vec![[
+        "ID".to_owned(),
+        "STATUS".into(),
+        "TOOL".into(),
+        "REQUESTER".into(),
+        "QUORUM".into(),
+        "EXPIRES".into(),
+        "RULES".into(),
+    ]];
+    for a in list {
+        let s = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        let approvals = a
+            .get("decisions")
+            .and_then(Value::as_array)
+            .map(|d| d.iter().filter(|x| x["decision"] == "approve").count())
+            .unwrap_or(0);
+        rows.push([
+            s("id"),
+            s("status"),
+            s("tool"),
+            a.pointer("/requester/principal")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            format!(
+                "{approvals}/{}",
+                a.get("quorum").and_then(Value::as_u64).unwrap_or(1)
+            ),
+            s("expires_at"),
+            a.get("rules")
+                .and_then(Value::as_array)
+                .map(|r| {
+                    r.iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..7)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .zip(&widths)
+                .map(|(cell, w)| format!("{cell:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_owned()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One approval, for people.
+pub fn approval_details(a: &Value) -> String {
+    let s = |p: &str| {
+        a.pointer(p)
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .unwrap_or_default()
+    };
+    let mut out = format!(
+        "approval   {}\nstatus     {}\ntool       {}\nargs       {}\nfingerprint {}\nrequester  {}\nrules      {}\napprovers  {} (quorum {})\ncreated    {}\nexpires    {}\n",
+        s("/id"), s("/status"), s("/tool"), s("/args"), s("/fingerprint"), s("/requester/principal"),
+        s("/rules"), s("/approvers"), s("/quorum"), s("/created_at"), s("/expires_at"),
+    );
+    if let Some(messages) = a.pointer("/explanation/messages").and_then(Value::as_array) {
+        for m in messages {
+            out.push_str(&format!(
+                "message    {}: {}\n",
+                m["rule"].as_str().unwrap_or(""),
+                m["message"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    for d in a
+        .get("decisions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(&format!(
+            "decision   {} by {} at {}{}\n",
+            d["decision"].as_str().unwrap_or(""),
+            d["by"].as_str().unwrap_or(""),
+            d["at"].as_str().unwrap_or(""),
+            d["reason"]
+                .as_str()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// A tool call's answer, for people.
+pub fn call_summary(status: u16, body: &Value) -> String {
+    match (status, error_code(body)) {
+        (_, Some(code)) => format!(
+            "{status} {code}: {}",
+            body.pointer("/error/message").and_then(Value::as_str).unwrap_or("")
+        ),
+        (202, None) => format!(
+            "202 held for approval\ncall      {}\napproval  {}\napprovers {} (quorum {})\nexpires   {}\nresume with: airlock call --resume {}",
+            body["call_id"].as_str().unwrap_or(""),
+            body.pointer("/approval/id").and_then(Value::as_str).unwrap_or(""),
+            body.pointer("/approval/approvers").map(|v| v.to_string()).unwrap_or_default(),
+            body.pointer("/approval/quorum").map(|v| v.to_string()).unwrap_or_default(),
+            body.pointer("/approval/expires_at").and_then(Value::as_str).unwrap_or(""),
+            body["call_id"].as_str().unwrap_or(""),
+        ),
+        _ => format!(
+            "{status} {}\ncall      {}\nupstream  {}\nresult    {}",
+            body["status"].as_str().unwrap_or(""),
+            body["call_id"].as_str().unwrap_or(""),
+            body["upstream_status"],
+            body["result"]
+        ),
+    }
+}
+
+/// The body of `POST /v1/calls`.
+pub fn call_body(tool: &str, args: Value, context: Option<Value>) -> Value {
+    let mut b = json!({"tool": tool, "args": args});
+    if let Some(c) = context {
+        b["context"] = c;
+    }
+    b
+}

@@ -1,0 +1,434 @@
+//! `airlock.toml`: parsed raw with unknown keys refused, then validated into [`Config`], with
+//! every error naming the key and the value (DESIGN §7). Also the built-in demo config that
+//! `airlock serve` uses when it is given none.
+//!
+//! It reads files and environment variables (`env:VAR` secrets) but starts nothing.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use airlock_policy::{parse_duration, Glob};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// A config problem, naming the key and the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    principals: Vec<RawPrincipal>,
+    #[serde(default)]
+    tools: Vec<RawTool>,
+    #[serde(default)]
+    audit: RawAudit,
+    #[serde(default)]
+    webhooks: Vec<toml::Value>,
+    #[serde(default)]
+    classifiers: Vec<toml::Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    policy: Option<PathBuf>,
+    hold_timeout: Option<String>,
+    max_hold: Option<String>,
+    max_body_bytes: Option<usize>,
+    max_header_bytes: Option<usize>,
+    max_held: Option<usize>,
+    max_in_flight: Option<usize>,
+    tls: Option<RawTls>,
+    upstream_ca: Option<PathBuf>,
+    log_format: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrincipal {
+    id: String,
+    role: String,
+    token_sha256: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTool {
+    name: String,
+    upstream: String,
+    timeout: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAudit {
+    #[serde(default)]
+    redact: Vec<String>,
+}
+
+/// Where the policy set comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicySource {
+    /// A file or folder, reloaded on SIGHUP, on change and on `POST /v1/policy/reload`.
+    Path(PathBuf),
+    /// Built into the binary (the demo).
+    Embedded(Vec<(PathBuf, String)>),
+}
+
+/// A principal a bearer token stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrincipalConfig {
+    pub id: String,
+    pub role: String,
+    /// Lower-case hex SHA-256 of the token.
+    pub token_sha256: String,
+    pub groups: Vec<String>,
+}
+
+/// Where a tool's calls go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Upstream {
+    /// `http://` or `https://` URL receiving POST with the canonical args.
+    Http(String),
+    /// A demo tool the gateway serves itself.
+    Builtin(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRoute {
+    pub pattern: Glob,
+    pub upstream: Upstream,
+    pub timeout: Duration,
+}
+
+/// The validated config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub policy: PolicySource,
+    pub hold_timeout: Duration,
+    pub max_hold: Duration,
+    pub max_body_bytes: usize,
+    pub max_header_bytes: usize,
+    /// Held requests at once; beyond it a call that would wait gets 429.
+    pub max_held: usize,
+    /// Requests in flight at once; beyond it 503.
+    pub max_in_flight: usize,
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Extra CA certificates (PEM) trusted for https upstreams, instead of the built-in roots.
+    pub upstream_ca: Option<PathBuf>,
+    pub json_logs: bool,
+    pub principals: Vec<PrincipalConfig>,
+    pub tools: Vec<ToolRoute>,
+    pub redact: Vec<String>,
+    /// Printed at start-up: the demo's tokens.
+    pub banner: Option<String>,
+}
+
+/// Resolves `env:VAR` to the variable's value.
+fn secret(key: &str, value: &str) -> Result<String, ConfigError> {
+    match value.strip_prefix("env:") {
+        Some(var) => std::env::var(var)
+            .map_err(|_| err(key, format!("environment variable `{var}` is not set"))),
+        None => Ok(value.to_owned()),
+    }
+}
+
+fn duration(key: &str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
+    match value {
+        Some(v) => parse_duration(v).map_err(|m| err(key, m)),
+        None => Ok(default),
+    }
+}
+
+impl Config {
+    /// Reads and validates `path`. Relative paths in it are relative to its folder.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err(path.display().to_string(), format!("cannot read: {e}")))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Config::parse(&text, base)
+    }
+
+    /// Validates a config text; `base` resolves relative paths.
+    pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let at = e
+                .span()
+                .map(|s| {
+                    let before = &text[..s.start.min(text.len())];
+                    format!("line {}", before.matches('\n').count() + 1)
+                })
+                .unwrap_or_default();
+            err(at, e.message().trim())
+        })?;
+        if !raw.webhooks.is_empty() {
+            return Err(err(
+                "webhooks",
+                "webhook approvers are not supported by this build yet",
+            ));
+        }
+        if !raw.classifiers.is_empty() {
+            return Err(err(
+                "classifiers",
+                "classifiers are not supported by this build yet",
+            ));
+        }
+        let s = raw.server;
+        let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let listen_text = s.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
+        let listen = listen_text.parse().map_err(|_| {
+            err(
+                "server.listen",
+                format!("`{listen_text}` is not an address like 127.0.0.1:8080"),
+            )
+        })?;
+        let hold_timeout = duration(
+            "server.hold_timeout",
+            s.hold_timeout.as_deref(),
+            Duration::from_secs(30),
+        )?;
+        let max_hold = duration(
+            "server.max_hold",
+            s.max_hold.as_deref(),
+            Duration::from_secs(300),
+        )?;
+        let log_format = s.log_format.unwrap_or_else(|| "text".into());
+        if log_format != "text" && log_format != "json" {
+            return Err(err(
+                "server.log_format",
+                format!("`{log_format}` must be `text` or `json`"),
+            ));
+        }
+        let mut principals = Vec::new();
+        for (i, p) in raw.principals.into_iter().enumerate() {
+            let key = format!("principals[{i}]");
+            if !matches!(p.role.as_str(), "agent" | "approver" | "admin") {
+                return Err(err(
+                    format!("{key}.role"),
+                    format!("`{}` must be agent, approver or admin", p.role),
+                ));
+            }
+            if p.id.is_empty() || principals.iter().any(|q: &PrincipalConfig| q.id == p.id) {
+                return Err(err(
+                    format!("{key}.id"),
+                    format!("`{}` is empty or used twice", p.id),
+                ));
+            }
+            let hash = secret(&format!("{key}.token_sha256"), &p.token_sha256)?;
+            if hash.len() != 64
+                || !hash
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                return Err(err(
+                    format!("{key}.token_sha256"),
+                    "must be 64 lower-case hex digits: the SHA-256 of the token, never the token",
+                ));
+            }
+            principals.push(PrincipalConfig {
+                id: p.id,
+                role: p.role,
+                token_sha256: hash,
+                groups: p.groups,
+            });
+        }
+        let mut tools = Vec::new();
+        for (i, t) in raw.tools.into_iter().enumerate() {
+            let key = format!("tools[{i}]");
+            let pattern = Glob::new(&t.name).map_err(|m| err(format!("{key}.name"), m))?;
+            let upstream =
+                if t.upstream.starts_with("http://") || t.upstream.starts_with("https://") {
+                    Upstream::Http(t.upstream)
+                } else if let Some(name) = t.upstream.strip_prefix("builtin:") {
+                    if !crate::upstream::BUILTINS.contains(&name) {
+                        return Err(err(
+                            format!("{key}.upstream"),
+                            format!("unknown built-in tool `{name}`"),
+                        ));
+                    }
+                    Upstream::Builtin(name.to_owned())
+                } else {
+                    return Err(err(
+                        format!("{key}.upstream"),
+                        format!(
+                            "`{}` must be an http:// or https:// URL, or builtin:<name>",
+                            t.upstream
+                        ),
+                    ));
+                };
+            let timeout = duration(
+                &format!("{key}.timeout"),
+                t.timeout.as_deref(),
+                Duration::from_secs(30),
+            )?;
+            tools.push(ToolRoute {
+                pattern,
+                upstream,
+                timeout,
+            });
+        }
+        for (i, p) in raw.audit.redact.iter().enumerate() {
+            if !p.starts_with('/') {
+                return Err(err(
+                    format!("audit.redact[{i}]"),
+                    format!("`{p}` is not a JSON pointer (it must start with `/`)"),
+                ));
+            }
+        }
+        Ok(Config {
+            listen,
+            data_dir: resolve(s.data_dir.unwrap_or_else(|| "airlock-data".into())),
+            policy: PolicySource::Path(resolve(
+                s.policy.unwrap_or_else(|| "policies/default".into()),
+            )),
+            hold_timeout,
+            max_hold,
+            max_body_bytes: s.max_body_bytes.unwrap_or(1 << 20),
+            max_header_bytes: s.max_header_bytes.unwrap_or(16 << 10),
+            max_held: s.max_held.unwrap_or(10_000),
+            max_in_flight: s.max_in_flight.unwrap_or(4096),
+            tls: s.tls.map(|t| (resolve(t.cert), resolve(t.key))),
+            upstream_ca: s.upstream_ca.map(resolve),
+            json_logs: log_format == "json",
+            principals,
+            tools,
+            redact: raw.audit.redact,
+            banner: None,
+        })
+    }
+
+    /// The demo: the `default` policy set, the built-in demo tools, and fresh random tokens
+    /// for an agent, an approver and an admin, printed at start-up.
+    pub fn demo() -> Config {
+        let token = |_: &str| format!("al_{}", uuid::Uuid::new_v4().simple());
+        let (agent, approver, admin) = (token("agent"), token("approver"), token("admin"));
+        let hash = |t: &str| airlock_policy::hex(&Sha256::digest(t.as_bytes()));
+        let principal = |id: &str, role: &str, t: &str, groups: &[&str]| PrincipalConfig {
+            id: id.into(),
+            role: role.into(),
+            token_sha256: hash(t),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        };
+        let tools = crate::upstream::BUILTINS
+            .iter()
+            .filter_map(|name| {
+                Some(ToolRoute {
+                    pattern: Glob::new(name).ok()?,
+                    upstream: Upstream::Builtin((*name).into()),
+                    timeout: Duration::from_secs(5),
+                })
+            })
+            .collect();
+        let banner = format!(
+            "airlock demo: policy `default` (built in), tools demo.echo and demo.shell_preview\n\
+             tokens (new each start):\n  \
+             agent     export AIRLOCK_TOKEN={agent}\n  \
+             approver  export AIRLOCK_APPROVER_TOKEN={approver}\n  \
+             admin     export AIRLOCK_ADMIN_TOKEN={admin}"
+        );
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("airlock-demo-data"),
+            policy: PolicySource::Embedded(vec![(
+                PathBuf::from("default/policy.toml"),
+                include_str!("../../policies/default/policy.toml").to_owned(),
+            )]),
+            hold_timeout: Duration::from_secs(30),
+            max_hold: Duration::from_secs(300),
+            max_body_bytes: 1 << 20,
+            max_header_bytes: 16 << 10,
+            max_held: 10_000,
+            max_in_flight: 4096,
+            tls: None,
+            upstream_ca: None,
+            json_logs: false,
+            principals: vec![
+                principal("demo-agent", "agent", &agent, &[]),
+                principal("demo-approver", "approver", &approver, &["oncall"]),
+                principal("demo-admin", "admin", &admin, &[]),
+            ],
+            tools,
+            redact: vec!["/password".into()],
+            banner: Some(banner),
+        }
+    }
+
+    /// The route for `tool`: the first configured pattern that matches.
+    pub fn route(&self, tool: &str) -> Option<&ToolRoute> {
+        self.tools.iter().find(|t| t.pattern.matches(tool))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/airlock"))
+    }
+
+    #[test]
+    fn defaults_and_relative_paths() {
+        let c = parse("").unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.data_dir, PathBuf::from("/etc/airlock/airlock-data"));
+        assert_eq!(c.hold_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn errors_name_the_key_and_value() {
+        let cases = [
+            ("[server]\nbogus = 1\n", "line 2"),
+            ("[server]\nlisten = \"nowhere\"\n", "server.listen"),
+            ("[server]\nhold_timeout = \"soon\"\n", "server.hold_timeout"),
+            ("[[principals]]\nid = \"a\"\nrole = \"root\"\ntoken_sha256 = \"x\"\n", "principals[0].role"),
+            ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"secret-token\"\n", "principals[0].token_sha256"),
+            ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"env:AIRLOCK_TEST_UNSET_VAR\"\n", "principals[0].token_sha256"),
+            ("[[tools]]\nname = \"a b\"\nupstream = \"http://x\"\n", "tools[0].name"),
+            ("[[tools]]\nname = \"a\"\nupstream = \"ftp://x\"\n", "tools[0].upstream"),
+            ("[audit]\nredact = [\"password\"]\n", "audit.redact[0]"),
+        ];
+        for (text, key) in cases {
+            let e = parse(text).unwrap_err();
+            assert!(e.key.starts_with(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_demo_is_valid() {
+        let c = Config::demo();
+        assert_eq!(c.principals.len(), 3);
+        assert!(c.route("demo.echo").is_some());
+        assert!(c.route("shell.exec").is_none());
+        assert!(c.banner.unwrap().contains("AIRLOCK_TOKEN=al_"));
+    }
+}

@@ -1,0 +1,206 @@
+//! HTTP plumbing shared by every route: the response body type, JSON responses, the one
+//! error type with its code → status mapping (the "rescue" function), body reading with a
+//! size limit, and the streaming body used by server-sent events.
+//!
+//! It knows nothing about tool calls or approvals.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Body as HttpBody, Frame, Incoming};
+use hyper::{Response, StatusCode};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use airlock_policy::RequestError;
+use airlock_storage::StoreError;
+
+/// Every response body: a full buffer or a stream.
+pub type Body = BoxBody<Bytes, Infallible>;
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut r = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// A refusal: a stable code, a message for people (and models), and details for programs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub code: &'static str,
+    pub message: String,
+    pub details: Value,
+    /// Seconds, for `Retry-After` on overload.
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+            details: json!({}),
+            retry_after: None,
+        }
+    }
+
+    pub fn with_details(mut self, details: Value) -> ApiError {
+        self.details = details;
+        self
+    }
+
+    pub fn retry_after(mut self, seconds: u64) -> ApiError {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    pub fn status(&self) -> StatusCode {
+        status_for(self.code)
+    }
+
+    pub fn into_response(self) -> Response<Body> {
+        let status = self.status();
+        let retry_after = self.retry_after;
+        let mut r = json_response(
+            status,
+            &json!({"error": {"code": self.code, "message": self.message, "details": self.details}}),
+        );
+        if let Some(s) = retry_after {
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&s.to_string()) {
+                r.headers_mut().insert(hyper::header::RETRY_AFTER, v);
+            }
+        }
+        r
+    }
+}
+
+/// The one place that maps error codes to HTTP statuses.
+pub fn status_for(code: &str) -> StatusCode {
+    match code {
+        "request.too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+        "request.headers_too_large" => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "auth.unauthenticated" => StatusCode::UNAUTHORIZED,
+        "auth.forbidden"
+        | "policy.denied"
+        | "approval.declined"
+        | "approval.expired"
+        | "approval.forbidden"
+        | "approval.self_approval"
+        | "approval.edit_denied" => StatusCode::FORBIDDEN,
+        "approval.already_decided"
+        | "approval.not_pending"
+        | "call.in_progress"
+        | "call.invalid_state"
+        | "call.cancelled"
+        | "call.exists" => StatusCode::CONFLICT,
+        "approval.not_found" | "call.not_found" | "tool.unknown" | "route.not_found"
+        | "delivery.not_found" => StatusCode::NOT_FOUND,
+        "route.method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
+        "upstream.unavailable" | "upstream.too_large" | "call.interrupted" => {
+            StatusCode::BAD_GATEWAY
+        }
+        "upstream.timeout" => StatusCode::GATEWAY_TIMEOUT,
+        "gateway.too_many_held" => StatusCode::TOO_MANY_REQUESTS,
+        "gateway.overloaded"
+        | "gateway.shutting_down"
+        | "store.unavailable"
+        | "policy.unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+        c if c.starts_with("request.") => StatusCode::BAD_REQUEST,
+        c if c.starts_with("policy.") => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> Self {
+        ApiError::new(e.code(), e.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let mut err = ApiError::new(e.code(), e.to_string());
+        if e.code() == "store.unavailable" {
+            err = err.retry_after(5);
+        }
+        err
+    }
+}
+
+/// Reads a request body of at most `limit` bytes.
+pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::new(
+            "request.too_large",
+            format!("the body is larger than {limit} bytes"),
+        )),
+        Err(e) => Err(ApiError::new(
+            "request.invalid_json",
+            format!("cannot read the body: {e}"),
+        )),
+    }
+}
+
+/// A body fed by a channel: server-sent events, one chunk per message.
+pub struct ChannelBody {
+    rx: mpsc::Receiver<Bytes>,
+}
+
+impl ChannelBody {
+    pub fn new(rx: mpsc::Receiver<Bytes>) -> ChannelBody {
+        ChannelBody { rx }
+    }
+}
+
+impl HttpBody for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_map_to_statuses() {
+        for (code, status) in [
+            ("request.duplicate_key", 400),
+            ("request.too_large", 413),
+            ("auth.unauthenticated", 401),
+            ("policy.denied", 403),
+            ("approval.declined", 403),
+            ("approval.not_pending", 409),
+            ("tool.unknown", 404),
+            ("upstream.unavailable", 502),
+            ("upstream.timeout", 504),
+            ("gateway.too_many_held", 429),
+            ("gateway.overloaded", 503),
+            ("policy.cel_syntax", 422),
+            ("something.else", 500),
+        ] {
+            assert_eq!(status_for(code).as_u16(), status, "{code}");
+        }
+    }
+}

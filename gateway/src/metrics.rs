@@ -1,0 +1,98 @@
+//! Prometheus metrics with bounded labels (DESIGN §9): decisions, outcomes, routes and result
+//! kinds only — never args, principals or fingerprints, which go to tracing and the audit log.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
+};
+
+pub struct Metrics {
+    registry: Registry,
+    /// Calls by `decision` (allow, deny, require_approval, rejected) and `outcome`.
+    pub calls: IntCounterVec,
+    pub policy_eval_seconds: Histogram,
+    /// Upstream latency by configured route pattern.
+    pub upstream_seconds: HistogramVec,
+    pub pending_approvals: IntGauge,
+    pub held_requests: IntGauge,
+    pub approval_wait_seconds: Histogram,
+    /// Reloads by `result` (ok, error).
+    pub policy_reloads: IntCounterVec,
+    pub store_errors: IntCounter,
+}
+
+fn build() -> Result<Metrics, prometheus::Error> {
+    let registry = Registry::new();
+    let fast = vec![
+        0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.005, 0.01,
+    ];
+    let m = Metrics {
+        calls: IntCounterVec::new(
+            Opts::new("airlock_calls_total", "Tool calls by decision and outcome"),
+            &["decision", "outcome"],
+        )?,
+        policy_eval_seconds: Histogram::with_opts(
+            HistogramOpts::new("airlock_policy_eval_seconds", "Policy evaluation latency")
+                .buckets(fast),
+        )?,
+        upstream_seconds: HistogramVec::new(
+            HistogramOpts::new(
+                "airlock_upstream_seconds",
+                "Upstream latency by configured route",
+            ),
+            &["route"],
+        )?,
+        pending_approvals: IntGauge::new(
+            "airlock_pending_approvals",
+            "Approvals waiting for a decision",
+        )?,
+        held_requests: IntGauge::new(
+            "airlock_held_requests",
+            "Requests held open waiting for a decision",
+        )?,
+        approval_wait_seconds: Histogram::with_opts(
+            HistogramOpts::new(
+                "airlock_approval_wait_seconds",
+                "Time from approval request to decision",
+            )
+            .buckets(vec![1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0]),
+        )?,
+        policy_reloads: IntCounterVec::new(
+            Opts::new("airlock_policy_reloads_total", "Policy reloads by result"),
+            &["result"],
+        )?,
+        store_errors: IntCounter::new(
+            "airlock_store_errors_total",
+            "Store operations that failed",
+        )?,
+        registry,
+    };
+    m.registry.register(Box::new(m.calls.clone()))?;
+    m.registry
+        .register(Box::new(m.policy_eval_seconds.clone()))?;
+    m.registry.register(Box::new(m.upstream_seconds.clone()))?;
+    m.registry.register(Box::new(m.pending_approvals.clone()))?;
+    m.registry.register(Box::new(m.held_requests.clone()))?;
+    m.registry
+        .register(Box::new(m.approval_wait_seconds.clone()))?;
+    m.registry.register(Box::new(m.policy_reloads.clone()))?;
+    m.registry.register(Box::new(m.store_errors.clone()))?;
+    Ok(m)
+}
+
+impl Metrics {
+    pub fn new() -> Result<Metrics, String> {
+        build().map_err(|e| format!("cannot set up metrics: {e}"))
+    }
+
+    pub fn call(&self, decision: &str, outcome: &str) {
+        self.calls.with_label_values(&[decision, outcome]).inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
+        out
+    }
+}

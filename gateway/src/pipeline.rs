@@ -1,0 +1,597 @@
+//! The one flow of DESIGN §1, top to bottom:
+//!
+//! authenticate → parse strictly → fingerprint → decide → (grant use | hold) → forward → audit
+//!
+//! [`handle_call`] is that flow for `POST /v1/calls`; [`call_outcome`] finishes a call later
+//! (`GET /v1/calls/{id}`, `resume`), and [`decide`] is how an approver's word reaches a held
+//! call. Every path writes its audit record through the store, errors included. Protocol code
+//! (HTTP here, MCP later) only translates in and out of these functions.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_policy::{evaluate, Decision, DecisionKind, GrantScope, Input, ToolCall};
+use airlock_storage::{
+    Approval, ApprovalStatus, Begin, CallOutcome, CallRecord, CallStatus, GrantTerms, Principal,
+    Verdict,
+};
+use hyper::{Response, StatusCode};
+use serde_json::{json, Map, Value};
+use tokio::time::Instant as TokioInstant;
+
+use crate::clock::{now_ms, rfc3339, to_system_time};
+use crate::http::{json_response, ApiError, Body};
+use crate::state::{audit_fields, Gateway};
+use crate::upstream::CallHeaders;
+
+/// How long the caller is willing to wait for a decision (`Prefer`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Hold {
+    /// `Prefer: respond-async`: answer 202 at once.
+    Async,
+    Wait(Duration),
+}
+
+/// Parses `Prefer: wait=N` / `respond-async`; without either, the server's hold timeout.
+pub fn parse_prefer(value: Option<&str>, default: Duration, max: Duration) -> Hold {
+    let mut hold = Hold::Wait(default);
+    for pref in value.unwrap_or("").split(',').map(str::trim) {
+        if pref.eq_ignore_ascii_case("respond-async") {
+            return Hold::Async;
+        }
+        if let Some(n) = pref
+            .strip_prefix("wait=")
+            .and_then(|n| n.trim().parse::<u64>().ok())
+        {
+            hold = Hold::Wait(Duration::from_secs(n).min(max));
+        }
+    }
+    hold
+}
+
+/// The principal as policy sees it.
+fn principal_json(p: &Principal) -> Value {
+    json!({"id": p.id, "role": p.role, "groups": p.groups})
+}
+
+/// The key a grant binds to (DESIGN §5). A run-scoped grant is also bound to the requesting
+/// principal, so another principal reusing a run id gets nothing.
+fn scope_key(scope: GrantScope, call_id: &str, call: &ToolCall, principal: &Principal) -> String {
+    match (scope, call.run_id()) {
+        (GrantScope::Run, Some(run)) => format!("run:{}:{run}", principal.id),
+        (GrantScope::Principal, _) => format!("principal:{}", principal.id),
+        _ => format!("call:{call_id}"),
+    }
+}
+
+/// Evaluates `call` for `principal` under the current policy, timing it.
+pub fn decide_policy(gw: &Gateway, call: &ToolCall, principal: &Principal) -> Decision {
+    let policy = gw.policy.load();
+    let principal = principal_json(principal);
+    let classifiers = Default::default();
+    let start = Instant::now();
+    let decision = evaluate(
+        &policy,
+        &Input {
+            tool: &call.tool,
+            args: &call.args,
+            context: &call.context,
+            principal: &principal,
+            fingerprint: call.fingerprint.as_str(),
+            now: to_system_time(now_ms()),
+            classifiers: &classifiers,
+        },
+    );
+    gw.metrics
+        .policy_eval_seconds
+        .observe(start.elapsed().as_secs_f64());
+    decision
+}
+
+fn explanation(d: &Decision) -> Map<String, Value> {
+    audit_fields(json!({
+        "rules": d.rules,
+        "errors": d.errors,
+        "messages": d.messages,
+        "policy_version": d.policy_version,
+    }))
+}
+
+fn new_call_record(
+    call_id: &str,
+    call: &ToolCall,
+    principal: &Principal,
+    decision: &Decision,
+    now: u64,
+) -> CallRecord {
+    CallRecord {
+        call_id: call_id.to_owned(),
+        tool: call.tool.clone(),
+        args: call.args.clone(),
+        fingerprint: call.fingerprint.to_string(),
+        requester: principal.clone(),
+        context: call.context.clone(),
+        decision: decision.decision.as_str().to_owned(),
+        status: match decision.decision {
+            DecisionKind::Allow => CallStatus::Allowed,
+            DecisionKind::Deny => CallStatus::Denied,
+            DecisionKind::RequireApproval => CallStatus::PendingApproval,
+        },
+        approval_id: None,
+        reason: None,
+        edited: false,
+        outcome: None,
+        created_at: now,
+        updated_at: now,
+    }
+}
+
+/// `POST /v1/calls`, after authentication and body reading.
+pub async fn handle_call(
+    gw: &Arc<Gateway>,
+    principal: Principal,
+    body: &[u8],
+    hold: Hold,
+) -> Result<Response<Body>, ApiError> {
+    // Parse strictly and fingerprint.
+    let call = ToolCall::from_body(body)?;
+    let span = tracing::info_span!("call", tool = %call.tool, fingerprint = %call.fingerprint, call_id = tracing::field::Empty, decision = tracing::field::Empty);
+    let _enter = span.enter();
+    if gw.config.route(&call.tool).is_none() {
+        return Err(ApiError::new(
+            "tool.unknown",
+            format!("no upstream is configured for tool `{}`", call.tool),
+        ));
+    }
+    let call_id = airlock_storage::new_id();
+    span.record("call_id", call_id.as_str());
+
+    // Decide.
+    let decision = decide_policy(gw, &call, &principal);
+    span.record("decision", decision.decision.as_str());
+    let now = now_ms();
+    let mut record = new_call_record(&call_id, &call, &principal, &decision, now);
+    drop(_enter);
+
+    match decision.decision {
+        DecisionKind::Deny => {
+            let expl = explanation(&decision);
+            gw.store_op(move |s| s.record_call(record, expl)).await?;
+            gw.metrics.call("deny", "denied");
+            Err(denied(&decision))
+        }
+        DecisionKind::Allow => {
+            let expl = explanation(&decision);
+            let record = gw.store_op(move |s| s.record_call(record, expl)).await?;
+            execute(gw, record).await
+        }
+        DecisionKind::RequireApproval => {
+            let Some(settings) = decision.approval.clone() else {
+                return Err(ApiError::new(
+                    "internal",
+                    "an approval decision without approval settings",
+                ));
+            };
+            let key = scope_key(settings.grant.scope, &call_id, &call, &principal);
+            // A grant for this fingerprint and scope? Spend one use and run at once.
+            let fp = call.fingerprint.to_string();
+            let probe_key = key.clone();
+            let has_grant = gw
+                .store_op(move |s| s.grant(&fp, &probe_key))
+                .await?
+                .is_some();
+            if has_grant {
+                record.status = CallStatus::Allowed;
+                let expl = explanation(&decision);
+                let (k, r) = (key.clone(), record.clone());
+                if let Some(record) = gw.store_op(move |s| s.call_with_grant(r, &k, expl)).await? {
+                    return execute(gw, record).await;
+                }
+                record.status = CallStatus::PendingApproval;
+            }
+            // No usable grant: hold the call for approval.
+            let permit = match hold {
+                Hold::Wait(d) if !d.is_zero() => Some(gw.held.try_acquire().map_err(|_| {
+                    ApiError::new("gateway.too_many_held", "too many calls are held waiting for a decision; retry, or send `Prefer: respond-async`").retry_after(1)
+                })?),
+                _ => None,
+            };
+            let approval = Approval {
+                id: airlock_storage::new_id(),
+                call_id: call_id.clone(),
+                tool: call.tool.clone(),
+                args: call.args.clone(),
+                fingerprint: call.fingerprint.to_string(),
+                requester: principal.clone(),
+                context: call.context.clone(),
+                policy_version: decision.policy_version.clone(),
+                explanation: serde_json::to_value(&decision).unwrap_or(Value::Null),
+                rules: decision.rules.clone(),
+                approvers: settings.approvers.clone(),
+                quorum: settings.quorum,
+                status: ApprovalStatus::Pending,
+                decisions: vec![],
+                created_at: now,
+                expires_at: now + settings.approval_ttl.as_millis() as u64,
+                grant: GrantTerms {
+                    uses: settings.grant.uses,
+                    ttl_ms: settings.grant.ttl.as_millis() as u64,
+                    scope: format!("{:?}", settings.grant.scope).to_lowercase(),
+                    scope_key: key,
+                },
+                edited_args: None,
+                edited_fingerprint: None,
+                decided_at: None,
+            };
+            let expl = explanation(&decision);
+            let approval = gw
+                .store_op(move |s| s.create_approval(record, approval, expl))
+                .await?;
+            gw.metrics.pending_approvals.inc();
+            gw.publish("approval.requested", approval_json(&approval));
+            match hold {
+                Hold::Async => Ok(pending_response(&approval)),
+                Hold::Wait(d) => {
+                    let _permit = permit;
+                    call_outcome_after_wait(gw, &call_id, d).await
+                }
+            }
+        }
+    }
+}
+
+/// `GET /v1/calls/{id}?wait=N` and `POST /v1/calls/{id}/resume`: the call's outcome, running an
+/// approved call at most once. Only the requester (or an admin) sees a call.
+pub async fn call_outcome(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    call_id: &str,
+    wait: Duration,
+) -> Result<Response<Body>, ApiError> {
+    let id = call_id.to_owned();
+    let call = gw.store_op(move |s| s.call(&id)).await?;
+    match call {
+        Some(c) if c.requester.id == principal.id || principal.is_admin() => {}
+        // Another principal's call is reported as missing, not as forbidden.
+        _ => {
+            return Err(ApiError::new(
+                "call.not_found",
+                format!("no call `{call_id}`"),
+            ))
+        }
+    }
+    call_outcome_after_wait(gw, call_id, wait).await
+}
+
+async fn call_outcome_after_wait(
+    gw: &Arc<Gateway>,
+    call_id: &str,
+    wait: Duration,
+) -> Result<Response<Body>, ApiError> {
+    let call = wait_for_decision(gw, call_id, wait).await?;
+    respond(gw, call).await
+}
+
+/// Waits up to `wait` while the call is pending approval, woken by the hold registry (never by
+/// polling). Shutdown ends the wait with `503 gateway.shutting_down`.
+async fn wait_for_decision(
+    gw: &Arc<Gateway>,
+    call_id: &str,
+    wait: Duration,
+) -> Result<CallRecord, ApiError> {
+    let deadline = TokioInstant::now() + wait;
+    let notify = gw.holds.watch(call_id);
+    gw.metrics.held_requests.inc();
+    let result = async {
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            // Register before reading the state, so a decision in between is not missed.
+            notified.as_mut().enable();
+            let id = call_id.to_owned();
+            let call = gw
+                .store_op(move |s| s.call(&id))
+                .await?
+                .ok_or_else(|| ApiError::new("call.not_found", "the call is gone"))?;
+            if call.status != CallStatus::PendingApproval || TokioInstant::now() >= deadline {
+                return Ok(call);
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = gw.shutdown.cancelled() => {
+                    return Err(ApiError::new("gateway.shutting_down", "the gateway is shutting down; the approval persists: resume the call later").retry_after(5));
+                }
+            }
+        }
+    }
+    .await;
+    gw.metrics.held_requests.dec();
+    gw.holds.release(call_id, notify);
+    result
+}
+
+/// Answers for a call in whatever state it is in, executing it when it may run.
+async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, ApiError> {
+    match call.status {
+        CallStatus::Allowed | CallStatus::Approved => execute(gw, call).await,
+        CallStatus::Executing => Err(ApiError::new(
+            "call.in_progress",
+            "the call is executing; ask again for its outcome",
+        )
+        .retry_after(1)),
+        CallStatus::Completed | CallStatus::Failed => finished(&call),
+        CallStatus::PendingApproval => {
+            let id = call.approval_id.clone().unwrap_or_default();
+            let approval = gw.store_op(move |s| s.approval(&id)).await?;
+            match approval {
+                Some(a) => Ok(pending_response(&a)),
+                None => Err(ApiError::new(
+                    "approval.not_found",
+                    "the call's approval is missing",
+                )),
+            }
+        }
+        CallStatus::Denied => Err(ApiError::new(
+            "policy.denied",
+            "the call was denied by policy",
+        )),
+        CallStatus::Declined => Err(declined(&call)),
+        CallStatus::Expired => Err(ApiError::new(
+            "approval.expired",
+            "nobody approved the call in time; it is denied",
+        )),
+        CallStatus::Cancelled => Err(ApiError::new("call.cancelled", "the call was cancelled")),
+    }
+}
+
+fn denied(d: &Decision) -> ApiError {
+    let message = if d.messages.is_empty() {
+        "denied by policy".to_owned()
+    } else {
+        d.messages
+            .iter()
+            .map(|m| m.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    ApiError::new("policy.denied", message).with_details(json!({
+        "rules": d.rules, "messages": d.messages, "errors": d.errors, "policy_version": d.policy_version,
+    }))
+}
+
+fn declined(call: &CallRecord) -> ApiError {
+    let reason = call.reason.clone().unwrap_or_default();
+    ApiError::new(
+        "approval.declined",
+        format!("declined by an approver: {reason}"),
+    )
+    .with_details(json!({
+        "reason": reason, "call_id": call.call_id, "approval_id": call.approval_id,
+    }))
+}
+
+fn pending_response(a: &Approval) -> Response<Body> {
+    json_response(
+        StatusCode::ACCEPTED,
+        &json!({
+            "call_id": a.call_id,
+            "status": "pending_approval",
+            "approval": {
+                "id": a.id,
+                "expires_at": rfc3339(a.expires_at),
+                "approvers": a.approvers,
+                "quorum": a.quorum,
+            },
+        }),
+    )
+}
+
+/// Claims the call (at most once), forwards the canonical args, records the outcome.
+async fn execute(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, ApiError> {
+    let id = call.call_id.clone();
+    let now = now_ms();
+    let begun = gw.store_op(move |s| s.begin_execution(&id, now)).await?;
+    let call = match begun {
+        Begin::Run(call) => call,
+        Begin::InProgress(_) => {
+            return Err(ApiError::new(
+                "call.in_progress",
+                "the call is executing; ask again for its outcome",
+            )
+            .retry_after(1))
+        }
+        Begin::Pending(call) | Begin::Finished(call) => return Box::pin(respond(gw, call)).await,
+    };
+    let decision = call.decision.clone();
+    let canonical = airlock_policy::canonicalize(&call.args);
+    // INVARIANT: what runs is what was approved. The bytes sent are re-fingerprinted and must
+    // match the call's fingerprint; if they ever did not, nothing is sent.
+    let fp = airlock_policy::fingerprint_canonical(&call.tool, canonical.as_bytes());
+    let outcome = if fp.as_str() != call.fingerprint {
+        Err(ApiError::new(
+            "call.fingerprint_mismatch",
+            "the args to send do not match the approved fingerprint; nothing was sent",
+        ))
+    } else {
+        match gw.config.route(&call.tool) {
+            None => Err(ApiError::new(
+                "tool.unknown",
+                format!("no upstream is configured for tool `{}`", call.tool),
+            )),
+            Some(route) => {
+                let headers = CallHeaders {
+                    call_id: &call.call_id,
+                    fingerprint: &call.fingerprint,
+                    approval_id: call.approval_id.as_deref(),
+                };
+                let r = gw
+                    .upstreams
+                    .forward(route, &call.tool, &canonical, headers)
+                    .await;
+                if let Ok((_, elapsed)) = &r {
+                    gw.metrics
+                        .upstream_seconds
+                        .with_label_values(&[route.pattern.as_str()])
+                        .observe(elapsed.as_secs_f64());
+                }
+                r.map(|(a, _)| a)
+            }
+        }
+    };
+    let stored = match &outcome {
+        Ok(answer) => CallOutcome {
+            upstream_status: Some(answer.status),
+            result: Some(answer.body.clone()),
+            error: None,
+            message: None,
+        },
+        Err(e) => CallOutcome {
+            upstream_status: None,
+            result: None,
+            error: Some(e.code.to_owned()),
+            message: Some(e.message.clone()),
+        },
+    };
+    let id = call.call_id.clone();
+    let record = gw
+        .store_op(move |s| s.complete_call(&id, stored, now_ms()))
+        .await?;
+    gw.metrics.call(
+        &decision,
+        if outcome.is_ok() {
+            "completed"
+        } else {
+            "failed"
+        },
+    );
+    gw.publish("call.completed", json!({"call_id": record.call_id, "tool": record.tool, "status": record.status.as_str(), "approval_id": record.approval_id}));
+    finished(&record)
+}
+
+/// The answer for a call that ran: 200 with the backend's answer, or its failure.
+fn finished(call: &CallRecord) -> Result<Response<Body>, ApiError> {
+    let outcome = call.outcome.clone().unwrap_or(CallOutcome {
+        upstream_status: None,
+        result: None,
+        error: Some("call.interrupted".into()),
+        message: None,
+    });
+    if let Some(code) = outcome.error {
+        let code = match code.as_str() {
+            "upstream.timeout" => "upstream.timeout",
+            "upstream.too_large" => "upstream.too_large",
+            "tool.unknown" => "tool.unknown",
+            "call.fingerprint_mismatch" => "call.fingerprint_mismatch",
+            "call.interrupted" => "call.interrupted",
+            _ => "upstream.unavailable",
+        };
+        return Err(
+            ApiError::new(code, outcome.message.unwrap_or_else(|| code.to_owned()))
+                .with_details(json!({"call_id": call.call_id})),
+        );
+    }
+    let mut body = json!({
+        "call_id": call.call_id,
+        "status": "completed",
+        "decision": call.decision,
+        "fingerprint": call.fingerprint,
+        "upstream_status": outcome.upstream_status,
+        "result": outcome.result,
+    });
+    Ok(json_response(StatusCode::OK, &with_edit(&mut body, call)))
+}
+
+/// Adds `"edited": true` and the executed args when an approver edited them.
+fn with_edit(body: &mut Value, call: &CallRecord) -> Value {
+    if call.edited {
+        body["edited"] = Value::Bool(true);
+        body["args"] = call.args.clone();
+    }
+    body.clone()
+}
+
+/// An approval as the API shows it.
+pub fn approval_json(a: &Approval) -> Value {
+    json!({
+        "id": a.id,
+        "call_id": a.call_id,
+        "tool": a.tool,
+        "args": a.args,
+        "fingerprint": a.fingerprint,
+        "requester": {"principal": a.requester.id, "context": a.context},
+        "policy_version": a.policy_version,
+        "rules": a.rules,
+        "explanation": a.explanation,
+        "approvers": a.approvers,
+        "quorum": a.quorum,
+        "status": a.status.as_str(),
+        "decisions": a.decisions.iter().map(|d| json!({
+            "by": d.by, "decision": d.decision, "reason": d.reason, "at": rfc3339(d.at), "fingerprint": d.fingerprint,
+        })).collect::<Vec<_>>(),
+        "created_at": rfc3339(a.created_at),
+        "expires_at": rfc3339(a.expires_at),
+        "decided_at": a.decided_at.map(rfc3339),
+        "grant": {"uses": a.grant.uses, "ttl": airlock_policy::format_duration(Duration::from_millis(a.grant.ttl_ms)), "scope": a.grant.scope},
+        "edited_args": a.edited_args,
+        "edited_fingerprint": a.edited_fingerprint,
+    })
+}
+
+/// An approver's verdict on one approval, with an edit checked by policy first. Wakes the
+/// held call and tells the event stream.
+pub async fn decide(
+    gw: &Arc<Gateway>,
+    approval_id: &str,
+    by: &Principal,
+    approve: bool,
+    reason: Option<String>,
+    edited_args: Option<Value>,
+) -> Result<Approval, ApiError> {
+    let verdict = if approve {
+        let edit = match edited_args {
+            None => None,
+            Some(args) => {
+                let id = approval_id.to_owned();
+                let a = gw
+                    .store_op(move |s| s.approval(&id))
+                    .await?
+                    .ok_or_else(|| {
+                        ApiError::new("approval.not_found", format!("no approval `{approval_id}`"))
+                    })?;
+                let edited = ToolCall::new(&a.tool, args, Some(a.context.clone()))?;
+                // The edited call is evaluated as its requester's call: policy must not deny it.
+                let d = decide_policy(gw, &edited, &a.requester);
+                if d.decision == DecisionKind::Deny {
+                    return Err(ApiError::new(
+                        "approval.edit_denied",
+                        "policy denies the edited call",
+                    )
+                    .with_details(json!({"rules": d.rules, "messages": d.messages})));
+                }
+                Some((edited.args, edited.fingerprint.to_string()))
+            }
+        };
+        Verdict::Approve { reason, edit }
+    } else {
+        Verdict::Decline {
+            reason: reason.unwrap_or_default(),
+        }
+    };
+    let (id, who, now) = (approval_id.to_owned(), by.clone(), now_ms());
+    let a = gw
+        .store_op(move |s| s.decide(&id, &who, verdict, now))
+        .await?;
+    if a.status != ApprovalStatus::Pending {
+        gw.metrics.pending_approvals.dec();
+        gw.metrics
+            .approval_wait_seconds
+            .observe(now.saturating_sub(a.created_at) as f64 / 1000.0);
+        if a.status == ApprovalStatus::Declined {
+            gw.metrics.call("require_approval", "declined");
+        }
+    }
+    gw.holds.notify(&a.call_id);
+    gw.publish("approval.decided", approval_json(&a));
+    Ok(a)
+}

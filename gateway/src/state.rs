@@ -1,0 +1,282 @@
+//! The running gateway's shared state, and the background work that keeps it current:
+//! the policy (swapped atomically on reload), the store, the hold registry, the event stream
+//! for approvers, metrics, the upstream client, and the expiry and policy-watch tasks.
+//!
+//! Request handling lives in [`crate::pipeline`] and [`crate::api`]; this module only holds
+//! things and keeps them fresh.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use airlock_policy::{PolicyErrors, PolicySet};
+use airlock_storage::{ApprovalFilter, ApprovalStatus, Store, StoreError, StoreOptions};
+use arc_swap::ArcSwap;
+use serde_json::{json, Map, Value};
+use tokio::sync::{broadcast, Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::Auth;
+use crate::clock::now_ms;
+use crate::config::{Config, PolicySource};
+use crate::http::ApiError;
+use crate::metrics::Metrics;
+use crate::upstream::Upstreams;
+
+/// An event for approvers' SSE stream and, later, webhooks.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub kind: &'static str,
+    pub data: Value,
+}
+
+/// Held requests, by call id: each waits on a `Notify` that fires when its call changes.
+#[derive(Default)]
+pub struct Holds {
+    waiters: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Holds {
+    /// The notifier for `call_id`, created on first use.
+    pub fn watch(&self, call_id: &str) -> Arc<Notify> {
+        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        w.entry(call_id.to_owned()).or_default().clone()
+    }
+
+    /// Wakes every request held on `call_id`.
+    pub fn notify(&self, call_id: &str) {
+        let w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = w.get(call_id) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Drops the notifier when nobody else holds it.
+    pub fn release(&self, call_id: &str, notify: Arc<Notify>) {
+        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        drop(notify);
+        if w.get(call_id).is_some_and(|n| Arc::strong_count(n) == 1) {
+            w.remove(call_id);
+        }
+    }
+}
+
+pub struct Gateway {
+    pub config: Config,
+    /// The current policy set; a reload swaps in a new one or changes nothing.
+    pub policy: ArcSwap<PolicySet>,
+    pub store: Store,
+    pub holds: Holds,
+    /// Approval and call events, for `GET /v1/events`.
+    pub events: broadcast::Sender<Event>,
+    pub metrics: Metrics,
+    pub upstreams: Upstreams,
+    pub auth: Auth,
+    /// Cancelled at shutdown: held requests answer `503 gateway.shutting_down`.
+    pub shutdown: CancellationToken,
+    /// Requests in flight; beyond `max_in_flight` new ones get 503.
+    pub in_flight: Semaphore,
+    /// Requests held waiting for a decision; beyond `max_held` a call that would wait gets 429.
+    pub held: Semaphore,
+    /// False until a policy has loaded (for `/readyz`).
+    pub policy_loaded: AtomicBool,
+}
+
+/// Loads the policy set from its source.
+fn load_policy(source: &PolicySource) -> Result<PolicySet, PolicyErrors> {
+    match source {
+        PolicySource::Path(p) => PolicySet::load(p),
+        PolicySource::Embedded(sources) => PolicySet::from_sources(sources.clone()),
+    }
+}
+
+impl Gateway {
+    /// Opens the store and loads the policy; a bad policy at start-up is fatal.
+    pub fn open(config: Config, shutdown: CancellationToken) -> Result<Arc<Gateway>, String> {
+        let policy =
+            load_policy(&config.policy).map_err(|e| format!("the policy does not load:\n{e}"))?;
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
+        let store = Store::open(
+            &config.data_dir,
+            StoreOptions {
+                redact: config.redact.clone(),
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let metrics = Metrics::new()?;
+        let pending = store
+            .list_approvals(
+                &ApprovalFilter {
+                    status: Some(ApprovalStatus::Pending),
+                    ..Default::default()
+                },
+                None,
+                1_000_000,
+            )
+            .map_err(|e| e.to_string())?
+            .0
+            .len();
+        metrics.pending_approvals.set(pending as i64);
+        let gw = Gateway {
+            upstreams: Upstreams::new(&config)?,
+            auth: Auth::new(&config.principals),
+            policy: ArcSwap::from_pointee(policy),
+            store,
+            holds: Holds::default(),
+            events: broadcast::channel(1024).0,
+            metrics,
+            shutdown,
+            in_flight: Semaphore::new(config.max_in_flight),
+            held: Semaphore::new(config.max_held),
+            policy_loaded: AtomicBool::new(true),
+            config,
+        };
+        let version = gw.policy.load().version().to_owned();
+        gw.store
+            .append_audit(
+                "policy.loaded",
+                audit_fields(json!({"policy_version": version, "trigger": "start"})),
+                now_ms(),
+            )
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new(gw))
+    }
+
+    /// Runs a store operation off the async threads.
+    pub async fn store_op<T, F>(self: &Arc<Self>, f: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let gw = self.clone();
+        let result = tokio::task::spawn_blocking(move || f(&gw.store))
+            .await
+            .map_err(|e| ApiError::new("internal", format!("store task failed: {e}")))?;
+        if let Err(e) = &result {
+            if e.code() == "store.unavailable" {
+                self.metrics.store_errors.inc();
+            }
+        }
+        result.map_err(ApiError::from)
+    }
+
+    pub fn publish(&self, kind: &'static str, data: Value) {
+        let _ = self.events.send(Event { kind, data });
+    }
+
+    /// Reloads the policy; a set that does not load leaves the current one in place.
+    pub fn reload(self: &Arc<Self>, trigger: &str) -> Result<String, PolicyErrors> {
+        match load_policy(&self.config.policy) {
+            Ok(set) => {
+                let version = set.version().to_owned();
+                let changed = version != self.policy.load().version();
+                self.policy.store(Arc::new(set));
+                self.metrics.policy_reloads.with_label_values(&["ok"]).inc();
+                if changed {
+                    tracing::info!(policy_version = %version, trigger, "policy reloaded");
+                    let fields =
+                        audit_fields(json!({"policy_version": version, "trigger": trigger}));
+                    if let Err(e) = self.store.append_audit("policy.loaded", fields, now_ms()) {
+                        tracing::error!(error = %e, "cannot audit the policy reload");
+                    }
+                }
+                Ok(version)
+            }
+            Err(errors) => {
+                self.metrics
+                    .policy_reloads
+                    .with_label_values(&["error"])
+                    .inc();
+                for e in &errors.0 {
+                    tracing::error!(
+                        trigger,
+                        "policy reload refused, keeping the current policy: {e}"
+                    );
+                }
+                Err(errors)
+            }
+        }
+    }
+
+    /// Expires approvals and grants whose time has come, and wakes their held requests.
+    pub async fn expire(self: &Arc<Self>) {
+        let now = now_ms();
+        match self.store_op(move |s| s.expire_due(now)).await {
+            Ok(expired) => {
+                for a in expired {
+                    self.metrics.pending_approvals.dec();
+                    self.metrics.call("require_approval", "expired");
+                    self.holds.notify(&a.call_id);
+                    self.publish("approval.expired", crate::pipeline::approval_json(&a));
+                }
+            }
+            Err(e) => tracing::error!(code = e.code, "expiry sweep failed: {}", e.message),
+        }
+    }
+
+    /// Background work: the expiry sweep (every 250 ms) and, for a policy read from disk, a
+    /// watch for changes (every second, by modification time and size).
+    pub fn spawn_tasks(self: &Arc<Self>) {
+        let gw = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => gw.expire().await,
+                    _ = gw.shutdown.cancelled() => break,
+                }
+            }
+        });
+        if let PolicySource::Path(path) = &self.config.policy {
+            let gw = self.clone();
+            let path = path.clone();
+            tokio::spawn(async move {
+                let mut last = stamp(&path);
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = gw.shutdown.cancelled() => break,
+                    }
+                    let now = stamp(&path);
+                    if now != last {
+                        last = now;
+                        let _ = gw.reload("file change");
+                    }
+                }
+            });
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.store.is_available() && self.policy_loaded.load(Ordering::Acquire)
+    }
+}
+
+/// The modification times and sizes of the policy files: what the watch compares.
+fn stamp(path: &std::path::Path) -> Vec<(std::path::PathBuf, Option<SystemTime>, u64)> {
+    let mut out = Vec::new();
+    let entries: Vec<std::path::PathBuf> = if path.is_dir() {
+        std::fs::read_dir(path)
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    } else {
+        vec![path.to_path_buf()]
+    };
+    for p in entries {
+        if let Ok(m) = std::fs::metadata(&p) {
+            out.push((p, m.modified().ok(), m.len()));
+        }
+    }
+    out.sort();
+    out
+}
+
+pub fn audit_fields(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
