@@ -29,6 +29,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
         approval_id: None,
         reason: None,
         edited: false,
+        run_by: None,
         outcome: None,
         created_at: now,
         updated_at: now,

@@ -186,6 +186,12 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         }
         (Method::POST, ["v1", "calls", id, "cancel"]) => {
             require(role, &[Role::Agent, Role::Admin])?;
+            let owned = id.to_string();
+            let found = gw.store_op(move |s| s.call(&owned)).await?;
+            // Another principal's call is reported as missing, not as forbidden.
+            if !found.is_some_and(|c| c.requester.id == principal.id || principal.is_admin()) {
+                return Err(ApiError::new("call.not_found", format!("no call `{id}`")));
+            }
             let (id, by, now) = (id.to_string(), principal.clone(), now_ms());
             let call = gw.store_op(move |s| s.cancel(&id, &by, now)).await?;
             if call.approval_id.is_some() {

@@ -120,6 +120,7 @@ fn new_call_record(
         approval_id: None,
         reason: None,
         edited: false,
+        run_by: None,
         outcome: None,
         created_at: now,
         updated_at: now,

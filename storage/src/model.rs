@@ -221,6 +221,9 @@ pub struct CallRecord {
     /// True when an approver edited the args: `args` and `fingerprint` are the edited ones.
     #[serde(default)]
     pub edited: bool,
+    /// For an approved call: the last moment it may start (the grant's ttl after approval).
+    #[serde(default)]
+    pub run_by: Option<Millis>,
     pub outcome: Option<CallOutcome>,
     pub created_at: Millis,
     pub updated_at: Millis,

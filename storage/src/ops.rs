@@ -282,20 +282,28 @@ impl Store {
                 call.args = a.effective_args().clone();
                 call.fingerprint = a.effective_fingerprint().to_owned();
                 call.edited = a.edited_fingerprint.is_some();
-                let grant = Grant {
-                    fingerprint: call.fingerprint.clone(),
-                    scope_key: a.grant.scope_key.clone(),
-                    approval_id: a.id.clone(),
-                    uses_left: a.grant.uses,
-                    expires_at: now.saturating_add(a.grant.ttl_ms),
-                };
-                let gk = keys::grant_key(&grant.fingerprint, &grant.scope_key);
-                put(tx, Ks::Grants, &gk, &grant)?;
-                tx.put(
-                    Ks::Expiry,
-                    keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
-                    Vec::new(),
-                );
+                // INVARIANT: the approved call itself is the first use, reserved for it: it
+                // may start until the grant's ttl runs out. The grant holds only the uses
+                // left for later identical calls, so none of them can take the approved
+                // call's turn.
+                let expires_at = now.saturating_add(a.grant.ttl_ms);
+                call.run_by = Some(expires_at);
+                if a.grant.uses > 1 {
+                    let grant = Grant {
+                        fingerprint: call.fingerprint.clone(),
+                        scope_key: a.grant.scope_key.clone(),
+                        approval_id: a.id.clone(),
+                        uses_left: a.grant.uses - 1,
+                        expires_at,
+                    };
+                    let gk = keys::grant_key(&grant.fingerprint, &grant.scope_key);
+                    put(tx, Ks::Grants, &gk, &grant)?;
+                    tx.put(
+                        Ks::Expiry,
+                        keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
+                        Vec::new(),
+                    );
+                }
             }
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("approval_id".into(), Value::from(a.id.clone()));
@@ -429,8 +437,8 @@ impl Store {
         })
     }
 
-    /// Claims a call for execution, at most once. An approved call spends its grant's first
-    /// use here, so it cannot run after the grant has expired.
+    /// Claims a call for execution, at most once. An approved call is its grant's first use:
+    /// it cannot start once the grant's ttl has run out.
     pub fn begin_execution(&self, call_id: &str, now: Millis) -> Result<Begin, StoreError> {
         let call_id = call_id.to_owned();
         self.writer.submit(move |tx| {
@@ -439,14 +447,7 @@ impl Store {
             match call.status {
                 CallStatus::Allowed => {}
                 CallStatus::Approved => {
-                    let approval: Approval = call
-                        .approval_id
-                        .as_deref()
-                        .map(|id| get(tx, Ks::Approvals, id.as_bytes()))
-                        .transpose()?
-                        .flatten()
-                        .ok_or_else(|| StoreError::Corrupt(format!("approved call {call_id} has no approval")))?;
-                    if spend_grant(tx, &call.fingerprint, &approval.grant.scope_key, now, &call.call_id)?.is_none() {
+                    if call.run_by.is_none_or(|deadline| now >= deadline) {
                         return Err(StoreError::GrantGone);
                     }
                 }

@@ -60,9 +60,12 @@ fn crash_child() {
             )
             .unwrap();
         ack(format!("approved {}", a.id));
-        if let Begin::Run(_) = store.begin_execution(&format!("call-{key}"), 1200).unwrap() {
-            ack(format!("spent {fp}"));
-        }
+        // The approved call is the grant's first use, reserved for it; it spends nothing.
+        assert!(matches!(
+            store.begin_execution(&format!("call-{key}"), 1200).unwrap(),
+            Begin::Run(_)
+        ));
+        ack(format!("started call-{key}"));
         let again = call(
             &format!("again-{key}"),
             &fp,
@@ -136,6 +139,7 @@ fn acknowledged_writes_survive_sigkill() {
                     approved.insert(id.to_string());
                 }
                 ["spent", fp] => *spent.entry(fp.to_string()).or_default() += 1,
+                ["started", _] => {}
                 ["audit", seq] => {
                     audited.insert(seq.parse().unwrap());
                 }
@@ -181,7 +185,7 @@ fn acknowledged_writes_survive_sigkill() {
                 .grant(fp, "run:run-1")
                 .unwrap()
                 .map_or(0, |g| g.uses_left);
-            let used = USES - left;
+            let used = (USES - 1) - left;
             let acked = spent.get(fp).copied().unwrap_or(0);
             // At most one use can be in flight (committed, not yet reported) when the kill lands.
             assert!(

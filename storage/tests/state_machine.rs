@@ -97,6 +97,8 @@ enum CallState {
 
 #[derive(Debug, Clone)]
 struct ModelApproval {
+    /// When the approved call may no longer start.
+    run_by: u64,
     id: String,
     call_id: String,
     fingerprint: String,
@@ -149,8 +151,11 @@ impl Model {
             if a.approvals.len() as u32 >= a.quorum {
                 a.status = ApprovalStatus::Approved;
                 a.call = CallState::Approved;
-                self.grants
-                    .insert(a.fingerprint.clone(), (a.uses, now + GRANT_TTL));
+                a.run_by = now + GRANT_TTL;
+                if a.uses > 1 {
+                    self.grants
+                        .insert(a.fingerprint.clone(), (a.uses - 1, now + GRANT_TTL));
+                }
             }
         }
         Ok(a.status)
@@ -197,6 +202,7 @@ proptest! {
                     h.approval.grant.ttl_ms = GRANT_TTL;
                     let a = store.create_approval(h.call, h.approval, no_fields()).unwrap();
                     model.approvals.push(ModelApproval {
+                        run_by: 0,
                         id: a.id, call_id: format!("call-{n}"), fingerprint: fp, grouped, quorum, uses,
                         expires_at: now + TTL, status: ApprovalStatus::Pending, deciders: BTreeSet::new(),
                         approvals: BTreeSet::new(), call: CallState::Pending,
@@ -232,10 +238,9 @@ proptest! {
                         Begin::Run(_) => "run", Begin::InProgress(_) => "in_progress",
                         Begin::Pending(_) => "pending", Begin::Finished(_) => "finished",
                     });
-                    let fp = model.approvals[approval].fingerprint.clone();
                     let want = match model.approvals[approval].call {
                         CallState::Approved => {
-                            if model.spend(&fp, now) {
+                            if now < model.approvals[approval].run_by {
                                 model.approvals[approval].call = CallState::Executing;
                                 Ok("run")
                             } else {

@@ -143,7 +143,7 @@ fn quorum_counts_distinct_approvers_and_one_decline_ends_it() {
 fn an_edit_binds_the_grant_to_the_edited_fingerprint_and_resets_earlier_approvals() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir);
-    let h = held("c1", "sha256:orig", &agent("bot"), &[], 2, 1, 1000, 60_000);
+    let h = held("c1", "sha256:orig", &agent("bot"), &[], 2, 2, 1000, 60_000);
     let a = store
         .create_approval(h.call, h.approval, no_fields())
         .unwrap();
@@ -171,7 +171,17 @@ fn an_edit_binds_the_grant_to_the_edited_fingerprint_and_resets_earlier_approval
         (call.fingerprint.as_str(), &call.args),
         ("sha256:edit", &serde_json::json!({"amount": 90}))
     );
-    assert!(store.grant("sha256:edit", "run:run-1").unwrap().is_some());
+    assert!(call.edited);
+    // Uses: 2. The edited call is the first; the grant for the one after it binds the
+    // edited fingerprint.
+    assert_eq!(
+        store
+            .grant("sha256:edit", "run:run-1")
+            .unwrap()
+            .unwrap()
+            .uses_left,
+        1
+    );
     assert!(store.grant("sha256:orig", "run:run-1").unwrap().is_none());
 }
 
@@ -215,7 +225,7 @@ fn an_approved_call_runs_once_and_later_calls_spend_the_remaining_uses() {
         Begin::Finished(c) => assert_eq!(c.outcome.unwrap().upstream_status, Some(200)),
         other => panic!("{other:?}"),
     }
-    // Uses: 2. The approved call spent one; one identical call may follow, not two.
+    // Uses: 2. The approved call is the first; one identical call may follow, not two.
     assert_eq!(
         store
             .grant("sha256:aa", "run:run-1")
@@ -518,7 +528,6 @@ fn every_change_is_audited_redacted_and_survives_reopening() {
             "call.decided",
             "approval.requested",
             "approval.decided",
-            "grant.consumed",
             "call.started",
             "call.failed"
         ]
@@ -527,9 +536,9 @@ fn every_change_is_audited_redacted_and_survives_reopening() {
         .iter()
         .all(|r| r.get("args").is_none_or(|a| a["password"] == "[redacted]")));
     let summary = store.verify_audit().unwrap().unwrap();
-    assert_eq!(summary.records, 7);
+    assert_eq!(summary.records, 6);
     let mut export = Vec::new();
-    assert_eq!(store.export_audit(0, &mut export).unwrap(), 7);
+    assert_eq!(store.export_audit(0, &mut export).unwrap(), 6);
     let lines = export
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())

@@ -55,6 +55,7 @@ pub fn call(
         approval_id: None,
         reason: None,
         edited: false,
+        run_by: None,
         outcome: None,
         created_at: now,
         updated_at: now,

@@ -1,0 +1,369 @@
+//! Starting the real processes: the `airlock` binary and the test backend, each on
+//! 127.0.0.1:0, with a config and policy written to a temp dir.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// The `airlock` binary cargo built next to this test.
+pub fn airlock_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let bin = dir.join("airlock");
+    assert!(
+        bin.exists(),
+        "{} is missing: build the workspace first",
+        bin.display()
+    );
+    bin
+}
+
+/// Reads lines from `child`'s stdout until one starts with `prefix`; returns the rest of it.
+fn wait_for_line(child: &mut Child, prefix: &str) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap() == 0 {
+            panic!("the process exited before printing `{prefix}`");
+        }
+        if let Some(rest) = line.trim().strip_prefix(prefix) {
+            let rest = rest.to_owned();
+            // Keep draining stdout so the process never blocks on a full pipe.
+            std::thread::spawn(move || for _ in reader.lines() {});
+            return rest;
+        }
+    }
+}
+
+pub struct Backend {
+    child: Child,
+    pub port: u16,
+    pub scheme: &'static str,
+}
+
+impl Backend {
+    pub fn start() -> Backend {
+        Backend::spawn(&[], "http")
+    }
+
+    pub fn start_tls(cert: &Path, key: &Path) -> Backend {
+        Backend::spawn(
+            &["--tls", cert.to_str().unwrap(), key.to_str().unwrap()],
+            "https",
+        )
+    }
+
+    fn spawn(args: &[&str], scheme: &'static str) -> Backend {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_airlock-test-backend"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let port = wait_for_line(&mut child, "listening ").parse().unwrap();
+        Backend {
+            child,
+            port,
+            scheme,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}://127.0.0.1:{}{path}", self.scheme, self.port)
+    }
+
+    /// POSTs the backend has served, and their raw bodies.
+    pub fn seen(&self) -> (u64, Vec<String>) {
+        let v: Value = reqwest::blocking::get(format!("http://127.0.0.1:{}/count", self.port))
+            .unwrap()
+            .json()
+            .unwrap();
+        (
+            v["count"].as_u64().unwrap(),
+            v["bodies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_str().unwrap().to_owned())
+                .collect(),
+        )
+    }
+
+    pub fn count(&self) -> u64 {
+        self.seen().0
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Principals of the test config: (id, role, groups). Each one's token is `token-<id>`.
+pub const PRINCIPALS: [(&str, &str, &[&str]); 8] = [
+    ("agent1", "agent", &[]),
+    ("agent2", "agent", &[]),
+    ("dba1", "approver", &["dba"]),
+    ("dba2", "approver", &["dba"]),
+    ("fin1", "approver", &["finance"]),
+    ("fin2", "approver", &["finance"]),
+    ("ops", "approver", &[]),
+    ("admin", "admin", &[]),
+];
+
+pub const POLICY: &str = r#"
+version = 1
+
+[defaults]
+decision = "deny"
+on_error = "deny"
+approval_ttl = "15m"
+grant = { uses = 1, ttl = "10m", scope = "run" }
+
+[[rules]]
+id = "allow-echo"
+tools = ["echo.*", "down.*", "slow.*", "fail.*"]
+decision = "allow"
+
+[[rules]]
+id = "deny-drop"
+tools = ["db.*"]
+when = 'args.sql.matches("(?i)\\bdrop\\b")'
+decision = "deny"
+message = "DROP is never allowed"
+
+[[rules]]
+id = "approve-db"
+tools = ["db.*"]
+when = '!args.sql.matches("(?i)\\bdrop\\b")'
+decision = "require_approval"
+approvers = ["dba"]
+
+[[rules]]
+id = "approve-pay"
+tools = ["pay.*"]
+decision = "require_approval"
+approvers = ["finance"]
+quorum = 2
+
+[[rules]]
+id = "short-ttl"
+tools = ["short.*"]
+decision = "require_approval"
+approval_ttl = "1s"
+
+[[rules]]
+id = "multi-use"
+tools = ["multi.*"]
+decision = "require_approval"
+grant = { uses = 3, scope = "run" }
+"#;
+
+pub struct Gateway {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub base: String,
+    config: PathBuf,
+    pub client: reqwest::blocking::Client,
+}
+
+pub fn config_text(backend: &Backend, extra_server: &str) -> String {
+    let mut s = format!(
+        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"5s\"\nmax_body_bytes = 65536\n{extra_server}\n[audit]\nredact = [\"/password\"]\n"
+    );
+    for (id, role, groups) in PRINCIPALS {
+        let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
+        s.push_str(&format!("[[principals]]\nid = \"{id}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\ngroups = {groups:?}\n"));
+    }
+    for (pattern, path, timeout) in [
+        ("echo.*", "/echo", "5s"),
+        ("db.*", "/echo", "5s"),
+        ("pay.*", "/echo", "5s"),
+        ("short.*", "/echo", "5s"),
+        ("multi.*", "/echo", "5s"),
+        ("slow.*", "/slow/3000", "300ms"),
+        ("fail.*", "/status/500", "5s"),
+    ] {
+        s.push_str(&format!(
+            "[[tools]]\nname = \"{pattern}\"\nupstream = \"{}\"\ntimeout = \"{timeout}\"\n",
+            backend.url(path)
+        ));
+    }
+    s.push_str("[[tools]]\nname = \"down.*\"\nupstream = \"http://127.0.0.1:9/nothing\"\ntimeout = \"2s\"\n");
+    s
+}
+
+impl Gateway {
+    pub fn start(backend: &Backend) -> Gateway {
+        Gateway::start_with(&config_text(backend, ""), POLICY)
+    }
+
+    pub fn start_with(config: &str, policy: &str) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("policy")).unwrap();
+        std::fs::write(dir.path().join("policy/policy.toml"), policy).unwrap();
+        let config_path = dir.path().join("airlock.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut g = Gateway {
+            child: None,
+            dir,
+            base: String::new(),
+            config: config_path,
+            client: reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+        };
+        g.spawn();
+        g
+    }
+
+    /// (Re)starts the process on the same data dir.
+    pub fn spawn(&mut self) {
+        let mut child = Command::new(airlock_bin())
+            .args([
+                "serve",
+                "--config",
+                self.config.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .env("AIRLOCK_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.base = wait_for_line(&mut child, "airlock listening on ")
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_owned();
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap(); // SIGKILL
+            c.wait().unwrap();
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        self.child.take().unwrap().wait().unwrap()
+    }
+
+    pub fn write_policy(&self, text: &str) {
+        std::fs::write(self.dir.path().join("policy/policy.toml"), text).unwrap();
+    }
+
+    /// Sends a request as `who` (None: no token); returns status and JSON body.
+    pub fn req(
+        &self,
+        method: &str,
+        path: &str,
+        who: Option<&str>,
+        body: Option<&str>,
+        prefer: Option<&str>,
+    ) -> (u16, Value) {
+        let mut r = self
+            .client
+            .request(method.parse().unwrap(), format!("{}{path}", self.base));
+        if let Some(w) = who {
+            r = r.bearer_auth(format!("token-{w}"));
+        }
+        if let Some(p) = prefer {
+            r = r.header("prefer", p);
+        }
+        if let Some(b) = body {
+            r = r
+                .header("content-type", "application/json")
+                .body(b.to_owned());
+        }
+        let resp = r.send().unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub fn call(&self, who: &str, tool: &str, args: Value, prefer: Option<&str>) -> (u16, Value) {
+        self.req(
+            "POST",
+            "/v1/calls",
+            Some(who),
+            Some(&json!({"tool": tool, "args": args, "context": {"run_id": "run-1"}}).to_string()),
+            prefer,
+        )
+    }
+
+    pub fn call_async(&self, who: &str, tool: &str, args: Value) -> (String, String) {
+        let (s, b) = self.call(who, tool, args, Some("respond-async"));
+        assert_eq!(s, 202, "{b}");
+        (
+            b["call_id"].as_str().unwrap().to_owned(),
+            b["approval"]["id"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    pub fn approve(&self, who: &str, approval: &str) -> (u16, Value) {
+        self.req(
+            "POST",
+            &format!("/v1/approvals/{approval}/approve"),
+            Some(who),
+            Some("{}"),
+            None,
+        )
+    }
+
+    pub fn resume(&self, who: &str, call: &str) -> (u16, Value) {
+        self.req(
+            "POST",
+            &format!("/v1/calls/{call}/resume"),
+            Some(who),
+            None,
+            None,
+        )
+    }
+
+    pub fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("")
+}
