@@ -157,14 +157,18 @@ pub async fn handle_call(
     match decision.decision {
         DecisionKind::Deny => {
             let expl = explanation(&decision);
-            gw.store_op(move |s| s.record_call(record, expl)).await?;
+            gw.store_op(move |s| s.record_call(record, expl, false))
+                .await?;
             gw.metrics.call("deny", "denied");
             Err(denied(&decision))
         }
         DecisionKind::Allow => {
             let expl = explanation(&decision);
-            let record = gw.store_op(move |s| s.record_call(record, expl)).await?;
-            execute(gw, record).await
+            // The decision and the claim to run are durable, in one fsync, before forwarding.
+            let record = gw
+                .store_op(move |s| s.record_call(record, expl, true))
+                .await?;
+            run_claimed(gw, record).await
         }
         DecisionKind::RequireApproval => {
             let Some(settings) = decision.approval.clone() else {
@@ -185,8 +189,11 @@ pub async fn handle_call(
                 record.status = CallStatus::Allowed;
                 let expl = explanation(&decision);
                 let (k, r) = (key.clone(), record.clone());
-                if let Some(record) = gw.store_op(move |s| s.call_with_grant(r, &k, expl)).await? {
-                    return execute(gw, record).await;
+                if let Some(record) = gw
+                    .store_op(move |s| s.call_with_grant(r, &k, expl, true))
+                    .await?
+                {
+                    return run_claimed(gw, record).await;
                 }
                 record.status = CallStatus::PendingApproval;
             }
@@ -404,6 +411,11 @@ async fn execute(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, 
         }
         Begin::Pending(call) | Begin::Finished(call) => return Box::pin(respond(gw, call)).await,
     };
+    run_claimed(gw, call).await
+}
+
+/// Forwards a call this request has claimed (it is `executing`), records the outcome, answers.
+async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, ApiError> {
     let decision = call.decision.clone();
     let canonical = airlock_policy::canonicalize(&call.args);
     // INVARIANT: what runs is what was approved. The bytes sent are re-fingerprinted and must

@@ -119,11 +119,13 @@ impl Store {
     }
 
     /// Records a call decided without approval (allow or deny) with its `call.decided` audit
-    /// record; `explanation` (rules, policy version, ...) is merged into the record.
+    /// record; `explanation` (rules, policy version, ...) is merged into the record. With
+    /// `begin`, an allowed call is also claimed for execution in the same batch (one fsync).
     pub fn record_call(
         &self,
-        call: CallRecord,
+        mut call: CallRecord,
         explanation: Map<String, Value>,
+        begin: bool,
     ) -> Result<CallRecord, StoreError> {
         let redact_ptrs = self.redact.clone();
         self.writer.submit(move |tx| {
@@ -134,6 +136,10 @@ impl Store {
             f.insert("decision".into(), Value::from(call.decision.clone()));
             f.extend(explanation);
             tx.audit(call.created_at, "call.decided", f);
+            if begin && call.status == CallStatus::Allowed {
+                let at = call.created_at;
+                claim(tx, &mut call, at);
+            }
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             Ok(call)
         })
@@ -147,6 +153,7 @@ impl Store {
         mut call: CallRecord,
         scope_key: &str,
         explanation: Map<String, Value>,
+        begin: bool,
     ) -> Result<Option<CallRecord>, StoreError> {
         let redact_ptrs = self.redact.clone();
         let scope_key = scope_key.to_owned();
@@ -172,6 +179,10 @@ impl Store {
             f.insert("grant_uses_left".into(), Value::from(grant.uses_left));
             f.extend(explanation);
             tx.audit(call.created_at, "call.decided", f);
+            if begin {
+                let at = call.created_at;
+                claim(tx, &mut call, at);
+            }
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             Ok(Some(call))
         })
@@ -455,10 +466,7 @@ impl Store {
                 CallStatus::PendingApproval => return Ok(Begin::Pending(call)),
                 _ => return Ok(Begin::Finished(call)),
             }
-            call.status = CallStatus::Executing;
-            call.updated_at = now;
-            tx.put(Ks::ApprovalIndex, keys::index_key(IDX_EXECUTING, "", &call.call_id), Vec::new());
-            tx.audit(now, "call.started", fields(json!({"call_id": call.call_id, "tool": call.tool, "fingerprint": call.fingerprint})));
+            claim(tx, &mut call, now);
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             Ok(Begin::Run(call))
         })
@@ -848,6 +856,25 @@ fn spend_grant(
         })),
     );
     Ok(Some(grant))
+}
+
+/// Marks `call` executing (the caller writes it), indexes it so a crash can find it, and
+/// audits the start.
+fn claim(tx: &mut Tx<'_>, call: &mut CallRecord, now: Millis) {
+    call.status = CallStatus::Executing;
+    call.updated_at = now;
+    tx.put(
+        Ks::ApprovalIndex,
+        keys::index_key(IDX_EXECUTING, "", &call.call_id),
+        Vec::new(),
+    );
+    tx.audit(
+        now,
+        "call.started",
+        fields(
+            json!({"call_id": call.call_id, "tool": call.tool, "fingerprint": call.fingerprint}),
+        ),
+    );
 }
 
 /// The listing index entries of an approval.

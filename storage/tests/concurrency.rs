@@ -62,7 +62,7 @@ fn one_use_is_spent_once_under_contention() {
                         barrier.wait();
                         usize::from(
                             store
-                                .call_with_grant(c, "run:run-1", no_fields())
+                                .call_with_grant(c, "run:run-1", no_fields(), false)
                                 .unwrap()
                                 .is_some(),
                         )

@@ -74,7 +74,7 @@ fn crash_child() {
             1300,
         );
         if store
-            .call_with_grant(again, "run:run-1", no_fields())
+            .call_with_grant(again, "run:run-1", no_fields(), false)
             .unwrap()
             .is_some()
         {

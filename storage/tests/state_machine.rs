@@ -264,7 +264,7 @@ proptest! {
                     calls += 1;
                     let fp = model.approvals[approval].fingerprint.clone();
                     let c = call(&format!("reuse-{calls}"), &fp, &requester, "require_approval", now);
-                    let got = store.call_with_grant(c, "run:run-1", no_fields()).unwrap().is_some();
+                    let got = store.call_with_grant(c, "run:run-1", no_fields(), false).unwrap().is_some();
                     prop_assert_eq!(got, model.spend(&fp, now));
                 }
                 Op::Sweep => {

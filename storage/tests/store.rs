@@ -236,12 +236,12 @@ fn an_approved_call_runs_once_and_later_calls_spend_the_remaining_uses() {
     );
     let again = call("c2", "sha256:aa", &agent("bot"), "require_approval", 1500);
     assert!(store
-        .call_with_grant(again, "run:run-1", no_fields())
+        .call_with_grant(again, "run:run-1", no_fields(), false)
         .unwrap()
         .is_some());
     let third = call("c3", "sha256:aa", &agent("bot"), "require_approval", 1600);
     assert!(store
-        .call_with_grant(third, "run:run-1", no_fields())
+        .call_with_grant(third, "run:run-1", no_fields(), false)
         .unwrap()
         .is_none());
     assert!(
@@ -251,7 +251,7 @@ fn an_approved_call_runs_once_and_later_calls_spend_the_remaining_uses() {
     // Another scope key, or another fingerprint, never matches.
     let other = call("c4", "sha256:aa", &agent("bot"), "require_approval", 1600);
     assert!(store
-        .call_with_grant(other, "run:run-2", no_fields())
+        .call_with_grant(other, "run:run-2", no_fields(), false)
         .unwrap()
         .is_none());
 }
@@ -304,7 +304,7 @@ fn expiry_is_a_deny_and_an_expired_grant_is_never_spent() {
     );
     assert!(
         store
-            .call_with_grant(late, "run:run-1", no_fields())
+            .call_with_grant(late, "run:run-1", no_fields(), false)
             .unwrap()
             .is_none(),
         "expired but not yet swept"
@@ -488,6 +488,7 @@ fn every_change_is_audited_redacted_and_survives_reopening() {
             .record_call(
                 call("c0", "sha256:00", &agent("bot"), "allow", 900),
                 no_fields(),
+                false,
             )
             .unwrap();
         let h = held("c1", "sha256:aa", &agent("bot"), &[], 1, 1, 1000, 60_000);

@@ -10,7 +10,10 @@ use serde_json::json;
 use support::*;
 
 /// A test CA and a leaf for 127.0.0.1 signed by it, written as PEM files: (ca, cert, key).
-fn certs(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+fn certs(
+    dir: &std::path::Path,
+    name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca_key = KeyPair::generate().unwrap();
@@ -21,7 +24,11 @@ fn certs(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::P
         .unwrap()
         .signed_by(&leaf_key, &issuer)
         .unwrap();
-    let paths = (dir.join(format!("{name}-ca.pem")), dir.join(format!("{name}.pem")), dir.join(format!("{name}-key.pem")));
+    let paths = (
+        dir.join(format!("{name}-ca.pem")),
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}-key.pem")),
+    );
     std::fs::write(&paths.0, ca_cert.pem()).unwrap();
     std::fs::write(&paths.1, leaf.pem()).unwrap();
     std::fs::write(&paths.2, leaf_key.serialize_pem()).unwrap();
@@ -43,7 +50,9 @@ fn tls_listener_and_https_upstream() {
     let mut gw = Gateway::start_with(&config_text(&backend, &extra), POLICY);
     assert!(gw.base.starts_with("https://"), "{}", gw.base);
     gw.client = reqwest::blocking::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(&std::fs::read(&gateway_ca).unwrap()).unwrap()])
+        .tls_certs_only([
+            reqwest::Certificate::from_pem(&std::fs::read(&gateway_ca).unwrap()).unwrap(),
+        ])
         .build()
         .unwrap();
     let (s, b) = gw.call("agent1", "echo.secure", json!({"x": 1}), None);
@@ -52,8 +61,13 @@ fn tls_listener_and_https_upstream() {
     assert_eq!(b["upstream_status"], 200);
     // A client that does not trust the gateway's CA cannot talk to it.
     let untrusting = reqwest::blocking::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(&std::fs::read(&backend_ca).unwrap()).unwrap()])
+        .tls_certs_only([
+            reqwest::Certificate::from_pem(&std::fs::read(&backend_ca).unwrap()).unwrap(),
+        ])
         .build()
         .unwrap();
-    assert!(untrusting.get(format!("{}/healthz", gw.base)).send().is_err());
+    assert!(untrusting
+        .get(format!("{}/healthz", gw.base))
+        .send()
+        .is_err());
 }
