@@ -38,6 +38,14 @@ pub use ops::{ApprovalFilter, Begin, NewDelivery, OutboxStats, Verdict};
 use keys::{decode, Ks};
 use writer::{ChainHead, Shared, Writer};
 
+/// fjall's block cache.
+const CACHE_BYTES: u64 = 16 << 20;
+
+/// Each keyspace's memtable flushes at this size. fjall's default (64 MiB per keyspace, eight
+/// keyspaces) lets memory grow to hundreds of MiB before anything is flushed, and makes
+/// reopening replay a long journal.
+const MEMTABLE_BYTES: u64 = 8 << 20;
+
 /// Settings the store needs from the gateway's config.
 #[derive(Debug, Clone, Default)]
 pub struct StoreOptions {
@@ -61,15 +69,20 @@ pub fn new_id() -> String {
 impl Store {
     /// Opens (or creates) the store at `path`. Only one process may hold it open.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store, StoreError> {
-        let db = Database::builder(path).open().map_err(|e| {
-            StoreError::Unavailable(format!(
-                "cannot open the store at {} (is a gateway running on it?): {e}",
-                path.display()
-            ))
-        })?;
+        let db = Database::builder(path)
+            .cache_size(CACHE_BYTES)
+            .open()
+            .map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "cannot open the store at {} (is a gateway running on it?): {e}",
+                    path.display()
+                ))
+            })?;
         let mut keyspaces = Vec::new();
         for ks in Ks::ALL {
-            keyspaces.push(db.keyspace(ks.name(), KeyspaceCreateOptions::default)?);
+            keyspaces.push(db.keyspace(ks.name(), || {
+                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+            })?);
         }
         let shared = Arc::new(Shared {
             db,
