@@ -199,9 +199,9 @@ pub async fn handle_call(
             }
             // No usable grant: hold the call for approval.
             let permit = match hold {
-                Hold::Wait(d) if !d.is_zero() => Some(gw.held.try_acquire().map_err(|_| {
-                    ApiError::new("gateway.too_many_held", "too many calls are held waiting for a decision; retry, or send `Prefer: respond-async`").retry_after(1)
-                })?),
+                Hold::Wait(d) if !d.is_zero() => {
+                    Some(gw.held.try_acquire().map_err(|_| too_many_held())?)
+                }
                 _ => None,
             };
             let approval = Approval {
@@ -268,6 +268,12 @@ pub async fn call_outcome(
             ))
         }
     }
+    // A request that waits is a held request, counted against `max_held` like any other.
+    let _permit = if wait.is_zero() {
+        None
+    } else {
+        Some(gw.held.try_acquire().map_err(|_| too_many_held())?)
+    };
     call_outcome_after_wait(gw, call_id, wait).await
 }
 
@@ -351,6 +357,14 @@ async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, 
         )),
         CallStatus::Cancelled => Err(ApiError::new("call.cancelled", "the call was cancelled")),
     }
+}
+
+fn too_many_held() -> ApiError {
+    ApiError::new(
+        "gateway.too_many_held",
+        "too many calls are held waiting for a decision; retry, or send `Prefer: respond-async`",
+    )
+    .retry_after(1)
 }
 
 fn denied(d: &Decision) -> ApiError {

@@ -757,3 +757,60 @@ fn shutdown_answers_held_calls_and_keeps_their_approvals() {
     );
     assert_eq!(list["approvals"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn beyond_max_held_a_call_that_would_wait_gets_429_and_nothing_is_held() {
+    let backend = Backend::start();
+    let gw = Gateway::start_with(&config_text(&backend, "max_held = 1"), POLICY);
+    std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            gw.call(
+                "agent1",
+                "db.query",
+                json!({"sql": "select 20"}),
+                Some("wait=3"),
+            )
+        });
+        loop {
+            let (_, list) = gw.req("GET", "/v1/approvals", Some("dba1"), None, None);
+            if !list["approvals"].as_array().unwrap().is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let resp = gw
+            .client
+            .post(format!("{}/v1/calls", gw.base))
+            .bearer_auth("token-agent1")
+            .header("prefer", "wait=3")
+            .body(json!({"tool": "db.query", "args": {"sql": "select 21"}}).to_string())
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 429);
+        assert_eq!(resp.headers()["retry-after"], "1");
+        let body: Value = resp.json().unwrap();
+        assert_eq!(code(&body), "gateway.too_many_held");
+        // Asking for an async answer still works: nothing has to be held.
+        assert_eq!(
+            gw.call(
+                "agent1",
+                "db.query",
+                json!({"sql": "select 22"}),
+                Some("respond-async")
+            )
+            .0,
+            202
+        );
+        assert_eq!(
+            first.join().unwrap().0,
+            202,
+            "the held call ends its wait with the 202"
+        );
+    });
+    let (_, list) = gw.req("GET", "/v1/approvals", Some("dba1"), None, None);
+    assert_eq!(
+        list["approvals"].as_array().unwrap().len(),
+        2,
+        "the refused call left no approval"
+    );
+}
