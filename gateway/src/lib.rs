@@ -15,5 +15,6 @@ pub mod http;
 pub mod metrics;
 pub mod pipeline;
 pub mod server;
+pub mod signing;
 pub mod state;
 pub mod upstream;
