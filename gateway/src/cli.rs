@@ -355,8 +355,11 @@ fn policy_eval(args: &EvalArgs) -> u8 {
         Ok(r) => r,
         Err(code) => return code,
     };
+    let mut request = request;
+    cases::fill_with_builtin(&set, &request.call, &mut request.classifiers);
     let decision = evaluate(&set, &request.input());
-    let out = cases::decision_json(&decision, &request.call);
+    let mut out = cases::decision_json(&decision, &request.call);
+    out["classifiers"] = cases::classifiers_json(&request.classifiers);
     println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     0
 }

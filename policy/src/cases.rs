@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use toml::Spanned;
 
 use crate::call::ToolCall;
+use crate::classify::BuiltinClassifier;
 use crate::error::{line_col, PolicyError, PolicyErrors, RequestError};
 use crate::eval::evaluate;
 use crate::load::PolicySet;
@@ -92,6 +93,47 @@ pub fn fixed_classifiers(value: &Value) -> Result<BTreeMap<String, ClassifierOut
         out.insert(name.clone(), outcome);
     }
     Ok(out)
+}
+
+/// Runs the builtin classifier for every classifier that a rule applying to the call names and
+/// that has no result yet: how `policy test` and `policy eval` classify "for real".
+pub fn fill_with_builtin(
+    set: &PolicySet,
+    call: &ToolCall,
+    classifiers: &mut BTreeMap<String, ClassifierOutcome>,
+) {
+    let missing: Vec<String> = set
+        .classifiers_for(&call.tool)
+        .into_iter()
+        .filter(|name| !classifiers.contains_key(*name))
+        .map(str::to_owned)
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let result = BuiltinClassifier::default().classify(&call.args);
+    for name in missing {
+        classifiers.insert(name, ClassifierOutcome::Ok(result.clone()));
+    }
+}
+
+/// Classifier results as the explanation shows them.
+pub fn classifiers_json(classifiers: &BTreeMap<String, ClassifierOutcome>) -> Value {
+    let map: serde_json::Map<String, Value> = classifiers
+        .iter()
+        .map(|(name, outcome)| {
+            let v = match outcome {
+                ClassifierOutcome::Ok(r) => {
+                    json!({"score": r.score, "labels": r.labels, "detail": r.detail})
+                }
+                ClassifierOutcome::Failed { reason, on_error } => {
+                    json!({"error": reason, "on_error": on_error})
+                }
+            };
+            (name.clone(), v)
+        })
+        .collect();
+    Value::Object(map)
 }
 
 /// Parses an RFC 3339 instant.
@@ -315,13 +357,14 @@ fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
         Some(p) => toml_to_json(p).map_err(|e| bad("principal", e.to_string()))?,
         None => default_principal(),
     };
-    let classifiers = match &case.classifier {
+    let mut classifiers = match &case.classifier {
         Some(c) => {
             fixed_classifiers(&toml_to_json(c).map_err(|e| bad("classifier", e.to_string()))?)
                 .map_err(|e| bad("classifier", e))?
         }
         None => BTreeMap::new(),
     };
+    fill_with_builtin(set, &call, &mut classifiers);
     let now = parse_now(case.now.as_deref().unwrap_or(DEFAULT_NOW)).map_err(|e| bad("now", e))?;
     let request = EvalRequest {
         call,

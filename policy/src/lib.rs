@@ -13,6 +13,7 @@ mod call;
 mod canonical;
 pub mod cases;
 mod cel;
+mod classify;
 mod duration;
 mod error;
 mod eval;
@@ -27,6 +28,7 @@ pub use canonical::{
     Fingerprint,
 };
 pub use cel::build_env;
+pub use classify::BuiltinClassifier;
 pub use duration::{format_duration, parse_duration};
 pub use error::{PolicyError, PolicyErrors, RequestError};
 pub use eval::evaluate;
