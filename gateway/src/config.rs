@@ -41,7 +41,19 @@ struct RawConfig {
     #[serde(default)]
     webhooks: Vec<toml::Value>,
     #[serde(default)]
-    classifiers: Vec<toml::Value>,
+    classifiers: Vec<RawClassifier>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClassifier {
+    name: String,
+    kind: String,
+    url: Option<String>,
+    timeout: Option<String>,
+    on_error: Option<String>,
+    #[serde(default)]
+    allow_hosts: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -59,6 +71,7 @@ struct RawServer {
     tls: Option<RawTls>,
     upstream_ca: Option<PathBuf>,
     log_format: Option<String>,
+    classifier_cache_ttl: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -128,6 +141,23 @@ pub struct ToolRoute {
     pub timeout: Duration,
 }
 
+/// How a classifier runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClassifierKind {
+    /// The local classifier; URLs to hosts outside `allow_hosts` count as exfiltration.
+    Builtin { allow_hosts: Vec<String> },
+    /// A remote classifier service.
+    Http { url: String, timeout: Duration },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassifierConfig {
+    pub name: String,
+    pub kind: ClassifierKind,
+    /// What a rule naming this classifier yields when it fails; never allow.
+    pub on_error: airlock_policy::DecisionKind,
+}
+
 /// The validated config.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -149,6 +179,9 @@ pub struct Config {
     pub principals: Vec<PrincipalConfig>,
     pub tools: Vec<ToolRoute>,
     pub redact: Vec<String>,
+    pub classifiers: Vec<ClassifierConfig>,
+    /// How long a classifier result is reused for the same (classifier, fingerprint).
+    pub classifier_cache_ttl: Duration,
     /// Printed at start-up: the demo's tokens.
     pub banner: Option<String>,
 }
@@ -194,12 +227,6 @@ impl Config {
             return Err(err(
                 "webhooks",
                 "webhook approvers are not supported by this build yet",
-            ));
-        }
-        if !raw.classifiers.is_empty() {
-            return Err(err(
-                "classifiers",
-                "classifiers are not supported by this build yet",
             ));
         }
         let s = raw.server;
@@ -296,6 +323,66 @@ impl Config {
                 timeout,
             });
         }
+        let mut classifiers: Vec<ClassifierConfig> = Vec::new();
+        for (i, c) in raw.classifiers.into_iter().enumerate() {
+            let key = format!("classifiers[{i}]");
+            if c.name.is_empty() || classifiers.iter().any(|x| x.name == c.name) {
+                return Err(err(
+                    format!("{key}.name"),
+                    format!("`{}` is empty or used twice", c.name),
+                ));
+            }
+            let kind = match (c.kind.as_str(), c.url) {
+                ("builtin", None) => ClassifierKind::Builtin {
+                    allow_hosts: c.allow_hosts,
+                },
+                ("builtin", Some(_)) => {
+                    return Err(err(
+                        format!("{key}.url"),
+                        "a builtin classifier takes no url",
+                    ))
+                }
+                ("http", Some(url))
+                    if url.starts_with("http://") || url.starts_with("https://") =>
+                {
+                    ClassifierKind::Http {
+                        url,
+                        timeout: duration(
+                            &format!("{key}.timeout"),
+                            c.timeout.as_deref(),
+                            Duration::from_millis(300),
+                        )?,
+                    }
+                }
+                ("http", other) => {
+                    return Err(err(
+                        format!("{key}.url"),
+                        format!("an http classifier needs an http(s) url, got {other:?}"),
+                    ))
+                }
+                (other, _) => {
+                    return Err(err(
+                        format!("{key}.kind"),
+                        format!("`{other}` must be builtin or http"),
+                    ))
+                }
+            };
+            let on_error = match c.on_error.as_deref().unwrap_or("require_approval") {
+                "require_approval" => airlock_policy::DecisionKind::RequireApproval,
+                "deny" => airlock_policy::DecisionKind::Deny,
+                other => return Err(err(format!("{key}.on_error"), format!("`{other}` must be require_approval or deny: a failing classifier never allows"))),
+            };
+            classifiers.push(ClassifierConfig {
+                name: c.name,
+                kind,
+                on_error,
+            });
+        }
+        let classifier_cache_ttl = duration(
+            "server.classifier_cache_ttl",
+            s.classifier_cache_ttl.as_deref(),
+            Duration::from_secs(60),
+        )?;
         for (i, p) in raw.audit.redact.iter().enumerate() {
             if !p.starts_with('/') {
                 return Err(err(
@@ -322,6 +409,8 @@ impl Config {
             principals,
             tools,
             redact: raw.audit.redact,
+            classifiers,
+            classifier_cache_ttl,
             banner: None,
         })
     }
@@ -378,6 +467,14 @@ impl Config {
             ],
             tools,
             redact: vec!["/password".into()],
+            classifiers: vec![ClassifierConfig {
+                name: "risk".into(),
+                kind: ClassifierKind::Builtin {
+                    allow_hosts: vec![],
+                },
+                on_error: airlock_policy::DecisionKind::RequireApproval,
+            }],
+            classifier_cache_ttl: Duration::from_secs(60),
             banner: Some(banner),
         }
     }
@@ -416,6 +513,9 @@ mod tests {
             ("[[tools]]\nname = \"a b\"\nupstream = \"http://x\"\n", "tools[0].name"),
             ("[[tools]]\nname = \"a\"\nupstream = \"ftp://x\"\n", "tools[0].upstream"),
             ("[audit]\nredact = [\"password\"]\n", "audit.redact[0]"),
+            ("[[classifiers]]\nname = \"r\"\nkind = \"magic\"\n", "classifiers[0].kind"),
+            ("[[classifiers]]\nname = \"r\"\nkind = \"http\"\n", "classifiers[0].url"),
+            ("[[classifiers]]\nname = \"r\"\nkind = \"builtin\"\non_error = \"allow\"\n", "classifiers[0].on_error"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err();

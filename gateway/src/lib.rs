@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod classifiers;
 pub mod cli;
 pub mod client;
 pub mod clock;

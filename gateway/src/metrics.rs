@@ -19,6 +19,9 @@ pub struct Metrics {
     /// Reloads by `result` (ok, error).
     pub policy_reloads: IntCounterVec,
     pub store_errors: IntCounter,
+    /// Classifier latency and failures by configured classifier name.
+    pub classifier_seconds: HistogramVec,
+    pub classifier_errors: IntCounterVec,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -65,6 +68,19 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "airlock_store_errors_total",
             "Store operations that failed",
         )?,
+        classifier_seconds: HistogramVec::new(
+            HistogramOpts::new("airlock_classifier_seconds", "Classifier latency").buckets(vec![
+                0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.01, 0.05, 0.1, 0.3, 1.0,
+            ]),
+            &["classifier"],
+        )?,
+        classifier_errors: IntCounterVec::new(
+            Opts::new(
+                "airlock_classifier_errors_total",
+                "Classifier runs that failed or timed out",
+            ),
+            &["classifier"],
+        )?,
         registry,
     };
     m.registry.register(Box::new(m.calls.clone()))?;
@@ -77,6 +93,9 @@ fn build() -> Result<Metrics, prometheus::Error> {
         .register(Box::new(m.approval_wait_seconds.clone()))?;
     m.registry.register(Box::new(m.policy_reloads.clone()))?;
     m.registry.register(Box::new(m.store_errors.clone()))?;
+    m.registry
+        .register(Box::new(m.classifier_seconds.clone()))?;
+    m.registry.register(Box::new(m.classifier_errors.clone()))?;
     Ok(m)
 }
 

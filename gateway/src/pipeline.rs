@@ -10,7 +10,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_policy::{evaluate, Decision, DecisionKind, GrantScope, Input, ToolCall};
+use std::collections::BTreeMap;
+
+use airlock_policy::cases::classifiers_json;
+use airlock_policy::{
+    evaluate, ClassifierOutcome, Decision, DecisionKind, GrantScope, Input, ToolCall,
+};
 use airlock_storage::{
     Approval, ApprovalStatus, Begin, CallOutcome, CallRecord, CallStatus, GrantTerms, Principal,
     Verdict,
@@ -64,11 +69,21 @@ fn scope_key(scope: GrantScope, call_id: &str, call: &ToolCall, principal: &Prin
     }
 }
 
-/// Evaluates `call` for `principal` under the current policy, timing it.
-pub fn decide_policy(gw: &Gateway, call: &ToolCall, principal: &Principal) -> Decision {
-    let policy = gw.policy.load();
+/// Runs the classifiers named by the rules that may apply to `call`, then evaluates it for
+/// `principal` under the current policy. Returns the decision and the classifier results.
+pub async fn decide_policy(
+    gw: &Gateway,
+    call: &ToolCall,
+    principal: &Principal,
+) -> (Decision, BTreeMap<String, ClassifierOutcome>) {
+    let policy = gw.policy.load_full();
+    let names = policy.classifiers_for(&call.tool);
+    let classifiers = if names.is_empty() {
+        BTreeMap::new()
+    } else {
+        gw.classifiers.run(&names, call, &gw.metrics).await
+    };
     let principal = principal_json(principal);
-    let classifiers = Default::default();
     let start = Instant::now();
     let decision = evaluate(
         &policy,
@@ -85,16 +100,25 @@ pub fn decide_policy(gw: &Gateway, call: &ToolCall, principal: &Principal) -> De
     gw.metrics
         .policy_eval_seconds
         .observe(start.elapsed().as_secs_f64());
-    decision
+    (decision, classifiers)
 }
 
-fn explanation(d: &Decision) -> Map<String, Value> {
-    audit_fields(json!({
+/// What the audit log and the approval record say about a decision: the matched rules, their
+/// errors and messages, the policy version, and the classifier results.
+fn explanation(
+    d: &Decision,
+    classifiers: &BTreeMap<String, ClassifierOutcome>,
+) -> Map<String, Value> {
+    let mut e = audit_fields(json!({
         "rules": d.rules,
         "errors": d.errors,
         "messages": d.messages,
         "policy_version": d.policy_version,
-    }))
+    }));
+    if !classifiers.is_empty() {
+        e.insert("classifiers".into(), classifiers_json(classifiers));
+    }
+    e
 }
 
 fn new_call_record(
@@ -148,7 +172,7 @@ pub async fn handle_call(
     span.record("call_id", call_id.as_str());
 
     // Decide.
-    let decision = decide_policy(gw, &call, &principal);
+    let (decision, classified) = decide_policy(gw, &call, &principal).await;
     span.record("decision", decision.decision.as_str());
     let now = now_ms();
     let mut record = new_call_record(&call_id, &call, &principal, &decision, now);
@@ -156,14 +180,14 @@ pub async fn handle_call(
 
     match decision.decision {
         DecisionKind::Deny => {
-            let expl = explanation(&decision);
+            let expl = explanation(&decision, &classified);
             gw.store_op(move |s| s.record_call(record, expl, false))
                 .await?;
             gw.metrics.call("deny", "denied");
             Err(denied(&decision))
         }
         DecisionKind::Allow => {
-            let expl = explanation(&decision);
+            let expl = explanation(&decision, &classified);
             // The decision and the claim to run are durable, in one fsync, before forwarding.
             let record = gw
                 .store_op(move |s| s.record_call(record, expl, true))
@@ -187,7 +211,7 @@ pub async fn handle_call(
                 .is_some();
             if has_grant {
                 record.status = CallStatus::Allowed;
-                let expl = explanation(&decision);
+                let expl = explanation(&decision, &classified);
                 let (k, r) = (key.clone(), record.clone());
                 if let Some(record) = gw
                     .store_op(move |s| s.call_with_grant(r, &k, expl, true))
@@ -213,7 +237,7 @@ pub async fn handle_call(
                 requester: principal.clone(),
                 context: call.context.clone(),
                 policy_version: decision.policy_version.clone(),
-                explanation: serde_json::to_value(&decision).unwrap_or(Value::Null),
+                explanation: Value::Object(explanation(&decision, &classified)),
                 rules: decision.rules.clone(),
                 approvers: settings.approvers.clone(),
                 quorum: settings.quorum,
@@ -231,7 +255,7 @@ pub async fn handle_call(
                 edited_fingerprint: None,
                 decided_at: None,
             };
-            let expl = explanation(&decision);
+            let expl = explanation(&decision, &classified);
             let approval = gw
                 .store_op(move |s| s.create_approval(record, approval, expl))
                 .await?;
@@ -588,7 +612,7 @@ pub async fn decide(
                     })?;
                 let edited = ToolCall::new(&a.tool, args, Some(a.context.clone()))?;
                 // The edited call is evaluated as its requester's call: policy must not deny it.
-                let d = decide_policy(gw, &edited, &a.requester);
+                let (d, _) = decide_policy(gw, &edited, &a.requester).await;
                 if d.decision == DecisionKind::Deny {
                     return Err(ApiError::new(
                         "approval.edit_denied",

@@ -5,7 +5,7 @@
 //! Request handling lives in [`crate::pipeline`] and [`crate::api`]; this module only holds
 //! things and keeps them fresh.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -18,6 +18,7 @@ use tokio::sync::{broadcast, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Auth;
+use crate::classifiers::Classifiers;
 use crate::clock::now_ms;
 use crate::config::{Config, PolicySource};
 use crate::http::ApiError;
@@ -73,6 +74,7 @@ pub struct Gateway {
     pub metrics: Metrics,
     pub upstreams: Upstreams,
     pub auth: Auth,
+    pub classifiers: Classifiers,
     /// Cancelled at shutdown: held requests answer `503 gateway.shutting_down`.
     pub shutdown: CancellationToken,
     /// Requests in flight; beyond `max_in_flight` new ones get 503.
@@ -83,19 +85,25 @@ pub struct Gateway {
     pub policy_loaded: AtomicBool,
 }
 
-/// Loads the policy set from its source.
-fn load_policy(source: &PolicySource) -> Result<PolicySet, PolicyErrors> {
-    match source {
+/// Loads the policy set from its source, refusing one that names an unconfigured classifier.
+fn load_policy(
+    source: &PolicySource,
+    classifiers: &BTreeSet<String>,
+) -> Result<PolicySet, PolicyErrors> {
+    let set = match source {
         PolicySource::Path(p) => PolicySet::load(p),
         PolicySource::Embedded(sources) => PolicySet::from_sources(sources.clone()),
-    }
+    }?;
+    set.check_classifiers(classifiers)?;
+    Ok(set)
 }
 
 impl Gateway {
     /// Opens the store and loads the policy; a bad policy at start-up is fatal.
     pub fn open(config: Config, shutdown: CancellationToken) -> Result<Arc<Gateway>, String> {
-        let policy =
-            load_policy(&config.policy).map_err(|e| format!("the policy does not load:\n{e}"))?;
+        let classifiers = Classifiers::new(&config.classifiers, config.classifier_cache_ttl)?;
+        let policy = load_policy(&config.policy, &classifiers.names())
+            .map_err(|e| format!("the policy does not load:\n{e}"))?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
         let store = Store::open(
@@ -122,6 +130,7 @@ impl Gateway {
         let gw = Gateway {
             upstreams: Upstreams::new(&config)?,
             auth: Auth::new(&config.principals),
+            classifiers,
             policy: ArcSwap::from_pointee(policy),
             store,
             holds: Holds::default(),
@@ -168,7 +177,7 @@ impl Gateway {
 
     /// Reloads the policy; a set that does not load leaves the current one in place.
     pub fn reload(self: &Arc<Self>, trigger: &str) -> Result<String, PolicyErrors> {
-        match load_policy(&self.config.policy) {
+        match load_policy(&self.config.policy, &self.classifiers.names()) {
             Ok(set) => {
                 let version = set.version().to_owned();
                 let changed = version != self.policy.load().version();

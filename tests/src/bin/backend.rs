@@ -3,6 +3,7 @@
 //! - `POST /echo`: 200 with the body it got and the `airlock-*` headers;
 //! - `POST /status/<code>`: that status;
 //! - `POST /slow/<ms>`: 200 after a delay;
+//! - `POST /classify/<label>`: a classifier's answer, score 0.9 with that label;
 //! - `GET /count`: how many POSTs it has served, and their bodies (raw, as received).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -59,6 +60,10 @@ async fn handle(seen: Arc<Mutex<Seen>>, req: Request<Incoming>) -> Response<Full
         ["status", code] => reply(
             code.parse().unwrap_or(500),
             json!({"error": "backend says no", "args": parsed}),
+        ),
+        ["classify", label] => reply(
+            200,
+            json!({"score": 0.9, "labels": [label], "detail": {"seen_fingerprint": parsed["fingerprint"]}}),
         ),
         ["slow", ms] => {
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;

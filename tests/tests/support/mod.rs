@@ -229,6 +229,7 @@ impl Gateway {
 
     /// (Re)starts the process on the same data dir.
     pub fn spawn(&mut self) {
+        let log = self.dir.path().join("gateway.log");
         let mut child = Command::new(airlock_bin())
             .args([
                 "serve",
@@ -239,14 +240,19 @@ impl Gateway {
             ])
             .env("AIRLOCK_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        self.base = wait_for_line(&mut child, "airlock listening on ")
-            .split(' ')
-            .next()
-            .unwrap()
-            .to_owned();
+        let line = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_for_line(&mut child, "airlock listening on ")
+        }))
+        .unwrap_or_else(|_| {
+            panic!(
+                "the gateway did not start:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
+        self.base = line.split(' ').next().unwrap().to_owned();
         self.child = Some(child);
     }
 
