@@ -380,6 +380,48 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 }))),
             }
         }
+        (Method::GET, ["v1", "webhooks"]) => {
+            require(role, &[Role::Admin])?;
+            let mut list = Vec::new();
+            for h in &gw.webhooks.hooks {
+                let id = h.id.clone();
+                let disabled = gw.store_op(move |s| s.webhook_disabled(&id)).await?;
+                list.push(json!({"id": h.id, "url": h.url, "events": h.events, "principal": h.principal, "disabled": disabled}));
+            }
+            Ok(json_response(StatusCode::OK, &json!({"webhooks": list})))
+        }
+        (Method::POST, ["v1", "webhooks", id, "enable"]) => {
+            require(role, &[Role::Admin])?;
+            webhook_exists(gw, id)?;
+            let (id, now) = (id.to_string(), now_ms());
+            let requeued = gw.store_op(move |s| s.enable_webhook(&id, now)).await?;
+            gw.webhooks.wake.notify_one();
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"enabled": true, "requeued": requeued}),
+            ))
+        }
+        (Method::POST, ["v1", "webhooks", id, "test"]) => {
+            require(role, &[Role::Admin])?;
+            webhook_exists(gw, id)?;
+            let delivery = airlock_storage::NewDelivery {
+                webhook: id.to_string(),
+                event: "webhook.test".into(),
+                payload: crate::webhooks::payload(
+                    "webhook.test",
+                    &json!({"webhook": id, "message": "a test event from airlock"}),
+                ),
+            };
+            let now = now_ms();
+            let queued = gw
+                .store_op(move |s| s.enqueue_deliveries(vec![delivery], now))
+                .await?;
+            gw.webhooks.wake.notify_one();
+            Ok(json_response(
+                StatusCode::ACCEPTED,
+                &json!({"delivery_id": queued.first().map(|d| d.id.clone())}),
+            ))
+        }
         (Method::GET, ["v1", "audit"]) => {
             require(role, &[Role::Admin])?;
             let after = query_param(&query, "after")
@@ -409,6 +451,17 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             "route.not_found",
             format!("no route `{path}`"),
         )),
+    }
+}
+
+fn webhook_exists(gw: &Gateway, id: &str) -> Result<(), ApiError> {
+    if gw.webhooks.hooks.iter().any(|h| h.id == id) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            "webhook.not_found",
+            format!("no webhook `{id}` is configured"),
+        ))
     }
 }
 

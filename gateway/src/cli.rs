@@ -520,6 +520,7 @@ fn serve(args: ServeArgs) -> u8 {
         }
     };
     runtime.block_on(async move {
+        let mut config = config;
         let listener = match tokio::net::TcpListener::bind(config.listen).await {
             Ok(l) => l,
             Err(e) => {
@@ -539,6 +540,9 @@ fn serve(args: ServeArgs) -> u8 {
         } else {
             "http"
         };
+        if config.public_url.is_none() {
+            config.public_url = Some(format!("{scheme}://{addr}"));
+        }
         if let Some(banner) = &config.banner {
             println!("{banner}");
         }

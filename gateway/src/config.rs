@@ -39,9 +39,21 @@ struct RawConfig {
     #[serde(default)]
     audit: RawAudit,
     #[serde(default)]
-    webhooks: Vec<toml::Value>,
+    webhooks: Vec<RawWebhook>,
     #[serde(default)]
     classifiers: Vec<RawClassifier>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebhook {
+    id: String,
+    url: String,
+    secret: String,
+    events: Option<Vec<String>>,
+    principal: Option<String>,
+    retry_schedule: Option<Vec<String>>,
+    timeout: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -72,6 +84,7 @@ struct RawServer {
     upstream_ca: Option<PathBuf>,
     log_format: Option<String>,
     classifier_cache_ttl: Option<String>,
+    public_url: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -141,6 +154,28 @@ pub struct ToolRoute {
     pub timeout: Duration,
 }
 
+/// The events a webhook can receive.
+pub const EVENTS: [&str; 4] = [
+    "approval.requested",
+    "approval.decided",
+    "approval.expired",
+    "call.completed",
+];
+
+/// A webhook approver or notification endpoint (DESIGN §8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    pub id: String,
+    pub url: String,
+    /// The decoded key of its `whsec_` secret.
+    pub key: Vec<u8>,
+    pub events: Vec<String>,
+    /// The approver a synchronous decision is recorded as.
+    pub principal: Option<String>,
+    pub retry_schedule: Vec<Duration>,
+    pub timeout: Duration,
+}
+
 /// How a classifier runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClassifierKind {
@@ -180,6 +215,10 @@ pub struct Config {
     pub tools: Vec<ToolRoute>,
     pub redact: Vec<String>,
     pub classifiers: Vec<ClassifierConfig>,
+    pub webhooks: Vec<WebhookConfig>,
+    /// The gateway's URL as approvers reach it, for the links in webhook payloads; defaults to
+    /// the listening address.
+    pub public_url: Option<String>,
     /// How long a classifier result is reused for the same (classifier, fingerprint).
     pub classifier_cache_ttl: Duration,
     /// Printed at start-up: the demo's tokens.
@@ -223,12 +262,6 @@ impl Config {
                 .unwrap_or_default();
             err(at, e.message().trim())
         })?;
-        if !raw.webhooks.is_empty() {
-            return Err(err(
-                "webhooks",
-                "webhook approvers are not supported by this build yet",
-            ));
-        }
         let s = raw.server;
         let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let listen_text = s.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
@@ -378,6 +411,71 @@ impl Config {
                 on_error,
             });
         }
+        let mut webhooks: Vec<WebhookConfig> = Vec::new();
+        for (i, w) in raw.webhooks.into_iter().enumerate() {
+            let key = format!("webhooks[{i}]");
+            if w.id.is_empty() || webhooks.iter().any(|x| x.id == w.id) {
+                return Err(err(
+                    format!("{key}.id"),
+                    format!("`{}` is empty or used twice", w.id),
+                ));
+            }
+            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+                return Err(err(
+                    format!("{key}.url"),
+                    format!("`{}` must be an http:// or https:// URL", w.url),
+                ));
+            }
+            let secret = secret(&format!("{key}.secret"), &w.secret)?;
+            let signing_key =
+                crate::signing::secret_key(&secret).map_err(|m| err(format!("{key}.secret"), m))?;
+            let events = w
+                .events
+                .unwrap_or_else(|| EVENTS.iter().map(|e| e.to_string()).collect());
+            if let Some(bad) = events.iter().find(|e| !EVENTS.contains(&e.as_str())) {
+                return Err(err(
+                    format!("{key}.events"),
+                    format!("unknown event `{bad}`; events are {}", EVENTS.join(", ")),
+                ));
+            }
+            if let Some(p) = &w.principal {
+                if !principals
+                    .iter()
+                    .any(|q| &q.id == p && q.role == "approver")
+                {
+                    return Err(err(
+                        format!("{key}.principal"),
+                        format!("`{p}` must be a configured principal with role approver"),
+                    ));
+                }
+            }
+            let schedule_text = w.retry_schedule.unwrap_or_else(|| {
+                ["5s", "30s", "2m", "10m", "30m", "1h", "3h", "6h"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            });
+            let mut retry_schedule = Vec::new();
+            for (j, d) in schedule_text.iter().enumerate() {
+                retry_schedule.push(
+                    parse_duration(d).map_err(|m| err(format!("{key}.retry_schedule[{j}]"), m))?,
+                );
+            }
+            let timeout = duration(
+                &format!("{key}.timeout"),
+                w.timeout.as_deref(),
+                Duration::from_secs(10),
+            )?;
+            webhooks.push(WebhookConfig {
+                id: w.id,
+                url: w.url,
+                key: signing_key,
+                events,
+                principal: w.principal,
+                retry_schedule,
+                timeout,
+            });
+        }
         let classifier_cache_ttl = duration(
             "server.classifier_cache_ttl",
             s.classifier_cache_ttl.as_deref(),
@@ -410,6 +508,8 @@ impl Config {
             tools,
             redact: raw.audit.redact,
             classifiers,
+            webhooks,
+            public_url: s.public_url,
             classifier_cache_ttl,
             banner: None,
         })
@@ -475,6 +575,8 @@ impl Config {
                 on_error: airlock_policy::DecisionKind::RequireApproval,
             }],
             classifier_cache_ttl: Duration::from_secs(60),
+            webhooks: vec![],
+            public_url: None,
             banner: Some(banner),
         }
     }

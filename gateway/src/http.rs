@@ -106,7 +106,7 @@ pub fn status_for(code: &str) -> StatusCode {
         | "call.cancelled"
         | "call.exists" => StatusCode::CONFLICT,
         "approval.not_found" | "call.not_found" | "tool.unknown" | "route.not_found"
-        | "delivery.not_found" => StatusCode::NOT_FOUND,
+        | "delivery.not_found" | "webhook.not_found" => StatusCode::NOT_FOUND,
         "route.method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
         "upstream.unavailable" | "upstream.too_large" | "call.interrupted" => {
             StatusCode::BAD_GATEWAY

@@ -19,3 +19,4 @@ pub mod server;
 pub mod signing;
 pub mod state;
 pub mod upstream;
+pub mod webhooks;

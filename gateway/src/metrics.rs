@@ -2,8 +2,8 @@
 //! kinds only — never args, principals or fingerprints, which go to tracing and the audit log.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -22,6 +22,11 @@ pub struct Metrics {
     /// Classifier latency and failures by configured classifier name.
     pub classifier_seconds: HistogramVec,
     pub classifier_errors: IntCounterVec,
+    /// Webhook deliveries by `result` (delivered, retried, dead, disabled, parked).
+    pub webhook_deliveries: IntCounterVec,
+    /// Attempts a delivery took, counted when it is delivered or given up.
+    pub webhook_attempts: Histogram,
+    pub webhook_oldest_undelivered_seconds: Gauge,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -81,6 +86,24 @@ fn build() -> Result<Metrics, prometheus::Error> {
             ),
             &["classifier"],
         )?,
+        webhook_deliveries: IntCounterVec::new(
+            Opts::new(
+                "airlock_webhook_deliveries_total",
+                "Webhook delivery attempts by result",
+            ),
+            &["result"],
+        )?,
+        webhook_attempts: Histogram::with_opts(
+            HistogramOpts::new(
+                "airlock_webhook_attempts",
+                "Attempts a webhook delivery took",
+            )
+            .buckets(vec![1.0, 2.0, 3.0, 5.0, 9.0]),
+        )?,
+        webhook_oldest_undelivered_seconds: Gauge::new(
+            "airlock_webhook_oldest_undelivered_seconds",
+            "Age of the oldest webhook delivery not yet delivered",
+        )?,
         registry,
     };
     m.registry.register(Box::new(m.calls.clone()))?;
@@ -96,6 +119,11 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry
         .register(Box::new(m.classifier_seconds.clone()))?;
     m.registry.register(Box::new(m.classifier_errors.clone()))?;
+    m.registry
+        .register(Box::new(m.webhook_deliveries.clone()))?;
+    m.registry.register(Box::new(m.webhook_attempts.clone()))?;
+    m.registry
+        .register(Box::new(m.webhook_oldest_undelivered_seconds.clone()))?;
     Ok(m)
 }
 

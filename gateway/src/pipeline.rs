@@ -256,11 +256,21 @@ pub async fn handle_call(
                 decided_at: None,
             };
             let expl = explanation(&decision, &classified);
+            // The approval and its webhook notifications are durable together.
+            let event = gw.approval_event(&approval);
+            let deliveries = gw.webhooks.deliveries_for("approval.requested", &event);
+            let notify_webhooks = !deliveries.is_empty();
             let approval = gw
-                .store_op(move |s| s.create_approval(record, approval, expl))
+                .store_op(move |s| s.create_approval_notifying(record, approval, expl, deliveries))
                 .await?;
             gw.metrics.pending_approvals.inc();
-            gw.publish("approval.requested", approval_json(&approval));
+            let _ = gw.events.send(crate::state::Event {
+                kind: "approval.requested",
+                data: event,
+            });
+            if notify_webhooks {
+                gw.webhooks.wake.notify_one();
+            }
             match hold {
                 Hold::Async => Ok(pending_response(&approval)),
                 Hold::Wait(d) => {
@@ -516,7 +526,10 @@ async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Bod
             "failed"
         },
     );
-    gw.publish("call.completed", json!({"call_id": record.call_id, "tool": record.tool, "status": record.status.as_str(), "approval_id": record.approval_id}));
+    // Told in the background: the agent's answer does not wait for the notification.
+    let event = json!({"call_id": record.call_id, "tool": record.tool, "status": record.status.as_str(), "approval_id": record.approval_id, "upstream_status": record.outcome.as_ref().and_then(|o| o.upstream_status)});
+    let announcer = gw.clone();
+    tokio::spawn(async move { announcer.announce("call.completed", event).await });
     finished(&record)
 }
 
@@ -643,6 +656,7 @@ pub async fn decide(
         }
     }
     gw.holds.notify(&a.call_id);
-    gw.publish("approval.decided", approval_json(&a));
+    let event = gw.approval_event(&a);
+    gw.announce("approval.decided", event).await;
     Ok(a)
 }

@@ -24,6 +24,7 @@ use crate::config::{Config, PolicySource};
 use crate::http::ApiError;
 use crate::metrics::Metrics;
 use crate::upstream::Upstreams;
+use crate::webhooks::Webhooks;
 
 /// An event for approvers' SSE stream and, later, webhooks.
 #[derive(Debug, Clone)]
@@ -75,6 +76,7 @@ pub struct Gateway {
     pub upstreams: Upstreams,
     pub auth: Auth,
     pub classifiers: Classifiers,
+    pub webhooks: Webhooks,
     /// Cancelled at shutdown: held requests answer `503 gateway.shutting_down`.
     pub shutdown: CancellationToken,
     /// Requests in flight; beyond `max_in_flight` new ones get 503.
@@ -131,6 +133,7 @@ impl Gateway {
             upstreams: Upstreams::new(&config)?,
             auth: Auth::new(&config.principals),
             classifiers,
+            webhooks: Webhooks::new(config.webhooks.clone())?,
             policy: ArcSwap::from_pointee(policy),
             store,
             holds: Holds::default(),
@@ -171,8 +174,42 @@ impl Gateway {
         result.map_err(ApiError::from)
     }
 
-    pub fn publish(&self, kind: &'static str, data: Value) {
+    /// Tells approvers: the SSE stream, and the outbox of every webhook subscribed to `kind`
+    /// (durable before this returns).
+    pub async fn announce(self: &Arc<Self>, kind: &'static str, data: Value) {
+        let deliveries = self.webhooks.deliveries_for(kind, &data);
         let _ = self.events.send(Event { kind, data });
+        if deliveries.is_empty() {
+            return;
+        }
+        let now = now_ms();
+        match self
+            .store_op(move |s| s.enqueue_deliveries(deliveries, now))
+            .await
+        {
+            Ok(_) => self.webhooks.wake.notify_one(),
+            Err(e) => tracing::error!(
+                code = e.code,
+                "cannot queue webhook deliveries for {kind}: {}",
+                e.message
+            ),
+        }
+    }
+
+    /// An approval as events carry it: the record plus links to decide it.
+    pub fn approval_event(&self, a: &airlock_storage::Approval) -> Value {
+        let mut v = crate::pipeline::approval_json(a);
+        let base = self
+            .config
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.config.listen));
+        v["links"] = json!({
+            "approve": format!("{base}/v1/approvals/{}/approve", a.id),
+            "decline": format!("{base}/v1/approvals/{}/decline", a.id),
+            "self": format!("{base}/v1/approvals/{}", a.id),
+        });
+        v
     }
 
     /// Reloads the policy; a set that does not load leaves the current one in place.
@@ -218,7 +255,8 @@ impl Gateway {
                     self.metrics.pending_approvals.dec();
                     self.metrics.call("require_approval", "expired");
                     self.holds.notify(&a.call_id);
-                    self.publish("approval.expired", crate::pipeline::approval_json(&a));
+                    let event = self.approval_event(&a);
+                    self.announce("approval.expired", event).await;
                 }
             }
             Err(e) => tracing::error!(code = e.code, "expiry sweep failed: {}", e.message),
@@ -228,6 +266,7 @@ impl Gateway {
     /// Background work: the expiry sweep (every 250 ms) and, for a policy read from disk, a
     /// watch for changes (every second, by modification time and size).
     pub fn spawn_tasks(self: &Arc<Self>) {
+        tokio::spawn(crate::webhooks::run_worker(self.clone()));
         let gw = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));

@@ -33,10 +33,12 @@ pub enum Ks {
     OutboxDue,
     /// expiry time (u64 BE) + kind byte + id → empty: pending approvals and grants by expiry
     Expiry,
+    /// `webhook.disabled.{id}` → why and when a webhook endpoint was disabled
+    Settings,
 }
 
 impl Ks {
-    pub const ALL: [Ks; 8] = [
+    pub const ALL: [Ks; 9] = [
         Ks::Approvals,
         Ks::ApprovalIndex,
         Ks::Grants,
@@ -45,6 +47,7 @@ impl Ks {
         Ks::Outbox,
         Ks::OutboxDue,
         Ks::Expiry,
+        Ks::Settings,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +60,7 @@ impl Ks {
             Ks::Outbox => "outbox",
             Ks::OutboxDue => "outbox_due",
             Ks::Expiry => "expiry",
+            Ks::Settings => "settings",
         }
     }
 

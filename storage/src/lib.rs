@@ -33,7 +33,7 @@ pub use model::{
     Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
     Grant, GrantTerms, Millis, Principal,
 };
-pub use ops::{ApprovalFilter, Begin, NewDelivery, OutboxStats, Verdict};
+pub use ops::{ApprovalFilter, Begin, NewDelivery, OutboxStats, Verdict, PARKED};
 
 use keys::{decode, Ks};
 use writer::{ChainHead, Shared, Writer};

@@ -29,6 +29,9 @@ const IDX_PRINCIPAL: u8 = b'p';
 /// Calls that are executing: what a crash leaves with an unknown outcome.
 const IDX_EXECUTING: u8 = b'x';
 
+/// The due time of parked deliveries (a disabled endpoint's): never, until enabled.
+pub const PARKED: Millis = u64::MAX >> 1;
+
 /// Expired approvals and grants handled per sweep, so one sweep stays short.
 const SWEEP_LIMIT: usize = 1000;
 
@@ -192,12 +195,26 @@ impl Store {
     /// and the `call.decided` and `approval.requested` audit records, in one batch.
     pub fn create_approval(
         &self,
-        mut call: CallRecord,
+        call: CallRecord,
         approval: Approval,
         explanation: Map<String, Value>,
     ) -> Result<Approval, StoreError> {
+        self.create_approval_notifying(call, approval, explanation, Vec::new())
+    }
+
+    /// [`Store::create_approval`], with webhook deliveries announcing it put in the outbox in
+    /// the same batch: the approval and its notifications are durable together.
+    pub fn create_approval_notifying(
+        &self,
+        mut call: CallRecord,
+        approval: Approval,
+        explanation: Map<String, Value>,
+        deliveries: Vec<NewDelivery>,
+    ) -> Result<Approval, StoreError> {
         let redact_ptrs = self.redact.clone();
         self.writer.submit(move |tx| {
+            let now = call.created_at;
+            stage_deliveries(tx, deliveries, now)?;
             if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
                 return Err(StoreError::CallExists(call.call_id.clone()));
             }
@@ -645,30 +662,8 @@ impl Store {
         deliveries: Vec<NewDelivery>,
         now: Millis,
     ) -> Result<Vec<Delivery>, StoreError> {
-        self.writer.submit(move |tx| {
-            let mut out = Vec::new();
-            for d in deliveries {
-                let delivery = Delivery {
-                    id: crate::new_id(),
-                    webhook: d.webhook,
-                    event: d.event,
-                    payload: d.payload,
-                    attempts: 0,
-                    state: "pending".into(),
-                    due_at: now,
-                    created_at: now,
-                    last_error: None,
-                };
-                put(tx, Ks::Outbox, delivery.id.as_bytes(), &delivery)?;
-                tx.put(
-                    Ks::OutboxDue,
-                    keys::timed_key(now, delivery.id.as_bytes()),
-                    Vec::new(),
-                );
-                out.push(delivery);
-            }
-            Ok(out)
-        })
+        self.writer
+            .submit(move |tx| stage_deliveries(tx, deliveries, now))
     }
 
     /// Leases up to `max` deliveries that are due (pending ones whose time has come, and
@@ -773,6 +768,83 @@ impl Store {
         })
     }
 
+    /// Disables a webhook endpoint (it answered 410): its deliveries wait until an admin
+    /// enables it again.
+    pub fn disable_webhook(
+        &self,
+        webhook: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let (webhook, reason) = (webhook.to_owned(), reason.to_owned());
+        self.writer.submit(move |tx| {
+            let record = json!({"webhook": webhook, "reason": reason, "at": now});
+            put(
+                tx,
+                Ks::Settings,
+                format!("webhook.disabled.{webhook}").as_bytes(),
+                &record,
+            )?;
+            tx.audit(now, "webhook.disabled", fields(record));
+            Ok(())
+        })
+    }
+
+    /// Enables a disabled webhook endpoint and makes its parked deliveries due now; returns
+    /// how many were parked.
+    pub fn enable_webhook(&self, webhook: &str, now: Millis) -> Result<usize, StoreError> {
+        let webhook = webhook.to_owned();
+        self.writer.submit(move |tx| {
+            tx.delete(
+                Ks::Settings,
+                format!("webhook.disabled.{webhook}").into_bytes(),
+            );
+            let mut moved = 0;
+            for key in
+                tx.committed_keys_from(Ks::OutboxDue, &keys::timed_key(PARKED, &[]), usize::MAX)?
+            {
+                let Some((_, id)) = keys::split_timed(&key) else {
+                    continue;
+                };
+                let Some(mut d) = get::<Delivery>(tx, Ks::Outbox, id)? else {
+                    continue;
+                };
+                if d.webhook != webhook || d.due_at != PARKED {
+                    continue;
+                }
+                tx.delete(Ks::OutboxDue, key);
+                d.state = "pending".into();
+                d.due_at = now;
+                tx.put(
+                    Ks::OutboxDue,
+                    keys::timed_key(now, d.id.as_bytes()),
+                    Vec::new(),
+                );
+                put(tx, Ks::Outbox, d.id.as_bytes(), &d)?;
+                moved += 1;
+            }
+            tx.audit(
+                now,
+                "webhook.enabled",
+                fields(json!({"webhook": webhook, "requeued": moved})),
+            );
+            Ok(moved)
+        })
+    }
+
+    /// Whether a webhook endpoint is disabled, and why.
+    pub fn webhook_disabled(&self, webhook: &str) -> Result<Option<Value>, StoreError> {
+        self.read(
+            Ks::Settings,
+            format!("webhook.disabled.{webhook}").as_bytes(),
+        )
+    }
+
+    /// Parks a delivery of a disabled endpoint until it is enabled again.
+    pub fn park_delivery(&self, id: &str, reason: &str) -> Result<Delivery, StoreError> {
+        self.finish_delivery(id, PARKED, "pending", Some(reason.to_owned()), Some(PARKED))
+    }
+
     /// Undelivered deliveries and the oldest one's age, scanning at most `limit` of them.
     pub fn outbox_stats(&self, limit: usize) -> Result<OutboxStats, StoreError> {
         self.shared.check()?;
@@ -793,6 +865,36 @@ impl Store {
         }
         Ok(stats)
     }
+}
+
+/// Puts deliveries in the outbox, due at `now`, as part of the current job.
+fn stage_deliveries(
+    tx: &mut Tx<'_>,
+    deliveries: Vec<NewDelivery>,
+    now: Millis,
+) -> Result<Vec<Delivery>, StoreError> {
+    let mut out = Vec::new();
+    for d in deliveries {
+        let delivery = Delivery {
+            id: crate::new_id(),
+            webhook: d.webhook,
+            event: d.event,
+            payload: d.payload,
+            attempts: 0,
+            state: "pending".into(),
+            due_at: now,
+            created_at: now,
+            last_error: None,
+        };
+        put(tx, Ks::Outbox, delivery.id.as_bytes(), &delivery)?;
+        tx.put(
+            Ks::OutboxDue,
+            keys::timed_key(now, delivery.id.as_bytes()),
+            Vec::new(),
+        );
+        out.push(delivery);
+    }
+    Ok(out)
 }
 
 /// Who may decide `a`: approvers (in one of its groups, when it names groups) and admins,

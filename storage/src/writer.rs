@@ -125,6 +125,20 @@ impl Tx<'_> {
         Ok(keys)
     }
 
+    /// Keys of `ks` from `start` on, oldest first, as committed.
+    pub fn committed_keys_from(
+        &self,
+        ks: Ks,
+        start: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut keys = Vec::new();
+        for guard in self.shared.ks(ks).range(start.to_vec()..).take(limit) {
+            keys.push(guard.key()?.to_vec());
+        }
+        Ok(keys)
+    }
+
     /// Whether `key` exists in `ks`, seeing staged writes.
     pub fn exists(&self, ks: Ks, key: &[u8]) -> Result<bool, StoreError> {
         Ok(self.get(ks, key)?.is_some())

@@ -1,0 +1,375 @@
+//! Webhook approvers: building event payloads, and the worker that delivers them from the
+//! durable outbox, signed per Standard Webhooks.
+//!
+//! Every delivery keeps its outbox id as `webhook-id` on every attempt. A 2xx acks it (never
+//! sent again); a 2xx body `{"decision":"approve"|"decline","reason"?}` to an
+//! `approval.requested` event is a decision by the webhook's principal, under the same rules as
+//! any approver. `410` disables the endpoint until an admin enables it (its deliveries wait,
+//! parked). Anything else is retried on the webhook's schedule with ±20% jitter, or after the
+//! answer's `Retry-After` (capped at an hour), and dead-lettered when the schedule runs out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_storage::{Delivery, NewDelivery, Principal};
+use serde_json::{json, Value};
+use tokio::sync::{Notify, Semaphore};
+
+use crate::clock::{now_ms, rfc3339};
+use crate::config::WebhookConfig;
+use crate::signing;
+use crate::state::{audit_fields, Gateway};
+
+/// Most a `Retry-After` may delay a delivery.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// Deliveries in flight at once.
+const CONCURRENCY: usize = 16;
+
+pub struct Webhooks {
+    pub hooks: Vec<WebhookConfig>,
+    client: reqwest::Client,
+    /// Woken when deliveries are enqueued, so they go out without waiting for the next tick.
+    pub wake: Notify,
+}
+
+/// The body of one event: `{"type","timestamp","data"}`.
+pub fn payload(kind: &str, data: &Value) -> String {
+    json!({"type": kind, "timestamp": rfc3339(now_ms()), "data": data}).to_string()
+}
+
+impl Webhooks {
+    pub fn new(hooks: Vec<WebhookConfig>) -> Result<Webhooks, String> {
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the webhook client: {e}"))?;
+        Ok(Webhooks {
+            hooks,
+            client,
+            wake: Notify::new(),
+        })
+    }
+
+    /// One delivery per webhook that subscribes to `kind`.
+    pub fn deliveries_for(&self, kind: &str, data: &Value) -> Vec<NewDelivery> {
+        self.hooks
+            .iter()
+            .filter(|h| h.events.iter().any(|e| e == kind))
+            .map(|h| NewDelivery {
+                webhook: h.id.clone(),
+                event: kind.to_owned(),
+                payload: payload(kind, data),
+            })
+            .collect()
+    }
+
+    fn hook(&self, id: &str) -> Option<&WebhookConfig> {
+        self.hooks.iter().find(|h| h.id == id)
+    }
+}
+
+/// The delivery loop: leases due deliveries and sends each, until shutdown.
+pub async fn run_worker(gw: Arc<Gateway>) {
+    let permits = Arc::new(Semaphore::new(CONCURRENCY));
+    let lease_ms = gw
+        .webhooks
+        .hooks
+        .iter()
+        .map(|h| h.timeout)
+        .max()
+        .unwrap_or_default()
+        .as_millis() as u64
+        + 30_000;
+    loop {
+        tokio::select! {
+            _ = gw.webhooks.wake.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = gw.shutdown.cancelled() => break,
+        }
+        let now = now_ms();
+        if let Ok(stats) = gw.store_op(|s| s.outbox_stats(10_000)).await {
+            let age = stats.oldest_created_at.map_or(0, |c| now.saturating_sub(c));
+            gw.metrics
+                .webhook_oldest_undelivered_seconds
+                .set(age as f64 / 1000.0);
+        }
+        let available = permits.available_permits();
+        if available == 0 {
+            continue;
+        }
+        let leased = match gw
+            .store_op(move |s| s.lease_deliveries(now, lease_ms, available))
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(
+                    code = e.code,
+                    "cannot lease webhook deliveries: {}",
+                    e.message
+                );
+                continue;
+            }
+        };
+        for delivery in leased {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                break;
+            };
+            let gw = gw.clone();
+            tokio::spawn(async move {
+                deliver(&gw, delivery).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// How one attempt went.
+enum Attempt {
+    Delivered(Option<Value>),
+    Gone,
+    Failed {
+        error: String,
+        retry_after: Option<Duration>,
+    },
+}
+
+async fn attempt(gw: &Gateway, hook: &WebhookConfig, d: &Delivery) -> Attempt {
+    let ts = (now_ms() / 1000) as i64;
+    let signature = match signing::sign(&hook.key, &d.id, ts, d.payload.as_bytes()) {
+        Ok(s) => s,
+        Err(e) => {
+            return Attempt::Failed {
+                error: e,
+                retry_after: None,
+            }
+        }
+    };
+    let sent = gw
+        .webhooks
+        .client
+        .post(&hook.url)
+        .timeout(hook.timeout)
+        .header("content-type", "application/json")
+        .header("webhook-id", &d.id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", signature)
+        .body(d.payload.clone())
+        .send()
+        .await;
+    let resp = match sent {
+        Ok(r) => r,
+        Err(e) => {
+            let error = if e.is_timeout() {
+                format!("timed out after {:?}", hook.timeout)
+            } else {
+                format!("unreachable: {e}")
+            };
+            return Attempt::Failed {
+                error,
+                retry_after: None,
+            };
+        }
+    };
+    let status = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_retry_after);
+    if status == 410 {
+        return Attempt::Gone;
+    }
+    if !(200..300).contains(&status) {
+        return Attempt::Failed {
+            error: format!("HTTP {status}"),
+            retry_after,
+        };
+    }
+    let body = resp
+        .bytes()
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    Attempt::Delivered(body)
+}
+
+/// `Retry-After` as seconds or an HTTP date, capped at an hour.
+fn parse_retry_after(v: &str) -> Option<Duration> {
+    let d = match v.trim().parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => {
+            let at = chrono::DateTime::parse_from_rfc2822(v.trim()).ok()?;
+            let ms = (at.timestamp_millis() as u64).saturating_sub(now_ms());
+            Duration::from_millis(ms)
+        }
+    };
+    Some(d.min(MAX_RETRY_AFTER))
+}
+
+/// `base` ± 20%.
+fn jitter(base: Duration) -> Duration {
+    let r = (uuid::Uuid::new_v4().as_u128() % 4001) as f64 / 10_000.0; // 0..0.4
+    base.mul_f64(0.8 + r)
+}
+
+async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
+    let id = d.id.clone();
+    let Some(hook) = gw.webhooks.hook(&d.webhook).cloned() else {
+        let _ = gw
+            .store_op(move |s| s.dead_letter(&id, "the webhook is no longer configured", now_ms()))
+            .await;
+        gw.metrics
+            .webhook_deliveries
+            .with_label_values(&["dead"])
+            .inc();
+        return;
+    };
+    let hook_id = hook.id.clone();
+    if gw
+        .store_op(move |s| s.webhook_disabled(&hook_id))
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+    {
+        let _ = gw
+            .store_op(move |s| s.park_delivery(&id, "the endpoint is disabled"))
+            .await;
+        gw.metrics
+            .webhook_deliveries
+            .with_label_values(&["parked"])
+            .inc();
+        return;
+    }
+    match attempt(gw, &hook, &d).await {
+        Attempt::Delivered(body) => {
+            let _ = gw.store_op(move |s| s.ack_delivery(&id, now_ms())).await;
+            gw.metrics
+                .webhook_deliveries
+                .with_label_values(&["delivered"])
+                .inc();
+            gw.metrics.webhook_attempts.observe(f64::from(d.attempts));
+            if d.event == "approval.requested" {
+                if let Some(body) = body {
+                    sync_decision(gw, &hook, &d, &body).await;
+                }
+            }
+        }
+        Attempt::Gone => {
+            let (hook_id, now) = (hook.id.clone(), now_ms());
+            tracing::warn!(webhook = %hook.id, "the endpoint answered 410: disabled until an admin enables it");
+            let _ = gw
+                .store_op(move |s| {
+                    s.disable_webhook(&hook_id, "the endpoint answered 410 Gone", now)
+                })
+                .await;
+            let _ = gw
+                .store_op(move |s| s.park_delivery(&id, "the endpoint answered 410 Gone"))
+                .await;
+            gw.metrics
+                .webhook_deliveries
+                .with_label_values(&["disabled"])
+                .inc();
+        }
+        Attempt::Failed { error, retry_after } => {
+            let attempts = d.attempts as usize;
+            if attempts > hook.retry_schedule.len() {
+                tracing::warn!(webhook = %hook.id, delivery = %d.id, "giving up after {attempts} attempts: {error}");
+                let _ = gw
+                    .store_op(move |s| s.dead_letter(&id, &error, now_ms()))
+                    .await;
+                gw.metrics
+                    .webhook_deliveries
+                    .with_label_values(&["dead"])
+                    .inc();
+                gw.metrics.webhook_attempts.observe(attempts as f64);
+            } else {
+                let delay =
+                    retry_after.unwrap_or_else(|| jitter(hook.retry_schedule[attempts - 1]));
+                let due = now_ms() + delay.as_millis() as u64;
+                let _ = gw
+                    .store_op(move |s| s.retry_delivery(&id, due, &error))
+                    .await;
+                gw.metrics
+                    .webhook_deliveries
+                    .with_label_values(&["retried"])
+                    .inc();
+            }
+        }
+    }
+}
+
+/// A webhook's answer `{"decision":"approve"|"decline","reason"?}`: a decision by its
+/// principal. A refusal (the principal is the requester, outside the groups, ...) is audited.
+async fn sync_decision(gw: &Arc<Gateway>, hook: &WebhookConfig, d: &Delivery, body: &Value) {
+    let approve = match body.get("decision").and_then(Value::as_str) {
+        Some("approve") => true,
+        Some("decline") => false,
+        _ => return,
+    };
+    let Some(principal) = hook
+        .principal
+        .as_ref()
+        .and_then(|p| gw.config.principals.iter().find(|q| &q.id == p))
+    else {
+        tracing::warn!(webhook = %hook.id, "a synchronous decision from a webhook with no principal is ignored");
+        return;
+    };
+    let principal = Principal {
+        id: principal.id.clone(),
+        role: principal.role.clone(),
+        groups: principal.groups.clone(),
+    };
+    let Some(approval_id) = serde_json::from_str::<Value>(&d.payload)
+        .ok()
+        .and_then(|p| {
+            p.pointer("/data/id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+    else {
+        return;
+    };
+    let reason = body
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| (!approve).then(|| format!("declined by webhook {}", hook.id)));
+    if let Err(e) =
+        crate::pipeline::decide(gw, &approval_id, &principal, approve, reason, None).await
+    {
+        tracing::warn!(webhook = %hook.id, code = e.code, "the webhook's decision was refused: {}", e.message);
+        let record = audit_fields(
+            json!({"webhook": hook.id, "approval_id": approval_id, "principal": principal.id, "code": e.code}),
+        );
+        let _ = gw
+            .store_op(move |s| s.append_audit("webhook.decision_refused", record, now_ms()))
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_and_jitter() {
+        assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
+        assert_eq!(parse_retry_after("999999"), Some(MAX_RETRY_AFTER));
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT"),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon"), None);
+        for _ in 0..100 {
+            let j = jitter(Duration::from_secs(10));
+            assert!(
+                j >= Duration::from_secs(8) && j <= Duration::from_secs(12),
+                "{j:?}"
+            );
+        }
+    }
+}
