@@ -441,11 +441,13 @@ impl Config {
             if let Some(p) = &w.principal {
                 if !principals
                     .iter()
-                    .any(|q| &q.id == p && q.role == "approver")
+                    .any(|q| &q.id == p && (q.role == "approver" || q.role == "admin"))
                 {
                     return Err(err(
                         format!("{key}.principal"),
-                        format!("`{p}` must be a configured principal with role approver"),
+                        format!(
+                            "`{p}` must be a configured principal with role approver (or admin)"
+                        ),
                     ));
                 }
             }
