@@ -250,22 +250,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             Ok(json_response(StatusCode::OK, &approval_json(&a)))
         }
         (Method::POST, ["v1", "approvals", id, verb @ ("approve" | "decline")]) => {
-            // The agent role is refused as `approval.forbidden`, as DESIGN §6 orders refusals.
-            if role == Role::Agent {
-                return Err(ApiError::new(
-                    "approval.forbidden",
-                    "the agent role cannot decide approvals",
-                ));
-            }
-            let body = body_json(&read_body(req.into_body(), limit).await?)?;
-            let reason = optional_string(&body, "reason")?;
-            let approve = *verb == "approve";
-            if !approve && reason.as_deref().is_none_or(str::is_empty) {
-                return Err(ApiError::new(
-                    "request.missing_reason",
-                    "a decline needs a `reason`: the agent reads it",
-                ));
-            }
+            let (body, approve, reason) = verdict(role, verb, req, limit).await?;
             let edit = if approve {
                 body.get("args").cloned()
             } else {
@@ -275,22 +260,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             Ok(json_response(StatusCode::OK, &approval_json(&a)))
         }
         (Method::POST, ["v1", "runs", run_id, verb @ ("approve" | "decline")]) => {
-            if role == Role::Agent {
-                return Err(ApiError::new(
-                    "approval.forbidden",
-                    "the agent role cannot decide approvals",
-                ));
-            }
-            let body = body_json(&read_body(req.into_body(), limit).await?)?;
-            let reason = optional_string(&body, "reason")?;
+            let (body, approve, reason) = verdict(role, verb, req, limit).await?;
             let tool_call_id = optional_string(&body, "tool_call_id")?;
-            let approve = *verb == "approve";
-            if !approve && reason.as_deref().is_none_or(str::is_empty) {
-                return Err(ApiError::new(
-                    "request.missing_reason",
-                    "a decline needs a `reason`: the agent reads it",
-                ));
-            }
             let filter = ApprovalFilter {
                 status: Some(ApprovalStatus::Pending),
                 run_id: Some(decode_component(run_id)),
@@ -452,6 +423,32 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             format!("no route `{path}`"),
         )),
     }
+}
+
+/// The body of an approve or decline: who may send it (the agent role is refused as
+/// `approval.forbidden`, as DESIGN §6 orders refusals), and a decline's required reason.
+async fn verdict(
+    role: Role,
+    verb: &str,
+    req: Request<Incoming>,
+    limit: usize,
+) -> Result<(Value, bool, Option<String>), ApiError> {
+    if role == Role::Agent {
+        return Err(ApiError::new(
+            "approval.forbidden",
+            "the agent role cannot decide approvals",
+        ));
+    }
+    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let reason = optional_string(&body, "reason")?;
+    let approve = verb == "approve";
+    if !approve && reason.as_deref().is_none_or(str::is_empty) {
+        return Err(ApiError::new(
+            "request.missing_reason",
+            "a decline needs a `reason`: the agent reads it",
+        ));
+    }
+    Ok((body, approve, reason))
 }
 
 fn webhook_exists(gw: &Gateway, id: &str) -> Result<(), ApiError> {
