@@ -133,7 +133,7 @@ impl Gateway {
             upstreams: Upstreams::new(&config)?,
             auth: Auth::new(&config.principals),
             classifiers,
-            webhooks: Webhooks::new(config.webhooks.clone())?,
+            webhooks: Webhooks::new(config.webhooks.clone(), config.redact.clone())?,
             policy: ArcSwap::from_pointee(policy),
             store,
             holds: Holds::default(),

@@ -28,6 +28,8 @@ const CONCURRENCY: usize = 16;
 
 pub struct Webhooks {
     pub hooks: Vec<WebhookConfig>,
+    /// JSON pointers into args redacted in payloads, as in the audit log.
+    redact: Vec<String>,
     client: reqwest::Client,
     /// Woken when deliveries are enqueued, so they go out without waiting for the next tick.
     pub wake: Notify,
@@ -39,7 +41,7 @@ pub fn payload(kind: &str, data: &Value) -> String {
 }
 
 impl Webhooks {
-    pub fn new(hooks: Vec<WebhookConfig>) -> Result<Webhooks, String> {
+    pub fn new(hooks: Vec<WebhookConfig>, redact: Vec<String>) -> Result<Webhooks, String> {
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .redirect(reqwest::redirect::Policy::none())
@@ -47,13 +49,22 @@ impl Webhooks {
             .map_err(|e| format!("cannot build the webhook client: {e}"))?;
         Ok(Webhooks {
             hooks,
+            redact,
             client,
             wake: Notify::new(),
         })
     }
 
-    /// One delivery per webhook that subscribes to `kind`.
+    /// One delivery per webhook that subscribes to `kind`, with the configured pointers
+    /// redacted in the args it carries.
     pub fn deliveries_for(&self, kind: &str, data: &Value) -> Vec<NewDelivery> {
+        let mut data = data.clone();
+        for field in ["args", "edited_args"] {
+            if let Some(args) = data.get(field).filter(|a| a.is_object()) {
+                data[field] = airlock_storage::redact(args, &self.redact);
+            }
+        }
+        let data = &data;
         self.hooks
             .iter()
             .filter(|h| h.events.iter().any(|e| e == kind))

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use fjall::{Database, KeyspaceCreateOptions};
 use serde_json::Value;
 
-pub use audit::{verify as verify_chain, ChainError, ChainSummary, GENESIS};
+pub use audit::{redact, verify as verify_chain, ChainError, ChainSummary, GENESIS};
 pub use error::StoreError;
 pub use model::{
     Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,

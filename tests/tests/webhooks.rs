@@ -103,7 +103,12 @@ fn signed_requests_and_a_synchronous_approve_releases_the_held_call() {
         ),
         POLICY,
     );
-    let (s, b) = gw.call("agent1", "multi.op", json!({"n": 1}), Some("wait=20"));
+    let (s, b) = gw.call(
+        "agent1",
+        "multi.op",
+        json!({"n": 1, "password": "hunter2"}),
+        Some("wait=20"),
+    );
     assert_eq!(
         s, 200,
         "the webhook's synchronous approve released the held call: {b}"
@@ -114,6 +119,11 @@ fn signed_requests_and_a_synchronous_approve_releases_the_held_call() {
     assert_eq!(requested["body"]["type"], "approval.requested");
     let data = &requested["body"]["data"];
     assert_eq!(data["tool"], "multi.op");
+    assert_eq!(
+        data["args"],
+        json!({"n": 1, "password": "[redacted]"}),
+        "args are redacted per config"
+    );
     assert!(data["fingerprint"].as_str().unwrap().starts_with("sha256:"));
     assert_eq!(data["rules"], json!(["multi-use"]));
     assert!(data["links"]["approve"]
