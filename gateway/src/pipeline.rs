@@ -23,6 +23,7 @@ use airlock_storage::{
 use hyper::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::time::Instant as TokioInstant;
+use tracing::Instrument;
 
 use crate::clock::{now_ms, rfc3339, to_system_time};
 use crate::http::{json_response, ApiError, Body};
@@ -160,23 +161,47 @@ pub async fn handle_call(
 ) -> Result<Response<Body>, ApiError> {
     // Parse strictly and fingerprint.
     let call = ToolCall::from_body(body)?;
-    let span = tracing::info_span!("call", tool = %call.tool, fingerprint = %call.fingerprint, call_id = tracing::field::Empty, decision = tracing::field::Empty);
-    let _enter = span.enter();
+    let call_id = airlock_storage::new_id();
+    let span = tracing::info_span!(
+        "call",
+        call_id = %call_id,
+        tool = %call.tool,
+        fingerprint = %call.fingerprint,
+        principal = %principal.id,
+        decision = tracing::field::Empty,
+    );
+    async move {
+        let result = decide_and_run(gw, principal, call, call_id, hold).await;
+        match &result {
+            Ok(r) => tracing::info!(status = r.status().as_u16(), "call answered"),
+            Err(e) => tracing::info!(code = e.code, "call refused"),
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+/// Everything after parsing, inside the call's span.
+async fn decide_and_run(
+    gw: &Arc<Gateway>,
+    principal: Principal,
+    call: ToolCall,
+    call_id: String,
+    hold: Hold,
+) -> Result<Response<Body>, ApiError> {
     if gw.config.route(&call.tool).is_none() {
         return Err(ApiError::new(
             "tool.unknown",
             format!("no upstream is configured for tool `{}`", call.tool),
         ));
     }
-    let call_id = airlock_storage::new_id();
-    span.record("call_id", call_id.as_str());
 
     // Decide.
     let (decision, classified) = decide_policy(gw, &call, &principal).await;
-    span.record("decision", decision.decision.as_str());
+    tracing::Span::current().record("decision", decision.decision.as_str());
     let now = now_ms();
     let mut record = new_call_record(&call_id, &call, &principal, &decision, now);
-    drop(_enter);
 
     match decision.decision {
         DecisionKind::Deny => {

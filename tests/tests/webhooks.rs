@@ -279,7 +279,11 @@ fn gone_disables_the_endpoint_until_an_admin_enables_it() {
     assert_eq!((s, b["requeued"].as_u64()), (200, Some(2)), "{b}");
     let r = receiver.wait_for(3, Duration::from_secs(10));
     assert_eq!(r.len(), 3, "both parked deliveries go out once enabled");
-    assert_eq!(r[1]["id"], r[0]["id"], "the first delivery keeps its id");
+    // The two parked deliveries go out concurrently, in either order.
+    assert!(
+        r[1..].iter().any(|x| x["id"] == r[0]["id"]),
+        "the first delivery keeps its id: {r:?}"
+    );
 }
 
 #[test]
