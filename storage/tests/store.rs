@@ -556,3 +556,51 @@ fn a_second_process_cannot_open_the_store() {
         .unwrap();
     assert_eq!(err.code(), "store.unavailable");
 }
+
+#[test]
+fn a_disabled_webhook_parks_its_deliveries_until_enabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let new = || NewDelivery {
+        webhook: "oncall".into(),
+        event: "approval.requested".into(),
+        payload: "{}".into(),
+    };
+    let other = NewDelivery {
+        webhook: "audit-sink".into(),
+        event: "call.completed".into(),
+        payload: "{}".into(),
+    };
+    let ds = store
+        .enqueue_deliveries(vec![new(), new(), other], 1000)
+        .unwrap();
+    store.lease_deliveries(1000, 30_000, 10).unwrap();
+    store.disable_webhook("oncall", "410 Gone", 1100).unwrap();
+    assert!(store.webhook_disabled("oncall").unwrap().is_some());
+    assert!(store.webhook_disabled("audit-sink").unwrap().is_none());
+    store.park_delivery(&ds[0].id, "disabled").unwrap();
+    store.park_delivery(&ds[1].id, "disabled").unwrap();
+    store.retry_delivery(&ds[2].id, 2000, "503").unwrap();
+    // Parked deliveries are not due, however late it gets.
+    let due = store.lease_deliveries(10_000_000, 30_000, 10).unwrap();
+    assert_eq!(
+        due.iter().map(|d| d.id.clone()).collect::<Vec<_>>(),
+        vec![ds[2].id.clone()]
+    );
+    store.ack_delivery(&ds[2].id, 10_000_001).unwrap();
+    assert_eq!(store.enable_webhook("oncall", 20_000_000).unwrap(), 2);
+    assert!(store.webhook_disabled("oncall").unwrap().is_none());
+    let due = store.lease_deliveries(20_000_000, 30_000, 10).unwrap();
+    assert_eq!(due.len(), 2);
+    assert!(due.iter().all(|d| d.webhook == "oncall"));
+    let kinds: Vec<String> = store
+        .audit_after(0, 100)
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        kinds.contains(&"webhook.disabled".to_owned())
+            && kinds.contains(&"webhook.enabled".to_owned())
+    );
+}
