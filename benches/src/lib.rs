@@ -35,7 +35,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
         updated_at: now,
     };
     let approval = Approval {
-        id: airlock_storage::new_id(),
+        id: airlock_storage::new_id("apr"),
         call_id: call_id.into(),
         tool: call.tool.clone(),
         args,

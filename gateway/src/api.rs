@@ -178,11 +178,11 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         }
         (Method::GET, ["v1", "calls", id]) => {
             require(role, &[Role::Agent, Role::Admin])?;
-            pipeline::call_outcome(gw, &principal, id, wait(&query)).await
+            pipeline::call_outcome(gw, &principal, id, wait(&query), false).await
         }
         (Method::POST, ["v1", "calls", id, "resume"]) => {
             require(role, &[Role::Agent, Role::Admin])?;
-            pipeline::call_outcome(gw, &principal, id, wait(&query)).await
+            pipeline::call_outcome(gw, &principal, id, wait(&query), true).await
         }
         (Method::POST, ["v1", "calls", id, "cancel"]) => {
             require(role, &[Role::Agent, Role::Admin])?;
@@ -190,7 +190,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             let found = gw.store_op(move |s| s.call(&owned)).await?;
             // Another principal's call is reported as missing, not as forbidden.
             if !found.is_some_and(|c| c.requester.id == principal.id || principal.is_admin()) {
-                return Err(ApiError::new("call.not_found", format!("no call `{id}`")));
+                return Err(pipeline::call_not_found(id));
             }
             let (id, by, now) = (id.to_string(), principal.clone(), now_ms());
             let call = gw.store_op(move |s| s.cancel(&id, &by, now)).await?;
@@ -198,6 +198,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 gw.metrics.pending_approvals.dec();
             }
             gw.metrics.call(&call.decision, "cancelled");
+            tracing::info!(call_id = %call.call_id, by = %principal.id, "call cancelled");
             gw.holds.notify(&call.call_id);
             Ok(json_response(
                 StatusCode::OK,
@@ -209,7 +210,10 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             require(role, &[Role::Approver, Role::Admin])?;
             let status = match query_param(&query, "status").filter(|s| !s.is_empty()) {
                 Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
-                    ApiError::new("request.invalid_field", format!("unknown status `{s}`"))
+                    ApiError::new(
+                        "request.invalid_field",
+                        format!("unknown status `{s}`; the statuses are pending, approved, declined, expired and cancelled (leave `status` out for all)"),
+                    )
                 })?),
                 None => None,
             };
@@ -436,7 +440,7 @@ async fn verdict(
     if role == Role::Agent {
         return Err(ApiError::new(
             "approval.forbidden",
-            "the agent role cannot decide approvals",
+            "the agent role cannot decide approvals: use an approver's or an admin's token",
         ));
     }
     let body = body_json(&read_body(req.into_body(), limit).await?)?;

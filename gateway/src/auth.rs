@@ -34,11 +34,14 @@ impl Role {
 /// The principals tokens stand for.
 pub struct Auth {
     principals: Vec<(PrincipalConfig, Role)>,
+    /// The demo makes new tokens at every start; its 401 says so.
+    demo: bool,
 }
 
 impl Auth {
-    pub fn new(principals: &[PrincipalConfig]) -> Auth {
+    pub fn new(principals: &[PrincipalConfig], demo: bool) -> Auth {
         Auth {
+            demo,
             principals: principals
                 .iter()
                 .filter_map(|p| Some((p.clone(), Role::parse(&p.role)?)))
@@ -49,10 +52,13 @@ impl Auth {
     /// The principal behind the request's bearer token.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<(Principal, Role), ApiError> {
         let unauthenticated = || {
-            ApiError::new(
-                "auth.unauthenticated",
-                "a valid `Authorization: Bearer <token>` is required",
-            )
+            let message = if self.demo {
+                "a valid `Authorization: Bearer <token>` is required; this is the demo, whose \
+                 tokens are new at every start: export the ones `airlock serve` printed last"
+            } else {
+                "a valid `Authorization: Bearer <token>` is required"
+            };
+            ApiError::new("auth.unauthenticated", message)
         };
         let token = headers
             .get(hyper::header::AUTHORIZATION)

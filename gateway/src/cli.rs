@@ -101,12 +101,15 @@ pub struct ServeArgs {
     pub data_dir: Option<PathBuf>,
 }
 
-/// How to reach a running gateway.
+// No doc comment on purpose: clap would show a flattened struct's doc as the description of
+// every subcommand that has none of its own.
 #[derive(Args, Debug)]
 pub struct Remote {
+    /// The gateway's URL.
     #[arg(long, default_value = "http://127.0.0.1:8080", global = true)]
     pub url: String,
-    /// The bearer token; defaults to $AIRLOCK_TOKEN.
+    /// The bearer token; defaults to $AIRLOCK_TOKEN (the approval commands first try
+    /// $AIRLOCK_APPROVER_TOKEN, `webhooks test` $AIRLOCK_ADMIN_TOKEN).
     #[arg(long, global = true)]
     pub token: Option<String>,
     /// Print the gateway's JSON instead of a table.
@@ -125,7 +128,7 @@ pub struct CallArgs {
     pub args: String,
     #[arg(long)]
     pub context: Option<String>,
-    /// Seconds to wait for a decision (Prefer: wait=N).
+    /// Seconds to wait for a decision once the call is held (default 30).
     #[arg(long)]
     pub wait: Option<u64>,
     /// Answer at once with the approval to wait for (Prefer: respond-async).
@@ -138,22 +141,24 @@ pub struct CallArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum ApprovalsCommand {
+    /// List approvals (pending ones by default), newest first.
     List {
         #[command(flatten)]
         remote: Remote,
-        /// pending (default), approved, declined, expired, cancelled, or all.
-        #[arg(long, default_value = "pending")]
+        #[arg(long, default_value = "pending", value_parser = ["pending", "approved", "declined", "expired", "cancelled", "all"])]
         status: String,
         #[arg(long)]
         tool: Option<String>,
         #[arg(long)]
         run_id: Option<String>,
     },
+    /// Show one approval: the call, its args and fingerprint, the rules that held it.
     Show {
         #[command(flatten)]
         remote: Remote,
         id: String,
     },
+    /// Approve; with --args, approve an edited call instead.
     Approve {
         #[command(flatten)]
         remote: Remote,
@@ -164,6 +169,7 @@ pub enum ApprovalsCommand {
         #[arg(long)]
         args: Option<String>,
     },
+    /// Decline, with the reason the agent will read.
     Decline {
         #[command(flatten)]
         remote: Remote,
@@ -396,8 +402,9 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
     })
 }
 
+/// Opens a stopped gateway's store; a folder that holds none is an error, never created.
 fn open_store(dir: &std::path::Path) -> Result<Store, u8> {
-    Store::open(dir, StoreOptions::default()).map_err(|e| bad_input(e.code(), e))
+    Store::open_existing(dir, StoreOptions::default()).map_err(|e| bad_input(e.code(), e))
 }
 
 fn audit_verify(data_dir: Option<PathBuf>, file: Option<PathBuf>) -> u8 {
@@ -523,13 +530,7 @@ fn serve(args: ServeArgs) -> u8 {
         let mut config = config;
         let listener = match tokio::net::TcpListener::bind(config.listen).await {
             Ok(l) => l,
-            Err(e) => {
-                eprintln!(
-                    "error[config.invalid]: cannot listen on {}: {e}",
-                    config.listen
-                );
-                return 1;
-            }
+            Err(e) => return listen_failed(config.listen, &e),
         };
         let addr = listener
             .local_addr()
@@ -543,13 +544,22 @@ fn serve(args: ServeArgs) -> u8 {
         if config.public_url.is_none() {
             config.public_url = Some(format!("{scheme}://{addr}"));
         }
-        if let Some(banner) = &config.banner {
+        let data_dir = config.data_dir.display().to_string();
+        let banner = config.banner.clone();
+        // The store is opened (and locked) and the policy loaded before anything is printed
+        // that claims the gateway runs: a second gateway on the same data dir prints only
+        // its error.
+        let prepared = match crate::server::prepare(config).await {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error[gateway.start]: {e}");
+                return 1;
+            }
+        };
+        if let Some(banner) = &banner {
             println!("{banner}");
         }
-        println!(
-            "airlock listening on {scheme}://{addr} (data in {})",
-            config.data_dir.display()
-        );
+        println!("airlock listening on {scheme}://{addr} (data in {data_dir})");
         let _ = std::io::Write::flush(&mut std::io::stdout());
         let shutdown = tokio_util::sync::CancellationToken::new();
         let signals = shutdown.clone();
@@ -557,7 +567,7 @@ fn serve(args: ServeArgs) -> u8 {
             wait_for_stop_signal().await;
             signals.cancel();
         });
-        match crate::server::run(config, listener, shutdown).await {
+        match crate::server::serve(prepared, listener, shutdown).await {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("error[gateway.start]: {e}");
@@ -565,6 +575,24 @@ fn serve(args: ServeArgs) -> u8 {
             }
         }
     })
+}
+
+/// A listen address that cannot be bound: its own code, and what to do about it.
+fn listen_failed(addr: std::net::SocketAddr, e: &std::io::Error) -> u8 {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        bad_input(
+            "server.address_in_use",
+            format!(
+                "{addr} is already in use (another gateway?); choose another address with \
+                 --listen, for example --listen 127.0.0.1:0 for any free port"
+            ),
+        )
+    } else {
+        bad_input(
+            "server.listen_failed",
+            format!("cannot listen on {addr}: {e}; choose another address with --listen"),
+        )
+    }
 }
 
 async fn wait_for_stop_signal() {
@@ -610,29 +638,61 @@ fn print_answer(json_out: bool, status: u16, body: &Value, human: impl FnOnce() 
     u8::from(!(200..300).contains(&status))
 }
 
-fn remote_client(remote: &Remote) -> Result<client::Client, u8> {
-    client::Client::new(&remote.url, remote.token.clone())
+/// The client for `remote`; without --token, the first of `env_vars` that is set.
+fn remote_client(remote: &Remote, env_vars: &[&str]) -> Result<client::Client, u8> {
+    client::Client::new(&remote.url, remote.token.clone(), env_vars)
         .map_err(|e| bad_input(&e.code, e.message))
 }
 
+/// What to do about a refusal, when the command line knows better than the code alone.
+fn hint(status: u16, body: &Value) -> Option<&'static str> {
+    match (status, client::error_code(body)?) {
+        (401, _) => Some(
+            "hint: the gateway does not know this token. A demo gateway makes new tokens at \
+             every start: export the ones it printed last.",
+        ),
+        (403, "approval.forbidden") => Some(
+            "hint: deciding needs an approver's token: --token \"$AIRLOCK_APPROVER_TOKEN\" \
+             (or export AIRLOCK_APPROVER_TOKEN).",
+        ),
+        _ => None,
+    }
+}
+
+/// Prints an answer, and a hint on stderr when there is one.
+fn print_answer_hinted(
+    json_out: bool,
+    status: u16,
+    body: &Value,
+    human: impl FnOnce() -> String,
+) -> u8 {
+    let code = print_answer(json_out, status, body, human);
+    if let Some(h) = hint(status, body) {
+        eprintln!("{h}");
+    }
+    code
+}
+
+const AGENT_TOKEN: &[&str] = &["AIRLOCK_TOKEN"];
+const APPROVER_TOKEN: &[&str] = &["AIRLOCK_APPROVER_TOKEN", "AIRLOCK_TOKEN"];
+const ADMIN_TOKEN: &[&str] = &["AIRLOCK_ADMIN_TOKEN", "AIRLOCK_TOKEN"];
+
 fn call(args: CallArgs) -> u8 {
-    let c = match remote_client(&args.remote) {
+    let c = match remote_client(&args.remote, AGENT_TOKEN) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let prefer = if args.respond_async {
-        Some("respond-async".to_owned())
-    } else {
-        args.wait.map(|w| format!("wait={w}"))
-    };
-    let result = if let Some(id) = &args.resume {
-        let wait = args.wait.map(|w| format!("?wait={w}")).unwrap_or_default();
+    let resume = |id: &str, wait: Option<u64>| {
+        let wait = wait.map(|w| format!("?wait={w}")).unwrap_or_default();
         c.send(
             reqwest::Method::POST,
             &format!("/v1/calls/{id}/resume{wait}"),
             None,
             None,
         )
+    };
+    let result = if let Some(id) = &args.resume {
+        resume(id, args.wait)
     } else {
         let raw = match read_json_arg(&args.args, "--args") {
             Ok(r) => r,
@@ -652,20 +712,40 @@ fn call(args: CallArgs) -> u8 {
             Err(code) => return code,
         };
         let body = client::call_body(args.tool.as_deref().unwrap_or(""), call_args, context);
-        c.send(
+        // Always ask for an answer at once: a call that needs approval comes back as 202 with
+        // its ids, which are printed before waiting, so the user can find the approval.
+        let first = c.send(
             reqwest::Method::POST,
             "/v1/calls",
             Some(&body),
-            prefer.as_deref(),
-        )
+            Some("respond-async"),
+        );
+        match first {
+            Ok((202, body)) if !args.respond_async => {
+                let call_id = body["call_id"].as_str().unwrap_or("").to_owned();
+                eprintln!(
+                    "held for approval: call {call_id}, approval {}\n\
+                     approve with: airlock approvals approve {} --token \"$AIRLOCK_APPROVER_TOKEN\"\n\
+                     waiting up to {}s for a decision…",
+                    body.pointer("/approval/id").and_then(Value::as_str).unwrap_or(""),
+                    body.pointer("/approval/id").and_then(Value::as_str).unwrap_or(""),
+                    args.wait.unwrap_or(DEFAULT_WAIT),
+                );
+                resume(&call_id, Some(args.wait.unwrap_or(DEFAULT_WAIT)))
+            }
+            other => other,
+        }
     };
     match result {
-        Ok((status, body)) => print_answer(args.remote.json, status, &body, || {
+        Ok((status, body)) => print_answer_hinted(args.remote.json, status, &body, || {
             client::call_summary(status, &body)
         }),
         Err(e) => bad_input(&e.code, e.message),
     }
 }
+
+/// Seconds `airlock call` waits for a decision without --wait.
+const DEFAULT_WAIT: u64 = 30;
 
 fn approvals(cmd: ApprovalsCommand) -> u8 {
     let (remote, method, path, body) = match &cmd {
@@ -728,12 +808,12 @@ fn approvals(cmd: ApprovalsCommand) -> u8 {
             Some(json!({"reason": reason})),
         ),
     };
-    let c = match remote_client(remote) {
+    let c = match remote_client(remote, APPROVER_TOKEN) {
         Ok(c) => c,
         Err(code) => return code,
     };
     match c.send(method, &path, body.as_ref(), None) {
-        Ok((status, body)) => print_answer(remote.json, status, &body, || {
+        Ok((status, body)) => print_answer_hinted(remote.json, status, &body, || {
             if let Some(code) = client::error_code(&body) {
                 return format!(
                     "{status} {code}: {}",
@@ -818,7 +898,7 @@ fn webhooks(cmd: WebhooksCommand) -> u8 {
             }
         }
         WebhooksCommand::Test { remote, id } => {
-            let c = match remote_client(&remote) {
+            let c = match remote_client(&remote, ADMIN_TOKEN) {
                 Ok(c) => c,
                 Err(code) => return code,
             };
@@ -828,7 +908,7 @@ fn webhooks(cmd: WebhooksCommand) -> u8 {
                 Some(&json!({})),
                 None,
             ) {
-                Ok((status, body)) => print_answer(remote.json, status, &body, || {
+                Ok((status, body)) => print_answer_hinted(remote.json, status, &body, || {
                     match client::error_code(&body) {
                         Some(code) => format!(
                             "{status} {code}: {}",

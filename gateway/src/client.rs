@@ -19,13 +19,19 @@ pub struct ClientError {
 }
 
 impl Client {
-    pub fn new(url: &str, token: Option<String>) -> Result<Client, ClientError> {
+    /// `token`, else the first of `env_vars` that is set and not empty.
+    pub fn new(url: &str, token: Option<String>, env_vars: &[&str]) -> Result<Client, ClientError> {
         let token = token
-            .or_else(|| std::env::var("AIRLOCK_TOKEN").ok())
+            .or_else(|| {
+                env_vars
+                    .iter()
+                    .filter_map(|v| std::env::var(v).ok())
+                    .find(|t| !t.is_empty())
+            })
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ClientError {
                 code: "auth.unauthenticated".into(),
-                message: "give --token or set AIRLOCK_TOKEN".into(),
+                message: format!("give --token or set {}", env_vars.join(" or ")),
             })?;
         let http = reqwest::blocking::Client::builder()
             .timeout(std::time::Duration::from_secs(330))
@@ -81,6 +87,7 @@ pub fn error_code(body: &Value) -> Option<&str> {
 pub fn approvals_table(list: &[Value]) -> String {
     let mut rows = vec![[
         "ID".to_owned(),
+        "CALL".into(),
         "STATUS".into(),
         "TOOL".into(),
         "REQUESTER".into(),
@@ -97,6 +104,7 @@ pub fn approvals_table(list: &[Value]) -> String {
             .unwrap_or(0);
         rows.push([
             s("id"),
+            s("call_id"),
             s("status"),
             s("tool"),
             a.pointer("/requester/principal")
@@ -119,7 +127,7 @@ pub fn approvals_table(list: &[Value]) -> String {
                 .unwrap_or_default(),
         ]);
     }
-    let widths: Vec<usize> = (0..7)
+    let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     rows.iter()
@@ -146,17 +154,31 @@ pub fn approval_details(a: &Value) -> String {
             })
             .unwrap_or_default()
     };
-    let mut out = format!(
-        "approval   {}\nstatus     {}\ntool       {}\nargs       {}\nfingerprint {}\nrequester  {}\nrules      {}\napprovers  {} (quorum {})\ncreated    {}\nexpires    {}\n",
-        s("/id"), s("/status"), s("/tool"), s("/args"), s("/fingerprint"), s("/requester/principal"),
-        s("/rules"), s("/approvers"), s("/quorum"), s("/created_at"), s("/expires_at"),
-    );
+    let mut rows: Vec<(&str, String)> = vec![
+        ("approval", s("/id")),
+        ("call", s("/call_id")),
+        ("status", s("/status")),
+        ("tool", s("/tool")),
+        ("args", s("/args")),
+        ("fingerprint", s("/fingerprint")),
+        ("requester", s("/requester/principal")),
+        ("rules", s("/rules")),
+        (
+            "approvers",
+            format!("{} (quorum {})", s("/approvers"), s("/quorum")),
+        ),
+        ("created", s("/created_at")),
+        ("expires", s("/expires_at")),
+    ];
     if let Some(messages) = a.pointer("/explanation/messages").and_then(Value::as_array) {
         for m in messages {
-            out.push_str(&format!(
-                "message    {}: {}\n",
-                m["rule"].as_str().unwrap_or(""),
-                m["message"].as_str().unwrap_or("")
+            rows.push((
+                "message",
+                format!(
+                    "{}: {}",
+                    m["rule"].as_str().unwrap_or(""),
+                    m["message"].as_str().unwrap_or("")
+                ),
             ));
         }
     }
@@ -166,18 +188,25 @@ pub fn approval_details(a: &Value) -> String {
         .into_iter()
         .flatten()
     {
-        out.push_str(&format!(
-            "decision   {} by {} at {}{}\n",
-            d["decision"].as_str().unwrap_or(""),
-            d["by"].as_str().unwrap_or(""),
-            d["at"].as_str().unwrap_or(""),
-            d["reason"]
-                .as_str()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default()
+        rows.push((
+            "decision",
+            format!(
+                "{} by {} at {}{}",
+                d["decision"].as_str().unwrap_or(""),
+                d["by"].as_str().unwrap_or(""),
+                d["at"].as_str().unwrap_or(""),
+                d["reason"]
+                    .as_str()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            ),
         ));
     }
-    out
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    rows.iter()
+        .map(|(k, v)| format!("{k:<width$}  {v}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A tool call's answer, for people.

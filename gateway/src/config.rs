@@ -587,11 +587,47 @@ impl Config {
     pub fn route(&self, tool: &str) -> Option<&ToolRoute> {
         self.tools.iter().find(|t| t.pattern.matches(tool))
     }
+
+    /// The configured tool names and patterns, nearest to `tool` first (by edit distance),
+    /// for the message of `tool.unknown`.
+    pub fn tools_nearest(&self, tool: &str) -> Vec<&str> {
+        let mut names: Vec<&str> = self.tools.iter().map(|t| t.pattern.as_str()).collect();
+        names.sort_by_key(|n| (edit_distance(n, tool), *n));
+        names.dedup();
+        names
+    }
+}
+
+/// Levenshtein distance over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn edit_distance_counts_single_char_edits() {
+        assert_eq!(edit_distance("demo.echo", "demo.echo"), 0);
+        assert_eq!(edit_distance("demo.ech", "demo.echo"), 1);
+        assert_eq!(edit_distance("demo.ecko", "demo.echo"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, Path::new("/etc/airlock"))

@@ -161,7 +161,7 @@ pub async fn handle_call(
 ) -> Result<Response<Body>, ApiError> {
     // Parse strictly and fingerprint.
     let call = ToolCall::from_body(body)?;
-    let call_id = airlock_storage::new_id();
+    let call_id = airlock_storage::new_id("call");
     let span = tracing::info_span!(
         "call",
         call_id = %call_id,
@@ -191,10 +191,16 @@ async fn decide_and_run(
     hold: Hold,
 ) -> Result<Response<Body>, ApiError> {
     if gw.config.route(&call.tool).is_none() {
+        let known = gw.config.tools_nearest(&call.tool);
         return Err(ApiError::new(
             "tool.unknown",
-            format!("no upstream is configured for tool `{}`", call.tool),
-        ));
+            format!(
+                "no upstream is configured for tool `{}`; configured tools, nearest first: {}",
+                call.tool,
+                known.join(", ")
+            ),
+        )
+        .with_details(json!({"tools": known})));
     }
 
     // Decide.
@@ -254,7 +260,7 @@ async fn decide_and_run(
                 _ => None,
             };
             let approval = Approval {
-                id: airlock_storage::new_id(),
+                id: airlock_storage::new_id("apr"),
                 call_id: call_id.clone(),
                 tool: call.tool.clone(),
                 args: call.args.clone(),
@@ -314,18 +320,17 @@ pub async fn call_outcome(
     principal: &Principal,
     call_id: &str,
     wait: Duration,
+    resume: bool,
 ) -> Result<Response<Body>, ApiError> {
     let id = call_id.to_owned();
     let call = gw.store_op(move |s| s.call(&id)).await?;
     match call {
         Some(c) if c.requester.id == principal.id || principal.is_admin() => {}
         // Another principal's call is reported as missing, not as forbidden.
-        _ => {
-            return Err(ApiError::new(
-                "call.not_found",
-                format!("no call `{call_id}`"),
-            ))
-        }
+        _ => return Err(call_not_found(call_id)),
+    }
+    if !wait.is_zero() || resume {
+        tracing::info!(call_id, by = %principal.id, resume, "call outcome requested");
     }
     // A request that waits is a held request, counted against `max_held` like any other.
     let _permit = if wait.is_zero() {
@@ -373,7 +378,12 @@ async fn wait_for_decision(
                 _ = &mut notified => {}
                 _ = tokio::time::sleep_until(deadline) => {}
                 _ = gw.shutdown.cancelled() => {
-                    return Err(ApiError::new("gateway.shutting_down", "the gateway is shutting down; the approval persists: resume the call later").retry_after(5));
+                    return Err(ApiError::new(
+                        "gateway.shutting_down",
+                        format!("the gateway is shutting down; the approval persists: resume call `{call_id}` later"),
+                    )
+                    .with_details(json!({"call_id": call_id}))
+                    .retry_after(5));
                 }
             }
         }
@@ -416,6 +426,19 @@ async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, 
         )),
         CallStatus::Cancelled => Err(ApiError::new("call.cancelled", "the call was cancelled")),
     }
+}
+
+/// `call.not_found`, saying so when the id is an approval's (they look alike otherwise).
+pub fn call_not_found(id: &str) -> ApiError {
+    let message = if id.starts_with("apr_") {
+        format!(
+            "`{id}` is an approval id, not a call id: the approval's `call_id` \
+             (GET /v1/approvals/{id}, or `airlock approvals show {id}`) names its call"
+        )
+    } else {
+        format!("no call `{id}`")
+    };
+    ApiError::new("call.not_found", message)
 }
 
 fn too_many_held() -> ApiError {
@@ -680,6 +703,15 @@ pub async fn decide(
             gw.metrics.call("require_approval", "declined");
         }
     }
+    tracing::info!(
+        approval_id = %a.id,
+        call_id = %a.call_id,
+        tool = %a.tool,
+        by = %by.id,
+        decision = if approve { "approve" } else { "decline" },
+        status = a.status.as_str(),
+        "approval decided"
+    );
     gw.holds.notify(&a.call_id);
     let event = gw.approval_event(&a);
     gw.announce("approval.decided", event).await;

@@ -39,20 +39,42 @@ fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsAcce
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// A gateway whose store is open and whose policy has loaded, ready to serve: what
+/// `airlock serve` waits for before it prints anything that claims success.
+pub struct Prepared {
+    gw: Arc<Gateway>,
+    tls: Option<TlsAcceptor>,
+}
+
+/// Reads the TLS keys, loads the policy and opens the store (taking its lock).
+pub async fn prepare(config: Config) -> Result<Prepared, String> {
+    let tls = match &config.tls {
+        Some((cert, key)) => Some(tls_acceptor(cert, key)?),
+        None => None,
+    };
+    let gw = tokio::task::spawn_blocking(move || Gateway::open(config, CancellationToken::new()))
+        .await
+        .map_err(|e| e.to_string())??;
+    Ok(Prepared { gw, tls })
+}
+
 /// Serves `config` on `listener` until `shutdown` is cancelled.
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
-    let tls = match &config.tls {
-        Some((cert, key)) => Some(tls_acceptor(cert, key)?),
-        None => None,
-    };
-    let header_limit = config.max_header_bytes;
-    let gw = tokio::task::spawn_blocking(move || Gateway::open(config, CancellationToken::new()))
-        .await
-        .map_err(|e| e.to_string())??;
+    serve(prepare(config).await?, listener, shutdown).await
+}
+
+/// Serves a prepared gateway on `listener` until `shutdown` is cancelled.
+pub async fn serve(
+    prepared: Prepared,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), String> {
+    let Prepared { gw, tls } = prepared;
+    let header_limit = gw.config.max_header_bytes;
     gw.spawn_tasks();
     let reload_gw = gw.clone();
     let reload_token = shutdown.clone();

@@ -131,7 +131,7 @@ impl Gateway {
         metrics.pending_approvals.set(pending as i64);
         let gw = Gateway {
             upstreams: Upstreams::new(&config)?,
-            auth: Auth::new(&config.principals),
+            auth: Auth::new(&config.principals, config.banner.is_some()),
             classifiers,
             webhooks: Webhooks::new(config.webhooks.clone(), config.redact.clone())?,
             policy: ArcSwap::from_pointee(policy),

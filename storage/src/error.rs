@@ -31,6 +31,8 @@ pub enum StoreError {
     GrantGone,
     #[error("delivery `{0}` not found")]
     DeliveryNotFound(String),
+    #[error("{0}")]
+    NoStore(String),
 }
 
 impl StoreError {
@@ -48,6 +50,7 @@ impl StoreError {
             StoreError::CallState(..) => "call.invalid_state",
             StoreError::GrantGone => "approval.expired",
             StoreError::DeliveryNotFound(_) => "delivery.not_found",
+            StoreError::NoStore(_) => "store.not_found",
         }
     }
 }

@@ -61,10 +61,15 @@ pub struct Store {
     redact: Arc<Vec<String>>,
 }
 
-/// A fresh sortable unique id (UUIDv7: time-ordered, then random).
-pub fn new_id() -> String {
-    uuid::Uuid::now_v7().to_string()
+/// A fresh sortable unique id: `prefix`, `_`, then a UUIDv7 (time-ordered, then random).
+/// The prefix says what the id names (`call`, `apr`, `msg`), so a call id pasted where an
+/// approval id belongs can be told apart and explained.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7())
 }
+
+/// The file fjall writes when it creates a database: its presence says a folder holds a store.
+const STORE_MARKER: &str = "version";
 
 impl Store {
     /// Opens (or creates) the store at `path`. Only one process may hold it open.
@@ -98,6 +103,25 @@ impl Store {
         };
         store.recover()?;
         Ok(store)
+    }
+
+    /// Opens the store at `path` only if one is there: for commands that read a stopped
+    /// gateway's store (`audit verify`, `export`), where a mistyped folder must be an error,
+    /// not a new empty store that verifies.
+    pub fn open_existing(path: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+        if !path.is_dir() {
+            return Err(StoreError::NoStore(format!(
+                "no store at {}: the folder does not exist",
+                path.display()
+            )));
+        }
+        if !path.join(STORE_MARKER).is_file() {
+            return Err(StoreError::NoStore(format!(
+                "{} does not hold an airlock store (give the gateway's `server.data_dir`)",
+                path.display()
+            )));
+        }
+        Store::open(path, options)
     }
 
     /// Whether the store can still serve: false once a write failed to reach the disk.

@@ -876,7 +876,7 @@ fn stage_deliveries(
     let mut out = Vec::new();
     for d in deliveries {
         let delivery = Delivery {
-            id: crate::new_id(),
+            id: crate::new_id("msg"),
             webhook: d.webhook,
             event: d.event,
             payload: d.payload,

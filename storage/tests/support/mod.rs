@@ -81,7 +81,7 @@ pub fn held(
 ) -> Held {
     let c = call(call_id, fingerprint, requester, "require_approval", now);
     let approval = Approval {
-        id: airlock_storage::new_id(),
+        id: airlock_storage::new_id("apr"),
         call_id: call_id.into(),
         tool: c.tool.clone(),
         args: c.args.clone(),

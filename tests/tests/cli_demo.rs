@@ -1,0 +1,462 @@
+//! The command line as a new user meets it: the demo (`airlock serve` with no config) and the
+//! client commands, run as the real binary. One test per stumble a user reported: a verify
+//! that cannot fail on a typo, approval commands and tokens, a second gateway on a locked
+//! store, a port in use, a held call that printed nothing, look-alike ids, unhelpful errors,
+//! demo tokens after a restart, and help texts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::*;
+
+/// A demo gateway: the binary with no config, on a free port and a temp data dir.
+struct Demo {
+    child: Child,
+    base: String,
+    agent: String,
+    approver: String,
+    /// Everything it printed on stdout before it said it listens.
+    stdout: String,
+}
+
+impl Demo {
+    fn start(data: &Path) -> Demo {
+        let mut child = Command::new(airlock_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data)
+            .env("AIRLOCK_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        let mut stdout = String::new();
+        let mut line = String::new();
+        let base = loop {
+            line.clear();
+            assert!(
+                reader.read_line(&mut line).unwrap() > 0,
+                "the demo exited early:\n{stdout}"
+            );
+            stdout.push_str(&line);
+            if let Some(rest) = line.trim().strip_prefix("airlock listening on ") {
+                break rest.split(' ').next().unwrap().to_owned();
+            }
+        };
+        std::thread::spawn(move || for _ in reader.lines() {});
+        let token = |var: &str| {
+            stdout
+                .lines()
+                .find_map(|l| l.trim().split_once(&format!("export {var}=")))
+                .map(|(_, t)| t.to_owned())
+                .unwrap_or_else(|| panic!("no {var} in:\n{stdout}"))
+        };
+        Demo {
+            agent: token("AIRLOCK_TOKEN"),
+            approver: token("AIRLOCK_APPROVER_TOKEN"),
+            base,
+            stdout: stdout.clone(),
+            child,
+        }
+    }
+
+    /// Runs `airlock ARGS` against this gateway with only `env` set of the token variables.
+    fn cli(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(airlock_bin());
+        cmd.args(args)
+            .args(["--url", &self.base])
+            .env_remove("AIRLOCK_TOKEN")
+            .env_remove("AIRLOCK_APPROVER_TOKEN")
+            .env_remove("AIRLOCK_ADMIN_TOKEN");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    fn held_call(&self) -> Value {
+        let r = reqwest::blocking::Client::new()
+            .post(format!("{}/v1/calls", self.base))
+            .bearer_auth(&self.agent)
+            .header("prefer", "respond-async")
+            .json(&json!({"tool": "demo.shell_preview", "args": {"command": "rm -rf build/"}}))
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202);
+        r.json().unwrap()
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn airlock(args: &[&str]) -> Output {
+    Command::new(airlock_bin()).args(args).output().unwrap()
+}
+
+#[test]
+fn audit_commands_refuse_a_folder_without_a_store_and_create_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let typo = tmp.path().join("airlock-demo-dta");
+    for args in [
+        vec!["audit", "verify", "--data-dir", typo.to_str().unwrap()],
+        vec!["audit", "export", "--data-dir", typo.to_str().unwrap()],
+    ] {
+        let out = airlock(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains("error[store.not_found]"), "{err}");
+        assert!(!text(&out.stdout).contains("ok"), "{}", text(&out.stdout));
+        assert!(!typo.exists(), "{args:?} created the folder");
+    }
+    // A folder that exists but holds no store is refused too, and left as it was.
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = airlock(&["audit", "verify", "--data-dir", empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("does not hold an airlock store"));
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+
+    // The real store still verifies.
+    let data = tmp.path().join("data");
+    let demo = Demo::start(&data);
+    demo.stop();
+    let out = airlock(&["audit", "verify", "--data-dir", data.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ok = text(&out.stdout);
+    assert!(ok.starts_with("ok: ") && !ok.starts_with("ok: 0"), "{ok}");
+}
+
+#[test]
+fn approval_commands_use_the_approver_token_and_explain_an_agent_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let demo = Demo::start(&tmp.path().join("data"));
+    let held = demo.held_call();
+    let approval = held["approval"]["id"].as_str().unwrap();
+
+    // With only the agent's token, the refusal says which token to use.
+    let out = demo.cli(
+        &["approvals", "decline", approval, "--reason", "no"],
+        &[("AIRLOCK_TOKEN", &demo.agent)],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("403 approval.forbidden"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stdout).contains("use an approver's or an admin's token"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stderr).contains("AIRLOCK_APPROVER_TOKEN"));
+
+    // With both set (as the demo's exports leave them), the approver's token is used.
+    let both = [
+        ("AIRLOCK_TOKEN", demo.agent.as_str()),
+        ("AIRLOCK_APPROVER_TOKEN", demo.approver.as_str()),
+    ];
+    let out = demo.cli(&["approvals", "list"], &both);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let table = text(&out.stdout);
+    let header = table.lines().next().unwrap();
+    assert!(
+        header.starts_with("ID") && header.contains("CALL"),
+        "{table}"
+    );
+    assert!(table.contains(held["call_id"].as_str().unwrap()), "{table}");
+
+    let out = demo.cli(&["approvals", "show", approval], &both);
+    let shown = text(&out.stdout);
+    // Every row's value starts in the same column, the fingerprint's included.
+    let columns: Vec<usize> = shown
+        .lines()
+        .filter_map(|l| {
+            let key = l.find(' ')?;
+            Some(key + l[key..].find(|c| c != ' ')?)
+        })
+        .collect();
+    assert!(columns.len() >= 10, "{shown}");
+    assert!(
+        columns.windows(2).all(|w| w[0] == w[1]),
+        "misaligned:\n{shown}"
+    );
+    assert!(shown.contains("fingerprint  sha256:"), "{shown}");
+
+    let out = demo.cli(
+        &["approvals", "decline", approval, "--reason", "not today"],
+        &both,
+    );
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("declined"));
+}
+
+#[test]
+fn a_second_gateway_on_a_store_in_use_prints_no_tokens_and_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let first = Demo::start(&data);
+    assert!(first.stdout.contains("AIRLOCK_TOKEN="));
+    let out = Command::new(airlock_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(
+        !stdout.contains("listening") && !stdout.contains("AIRLOCK_TOKEN"),
+        "claimed success before failing:\n{stdout}"
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("error[gateway.start]") && err.contains("is a gateway running on it?"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_port_in_use_has_its_own_code_and_suggests_listen() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = Command::new(airlock_bin())
+        .args(["serve", "--listen", &addr, "--data-dir"])
+        .arg(tmp.path().join("data"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("error[server.address_in_use]"), "{err}");
+    assert!(err.contains("--listen 127.0.0.1:0"), "{err}");
+    assert!(!text(&out.stdout).contains("AIRLOCK_TOKEN"));
+}
+
+#[test]
+fn a_held_call_prints_its_ids_at_once_then_the_result() {
+    let tmp = tempfile::tempdir().unwrap();
+    let demo = Demo::start(&tmp.path().join("data"));
+    let mut child = Command::new(airlock_bin())
+        .args([
+            "call",
+            "--url",
+            &demo.base,
+            "--tool",
+            "demo.shell_preview",
+            "--args",
+            r#"{"command": "make deploy"}"#,
+            "--wait",
+            "20",
+        ])
+        .env("AIRLOCK_TOKEN", &demo.agent)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    // `held for approval: call call_…, approval apr_…`, before anyone decided.
+    let (call_id, approval) = first
+        .trim()
+        .strip_prefix("held for approval: call ")
+        .and_then(|r| r.split_once(", approval "))
+        .unwrap_or_else(|| panic!("{first}"));
+    assert!(call_id.starts_with("call_") && approval.starts_with("apr_"));
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/approvals/{approval}/approve", demo.base))
+        .bearer_auth(&demo.approver)
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let start = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(status.success(), "{out}");
+    assert!(out.starts_with("200 completed"), "{out}");
+    assert!(out.contains(call_id), "{out}");
+}
+
+#[test]
+fn the_shutdown_answer_to_a_held_call_names_the_call() {
+    let backend = Backend::start();
+    let mut gw = Gateway::start(&backend);
+    let base = gw.base.clone();
+    let held = std::thread::spawn(move || {
+        reqwest::blocking::Client::new()
+            .post(format!("{base}/v1/calls"))
+            .bearer_auth("token-agent1")
+            .header("prefer", "wait=30")
+            .json(&json!({"tool": "db.query", "args": {"sql": "select 1"}}))
+            .send()
+            .unwrap()
+    });
+    // Wait until the call is held (its approval exists), then stop the gateway.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gw.req("GET", "/v1/approvals", Some("dba1"), None, None).1["approvals"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    gw.signal("-TERM");
+    let r = held.join().unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let b: Value = r.json().unwrap();
+    assert_eq!(code(&b), "gateway.shutting_down");
+    let call_id = b["error"]["details"]["call_id"].as_str().unwrap();
+    assert!(call_id.starts_with("call_"));
+    assert!(b["error"]["message"].as_str().unwrap().contains(call_id));
+    gw.wait_exit();
+}
+
+#[test]
+fn ids_say_what_they_name_and_resuming_an_approval_id_explains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let demo = Demo::start(&tmp.path().join("data"));
+    let held = demo.held_call();
+    let approval = held["approval"]["id"].as_str().unwrap();
+    assert!(held["call_id"].as_str().unwrap().starts_with("call_"));
+    assert!(approval.starts_with("apr_"));
+    let out = demo.cli(
+        &["call", "--resume", approval],
+        &[("AIRLOCK_TOKEN", &demo.agent)],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("404 call.not_found"), "{stdout}");
+    assert!(
+        stdout.contains("is an approval id, not a call id"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("airlock approvals show {approval}")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bad_values_name_the_valid_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let demo = Demo::start(&tmp.path().join("data"));
+    let out = demo.cli(
+        &["approvals", "list", "--status", "done"],
+        &[("AIRLOCK_APPROVER_TOKEN", &demo.approver)],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    for s in [
+        "pending",
+        "approved",
+        "declined",
+        "expired",
+        "cancelled",
+        "all",
+    ] {
+        assert!(err.contains(s), "{err}");
+    }
+    // The API says the same to other clients.
+    let r = reqwest::blocking::Client::new()
+        .get(format!("{}/v1/approvals?status=done", demo.base))
+        .bearer_auth(&demo.approver)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let b: Value = r.json().unwrap();
+    assert!(b["error"]["message"].as_str().unwrap().contains("expired"));
+
+    // An unknown tool names the configured ones, nearest first.
+    let out = demo.cli(
+        &["call", "--tool", "demo.ecko", "--args", "{}"],
+        &[("AIRLOCK_TOKEN", &demo.agent)],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("404 tool.unknown"), "{stdout}");
+    assert!(
+        stdout.contains("nearest first: demo.echo, demo.shell_preview"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_old_demo_token_after_a_restart_says_tokens_are_new_each_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let first = Demo::start(&data);
+    let old = first.agent.clone();
+    first.stop();
+    let second = Demo::start(&data);
+    assert_ne!(second.agent, old);
+    let out = second.cli(
+        &["call", "--tool", "demo.echo", "--args", r#"{"text":"hi"}"#],
+        &[("AIRLOCK_TOKEN", &old)],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("401 auth.unauthenticated"));
+    assert!(
+        text(&out.stdout).contains("new at every start"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(text(&out.stderr).contains("new tokens at every start"));
+    // The new token works.
+    let out = second.cli(
+        &["call", "--tool", "demo.echo", "--args", r#"{"text":"hi"}"#],
+        &[("AIRLOCK_TOKEN", &second.agent)],
+    );
+    assert!(out.status.success(), "{}", text(&out.stdout));
+}
+
+#[test]
+fn help_describes_each_subcommand_in_its_own_words() {
+    let out = airlock(&["approvals", "--help"]);
+    let help = text(&out.stdout);
+    assert!(!help.contains("How to reach a running gateway"), "{help}");
+    for (cmd, words) in [
+        ("list", "List approvals"),
+        ("show", "Show one approval"),
+        ("approve", "Approve"),
+        ("decline", "Decline, with the reason"),
+    ] {
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with(cmd))
+            .unwrap_or_else(|| panic!("{help}"));
+        assert!(line.contains(words), "{line}");
+    }
+    let call = text(&airlock(&["call", "--help"]).stdout);
+    assert!(call.contains("The gateway's URL"), "{call}");
+}
