@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 
 use crate::auth::{require, Role};
 use crate::clock::{now_ms, to_system_time};
-use crate::http::{full, json_response, read_body, ApiError, Body, ChannelBody};
+use crate::connections::CloseReason;
+use crate::http::{full, json_response, read_body, ApiError, Body, BodyLimits, ChannelBody};
 use crate::pipeline::{self, approval_json, parse_prefer};
 use crate::state::Gateway;
 
@@ -31,6 +32,16 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
     };
     match route(&gw, req).await {
         Ok(r) => r,
+        Err(e) if e.code == "request.body_timeout" => {
+            // A client too slow to send its body loses the connection, not only the request.
+            gw.metrics.connection_closed(CloseReason::BodyTimeout);
+            let mut r = e.into_response();
+            r.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+            r
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -143,12 +154,20 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
     }
 
     let (principal, role) = gw.auth.authenticate(req.headers())?;
+    if let Err(refusal) = gw.limits.take(&principal.id, std::time::Instant::now()) {
+        return Err(gw
+            .principal_refused(&principal.id, "principal.rate_limited", refusal)
+            .await);
+    }
     let prefer = req
         .headers()
         .get("prefer")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let limit = gw.config.max_body_bytes;
+    let limit = BodyLimits {
+        max_bytes: gw.config.max_body_bytes,
+        timeout: gw.config.connections.body_timeout,
+    };
     let wait = |q: &str| {
         Duration::from_secs(
             query_param(q, "wait")
@@ -195,7 +214,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             let (id, by, now) = (id.to_string(), principal.clone(), now_ms());
             let call = gw.store_op(move |s| s.cancel(&id, &by, now)).await?;
             if call.approval_id.is_some() {
-                gw.metrics.pending_approvals.dec();
+                gw.approval_closed(&call.requester.id);
             }
             gw.metrics.call(&call.decision, "cancelled");
             tracing::info!(call_id = %call.call_id, by = %principal.id, "call cancelled");
@@ -435,7 +454,7 @@ async fn verdict(
     role: Role,
     verb: &str,
     req: Request<Incoming>,
-    limit: usize,
+    limit: BodyLimits,
 ) -> Result<(Value, bool, Option<String>), ApiError> {
     if role == Role::Agent {
         return Err(ApiError::new(

@@ -85,6 +85,12 @@ struct RawServer {
     log_format: Option<String>,
     classifier_cache_ttl: Option<String>,
     public_url: Option<String>,
+    header_timeout: Option<String>,
+    tls_handshake_timeout: Option<String>,
+    idle_timeout: Option<String>,
+    body_timeout: Option<String>,
+    max_connections: Option<usize>,
+    max_connections_per_client: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -102,6 +108,9 @@ struct RawPrincipal {
     token_sha256: String,
     #[serde(default)]
     groups: Vec<String>,
+    rate: Option<String>,
+    burst: Option<u32>,
+    max_pending: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +145,71 @@ pub struct PrincipalConfig {
     /// Lower-case hex SHA-256 of the token.
     pub token_sha256: String,
     pub groups: Vec<String>,
+    /// Requests this principal may make (a token bucket); none means no limit.
+    pub rate: Option<Rate>,
+    /// Pending approvals this principal's calls may hold open at once.
+    pub max_pending: Option<usize>,
+}
+
+/// A token bucket: `count` requests per `per`, and at most `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u32,
+    pub per: Duration,
+    pub burst: u32,
+}
+
+impl Rate {
+    /// Parses `"50/s"`, `"600/m"` or `"1000/h"`; the burst defaults to the count.
+    pub fn parse(text: &str, burst: Option<u32>) -> Result<Rate, String> {
+        let bad = || format!("`{text}` is not a rate like \"50/s\", \"600/m\" or \"1000/h\"");
+        let (count, unit) = text.split_once('/').ok_or_else(bad)?;
+        let count: u32 = count.trim().parse().map_err(|_| bad())?;
+        let per = match unit.trim() {
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        if count == 0 {
+            return Err(format!("`{text}`: the rate must be at least 1"));
+        }
+        let burst = burst.unwrap_or(count);
+        if burst == 0 {
+            return Err("the burst must be at least 1".into());
+        }
+        Ok(Rate { count, per, burst })
+    }
+}
+
+/// How the listener treats slow and numerous clients (`[server]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// From a connection's first byte (or its accept) to a request's complete headers.
+    pub header_timeout: Duration,
+    pub tls_handshake_timeout: Duration,
+    /// A keep-alive connection with no request in flight and no bytes for this long is closed.
+    pub idle_timeout: Duration,
+    /// From a request's headers to its complete body.
+    pub body_timeout: Duration,
+    /// Open connections at once; beyond it new ones are refused at once.
+    pub max_connections: usize,
+    /// Open connections from one client address; beyond it that client's new ones are
+    /// refused, so one flooding client leaves room for the others.
+    pub max_connections_per_client: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_timeout: Duration::from_secs(10),
+            tls_handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            max_connections_per_client: 5_000,
+        }
+    }
 }
 
 /// Where a tool's calls go.
@@ -223,6 +297,7 @@ pub struct Config {
     pub classifier_cache_ttl: Duration,
     /// Printed at start-up: the demo's tokens.
     pub banner: Option<String>,
+    pub connections: ConnectionLimits,
 }
 
 /// Resolves `env:VAR` to the variable's value.
@@ -239,6 +314,15 @@ fn duration(key: &str, value: Option<&str>, default: Duration) -> Result<Duratio
         Some(v) => parse_duration(v).map_err(|m| err(key, m)),
         None => Ok(default),
     }
+}
+
+/// A duration that must not be zero (a zero timeout would close every connection).
+fn positive(key: &str, value: Option<&str>, default: Duration) -> Result<Duration, ConfigError> {
+    let d = duration(key, value, default)?;
+    if d.is_zero() {
+        return Err(err(key, "must be longer than zero"));
+    }
+    Ok(d)
 }
 
 impl Config {
@@ -314,11 +398,28 @@ impl Config {
                     "must be 64 lower-case hex digits: the SHA-256 of the token, never the token",
                 ));
             }
+            let rate = match &p.rate {
+                Some(r) => {
+                    Some(Rate::parse(r, p.burst).map_err(|m| err(format!("{key}.rate"), m))?)
+                }
+                None if p.burst.is_some() => {
+                    return Err(err(format!("{key}.burst"), "a burst needs a `rate`"))
+                }
+                None => None,
+            };
+            if p.max_pending == Some(0) {
+                return Err(err(
+                    format!("{key}.max_pending"),
+                    "must be at least 1 (leave it out for no limit)",
+                ));
+            }
             principals.push(PrincipalConfig {
                 id: p.id,
                 role: p.role,
                 token_sha256: hash,
                 groups: p.groups,
+                rate,
+                max_pending: p.max_pending,
             });
         }
         let mut tools = Vec::new();
@@ -491,7 +592,40 @@ impl Config {
                 ));
             }
         }
+        let defaults = ConnectionLimits::default();
+        let max_connections = s.max_connections.unwrap_or(defaults.max_connections);
+        if max_connections == 0 {
+            return Err(err("server.max_connections", "must be at least 1"));
+        }
+        let connections = ConnectionLimits {
+            header_timeout: positive(
+                "server.header_timeout",
+                s.header_timeout.as_deref(),
+                defaults.header_timeout,
+            )?,
+            tls_handshake_timeout: positive(
+                "server.tls_handshake_timeout",
+                s.tls_handshake_timeout.as_deref(),
+                defaults.tls_handshake_timeout,
+            )?,
+            idle_timeout: positive(
+                "server.idle_timeout",
+                s.idle_timeout.as_deref(),
+                defaults.idle_timeout,
+            )?,
+            body_timeout: positive(
+                "server.body_timeout",
+                s.body_timeout.as_deref(),
+                defaults.body_timeout,
+            )?,
+            max_connections,
+            max_connections_per_client: s
+                .max_connections_per_client
+                .unwrap_or(max_connections.div_ceil(2))
+                .clamp(1, max_connections),
+        };
         Ok(Config {
+            connections,
             listen,
             data_dir: resolve(s.data_dir.unwrap_or_else(|| "airlock-data".into())),
             policy: PolicySource::Path(resolve(
@@ -528,6 +662,8 @@ impl Config {
             role: role.into(),
             token_sha256: hash(t),
             groups: groups.iter().map(|g| g.to_string()).collect(),
+            rate: None,
+            max_pending: None,
         };
         let tools = crate::upstream::BUILTINS
             .iter()
@@ -580,6 +716,7 @@ impl Config {
             webhooks: vec![],
             public_url: None,
             banner: Some(banner),
+            connections: ConnectionLimits::default(),
         }
     }
 
@@ -656,6 +793,13 @@ mod tests {
             ("[[classifiers]]\nname = \"r\"\nkind = \"magic\"\n", "classifiers[0].kind"),
             ("[[classifiers]]\nname = \"r\"\nkind = \"http\"\n", "classifiers[0].url"),
             ("[[classifiers]]\nname = \"r\"\nkind = \"builtin\"\non_error = \"allow\"\n", "classifiers[0].on_error"),
+
+            ("[server]\nheader_timeout = \"0s\"\n", "server.header_timeout"),
+            ("[server]\nidle_timeout = \"forever\"\n", "server.idle_timeout"),
+            ("[server]\nmax_connections = 0\n", "server.max_connections"),
+            ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nrate = \"fast\"\n", "principals[0].rate"),
+            ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nburst = 3\n", "principals[0].burst"),
+            ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmax_pending = 0\n", "principals[0].max_pending"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err();

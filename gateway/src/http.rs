@@ -90,6 +90,7 @@ impl ApiError {
 pub fn status_for(code: &str) -> StatusCode {
     match code {
         "request.too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+        "request.body_timeout" => StatusCode::REQUEST_TIMEOUT,
         "request.headers_too_large" => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         "auth.unauthenticated" => StatusCode::UNAUTHORIZED,
         "auth.forbidden"
@@ -112,7 +113,9 @@ pub fn status_for(code: &str) -> StatusCode {
             StatusCode::BAD_GATEWAY
         }
         "upstream.timeout" => StatusCode::GATEWAY_TIMEOUT,
-        "gateway.too_many_held" => StatusCode::TOO_MANY_REQUESTS,
+        "gateway.too_many_held" | "principal.rate_limited" | "principal.too_many_pending" => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
         "gateway.overloaded"
         | "gateway.shutting_down"
         | "store.unavailable"
@@ -139,9 +142,27 @@ impl From<StoreError> for ApiError {
     }
 }
 
-/// Reads a request body of at most `limit` bytes.
-pub async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
-    match Limited::new(body, limit).collect().await {
+/// How much body a request may send, and how long it may take.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    pub max_bytes: usize,
+    /// From the headers to the whole body; beyond it `408 request.body_timeout` and the
+    /// connection is closed.
+    pub timeout: std::time::Duration,
+}
+
+/// Reads a request body within `limits`.
+pub async fn read_body(body: Incoming, limits: BodyLimits) -> Result<Bytes, ApiError> {
+    let limit = limits.max_bytes;
+    let collected = tokio::time::timeout(limits.timeout, Limited::new(body, limit).collect())
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                "request.body_timeout",
+                format!("the body did not arrive within {:?}", limits.timeout),
+            )
+        })?;
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::new(
             "request.too_large",

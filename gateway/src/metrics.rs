@@ -1,9 +1,10 @@
-//! Prometheus metrics with bounded labels (DESIGN §9): decisions, outcomes, routes and result
-//! kinds only — never args, principals or fingerprints, which go to tracing and the audit log.
+//! Prometheus metrics with bounded labels (DESIGN §9): decisions, outcomes, routes, result
+//! kinds and configured principal ids only — never args, fingerprints or anything a client
+//! sends, which go to tracing and the audit log.
 
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    Opts, Registry, TextEncoder,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -27,6 +28,14 @@ pub struct Metrics {
     /// Attempts a delivery took, counted when it is delivered or given up.
     pub webhook_attempts: Histogram,
     pub webhook_oldest_undelivered_seconds: Gauge,
+    /// Connections closed or refused by a listener guard, by `reason`.
+    pub connections_closed: IntCounterVec,
+    pub connections_open: IntGauge,
+    /// Requests refused by a per-principal limit, by configured principal id and `reason`
+    /// (rate_limited, too_many_pending).
+    pub principal_refusals: IntCounterVec,
+    /// Pending approvals of each principal that has `max_pending`.
+    pub principal_pending: IntGaugeVec,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -104,6 +113,28 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "airlock_webhook_oldest_undelivered_seconds",
             "Age of the oldest webhook delivery not yet delivered",
         )?,
+        connections_closed: IntCounterVec::new(
+            Opts::new(
+                "airlock_connections_closed_total",
+                "Connections closed or refused by a listener limit or timeout, by reason",
+            ),
+            &["reason"],
+        )?,
+        connections_open: IntGauge::new("airlock_connections_open", "Open client connections")?,
+        principal_refusals: IntCounterVec::new(
+            Opts::new(
+                "airlock_principal_refusals_total",
+                "Requests refused by a per-principal limit",
+            ),
+            &["principal", "reason"],
+        )?,
+        principal_pending: IntGaugeVec::new(
+            Opts::new(
+                "airlock_principal_pending_approvals",
+                "Pending approvals of principals that have max_pending",
+            ),
+            &["principal"],
+        )?,
         registry,
     };
     m.registry.register(Box::new(m.calls.clone()))?;
@@ -124,6 +155,12 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry.register(Box::new(m.webhook_attempts.clone()))?;
     m.registry
         .register(Box::new(m.webhook_oldest_undelivered_seconds.clone()))?;
+    m.registry
+        .register(Box::new(m.connections_closed.clone()))?;
+    m.registry.register(Box::new(m.connections_open.clone()))?;
+    m.registry
+        .register(Box::new(m.principal_refusals.clone()))?;
+    m.registry.register(Box::new(m.principal_pending.clone()))?;
     Ok(m)
 }
 
@@ -134,6 +171,12 @@ impl Metrics {
 
     pub fn call(&self, decision: &str, outcome: &str) {
         self.calls.with_label_values(&[decision, outcome]).inc();
+    }
+
+    pub fn connection_closed(&self, reason: crate::connections::CloseReason) {
+        self.connections_closed
+            .with_label_values(&[reason.as_str()])
+            .inc();
     }
 
     /// The Prometheus text exposition.

@@ -287,14 +287,29 @@ async fn decide_and_run(
                 decided_at: None,
             };
             let expl = explanation(&decision, &classified);
+            // The principal's `max_pending` is checked and counted in one step; grants above
+            // were not affected by it.
+            if let Err(refusal) = gw.approval_opening(&principal.id) {
+                drop(permit);
+                return Err(gw
+                    .principal_refused(&principal.id, "principal.too_many_pending", refusal)
+                    .await);
+            }
             // The approval and its webhook notifications are durable together.
             let event = gw.approval_event(&approval);
             let deliveries = gw.webhooks.deliveries_for("approval.requested", &event);
             let notify_webhooks = !deliveries.is_empty();
-            let approval = gw
+            let requester = principal.id.clone();
+            let approval = match gw
                 .store_op(move |s| s.create_approval_notifying(record, approval, expl, deliveries))
-                .await?;
-            gw.metrics.pending_approvals.inc();
+                .await
+            {
+                Ok(a) => a,
+                Err(e) => {
+                    gw.approval_closed(&requester);
+                    return Err(e);
+                }
+            };
             let _ = gw.events.send(crate::state::Event {
                 kind: "approval.requested",
                 data: event,
@@ -695,7 +710,7 @@ pub async fn decide(
         .store_op(move |s| s.decide(&id, &who, verdict, now))
         .await?;
     if a.status != ApprovalStatus::Pending {
-        gw.metrics.pending_approvals.dec();
+        gw.approval_closed(&a.requester.id);
         gw.metrics
             .approval_wait_seconds
             .observe(now.saturating_sub(a.created_at) as f64 / 1000.0);

@@ -1,5 +1,6 @@
-//! Serving: the accept loop (plain TCP or rustls), HTTP/1.1 and HTTP/2 through hyper-util,
-//! and graceful shutdown: stop accepting, answer held calls with `503 gateway.shutting_down`
+//! Serving: the accept loop (plain TCP or rustls) with the connection guards of
+//! [`crate::connections`] (limits at accept, handshake, header and idle timeouts), HTTP/1.1
+//! and HTTP/2 through hyper-util, and graceful shutdown: stop accepting, answer held calls with `503 gateway.shutting_down`
 //! (their approvals persist), let in-flight calls finish, close the store.
 //!
 //! `run(config, listener, shutdown)` is the library entry point; `main` only parses flags.
@@ -7,15 +8,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use http_body_util::BodyExt;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, ConnectionLimits};
+use crate::connections::{watchdog, Activity, CloseReason, Gate, Watched};
 use crate::state::Gateway;
 
 /// How long in-flight requests get to finish after shutdown starts.
@@ -86,56 +89,68 @@ pub async fn serve(
     builder
         .http1()
         .max_buf_size((header_limit * 4).max(64 << 10));
+    let limits = gw.config.connections.clone();
+    let gate = Gate::new(&limits);
+    let refusal = refusal_response();
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
+                    // Out of file descriptors, say: wait a moment instead of spinning.
                     tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
             _ = shutdown.cancelled() => break,
         };
-        let _ = stream.set_nodelay(true);
-        let gw = gw.clone();
-        let service = service_fn(move |req| {
-            let gw = gw.clone();
-            async move { Ok::<_, std::convert::Infallible>(crate::api::handle(gw, req).await) }
-        });
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            let result = match tls {
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => {
-                        watcher
-                            .watch(
-                                builder
-                                    .serve_connection_with_upgrades(TokioIo::new(s), service)
-                                    .into_owned(),
-                            )
-                            .await
-                    }
-                    Err(e) => {
-                        tracing::debug!("TLS handshake failed: {e}");
-                        return;
-                    }
-                },
-                None => {
-                    watcher
-                        .watch(
-                            builder
-                                .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                                .into_owned(),
-                        )
-                        .await
+        let admitted = match gate.admit(peer.ip()) {
+            Ok(a) => a,
+            Err(reason) => {
+                // Refused at once, before reading anything: a plain-HTTP client gets a 503 it
+                // can read (if its socket takes it without waiting), then the close.
+                gw.metrics.connection_closed(reason);
+                if tls.is_none() {
+                    let _ = stream.try_write(&refusal);
                 }
-            };
-            if let Err(e) = result {
-                tracing::debug!("connection ended: {e}");
+                continue;
             }
+        };
+        gw.metrics.connections_open.set(gate.open() as i64);
+        let _ = stream.set_nodelay(true);
+        let conn = Connection {
+            gw: gw.clone(),
+            builder: builder.clone(),
+            watcher: graceful.watcher(),
+            activity: Activity::new(),
+            limits: limits.clone(),
+        };
+        let tls = tls.clone();
+        let (gw, gate) = (gw.clone(), gate.clone());
+        tokio::spawn(async move {
+            let io = Watched::new(stream, conn.activity.clone());
+            match tls {
+                Some(acceptor) => {
+                    match tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(io))
+                        .await
+                    {
+                        Ok(Ok(s)) => {
+                            if s.get_ref().1.alpn_protocol() == Some(b"h2") {
+                                conn.activity.set_h2();
+                            }
+                            conn.drive(s).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+                        Err(_) => gw
+                            .metrics
+                            .connection_closed(CloseReason::TlsHandshakeTimeout),
+                    }
+                }
+                None => conn.drive(io).await,
+            }
+            drop(admitted);
+            gw.metrics.connections_open.set(gate.open() as i64);
         });
     }
     tracing::info!("shutting down: held calls answer 503, pending approvals persist");
@@ -148,6 +163,77 @@ pub async fn serve(
     }
     drop(gw);
     Ok(())
+}
+
+/// What one accepted connection needs to be served.
+struct Connection {
+    gw: Arc<Gateway>,
+    builder: auto::Builder<TokioExecutor>,
+    watcher: Watcher,
+    activity: Arc<Activity>,
+    limits: ConnectionLimits,
+}
+
+impl Connection {
+    /// Serves HTTP on `io` until the client closes, shutdown drains it, or a timer of
+    /// [`crate::connections`] fires (then the connection is dropped, which closes it).
+    async fn drive<IO>(self, io: IO)
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Connection {
+            gw,
+            builder,
+            watcher,
+            activity,
+            limits,
+        } = self;
+        let requests = activity.clone();
+        let service_gw = gw.clone();
+        let service = service_fn(move |req| {
+            let gw = service_gw.clone();
+            // In flight until the response body is finished: the timers leave it alone.
+            let in_flight = requests.request_started();
+            async move {
+                let response = crate::api::handle(gw, req).await;
+                Ok::<_, std::convert::Infallible>(response.map(|body| {
+                    body.map_frame(move |frame| {
+                        let _ = &in_flight;
+                        frame
+                    })
+                    .boxed()
+                }))
+            }
+        });
+        let served = watcher.watch(
+            builder
+                .serve_connection_with_upgrades(TokioIo::new(io), service)
+                .into_owned(),
+        );
+        tokio::select! {
+            result = served => {
+                if let Err(e) = result {
+                    tracing::debug!("connection ended: {e}");
+                }
+            }
+            reason = watchdog(activity, limits) => {
+                tracing::debug!(reason = reason.as_str(), "connection closed");
+                gw.metrics.connection_closed(reason);
+            }
+        }
+    }
+}
+
+/// The answer written to a connection refused at accept.
+fn refusal_response() -> Vec<u8> {
+    let body = br#"{"error":{"code":"gateway.overloaded","message":"too many connections; retry later","details":{}}}"#;
+    let mut r = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body);
+    r
 }
 
 #[cfg(unix)]

@@ -22,6 +22,7 @@ use crate::classifiers::Classifiers;
 use crate::clock::now_ms;
 use crate::config::{Config, PolicySource};
 use crate::http::ApiError;
+use crate::limits::PrincipalLimits;
 use crate::metrics::Metrics;
 use crate::upstream::Upstreams;
 use crate::webhooks::Webhooks;
@@ -85,6 +86,8 @@ pub struct Gateway {
     pub held: Semaphore,
     /// False until a policy has loaded (for `/readyz`).
     pub policy_loaded: AtomicBool,
+    /// Per-principal request rates and pending-approval counts.
+    pub limits: PrincipalLimits,
 }
 
 /// Loads the policy set from its source, refusing one that names an unconfigured classifier.
@@ -126,9 +129,21 @@ impl Gateway {
                 1_000_000,
             )
             .map_err(|e| e.to_string())?
-            .0
-            .len();
-        metrics.pending_approvals.set(pending as i64);
+            .0;
+        metrics.pending_approvals.set(pending.len() as i64);
+        let limits = PrincipalLimits::new(&config.principals, std::time::Instant::now());
+        let mut by_principal: HashMap<String, usize> = HashMap::new();
+        for a in &pending {
+            *by_principal.entry(a.requester.id.clone()).or_default() += 1;
+        }
+        limits.set_pending(&by_principal);
+        for p in config.principals.iter().filter(|p| p.max_pending.is_some()) {
+            let n = by_principal.get(&p.id).copied().unwrap_or(0);
+            metrics
+                .principal_pending
+                .with_label_values(&[p.id.as_str()])
+                .set(n as i64);
+        }
         let gw = Gateway {
             upstreams: Upstreams::new(&config)?,
             auth: Auth::new(&config.principals, config.banner.is_some()),
@@ -143,6 +158,7 @@ impl Gateway {
             in_flight: Semaphore::new(config.max_in_flight),
             held: Semaphore::new(config.max_held),
             policy_loaded: AtomicBool::new(true),
+            limits,
             config,
         };
         let version = gw.policy.load().version().to_owned();
@@ -154,6 +170,67 @@ impl Gateway {
             )
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(gw))
+    }
+
+    /// Reserves a pending approval for `requester` under its `max_pending`; the caller
+    /// releases it through [`Gateway::approval_closed`].
+    pub fn approval_opening(&self, requester: &str) -> Result<(), crate::limits::Refusal> {
+        let n = self.limits.reserve_pending(requester)?;
+        self.metrics.pending_approvals.inc();
+        if self.limits.has_pending_limit(requester) {
+            self.metrics
+                .principal_pending
+                .with_label_values(&[requester])
+                .set(n as i64);
+        }
+        Ok(())
+    }
+
+    /// An approval of `requester` left `pending` (decided, expired, cancelled), or was never
+    /// opened after [`Gateway::approval_opening`].
+    pub fn approval_closed(&self, requester: &str) {
+        self.metrics.pending_approvals.dec();
+        let n = self.limits.release_pending(requester);
+        if self.limits.has_pending_limit(requester) {
+            self.metrics
+                .principal_pending
+                .with_label_values(&[requester])
+                .set(n as i64);
+        }
+    }
+
+    /// A per-principal limit refused a request: counted, audited once at the start of each
+    /// burst of refusals (not once per refused request), answered 429 with `Retry-After`.
+    pub async fn principal_refused(
+        self: &Arc<Self>,
+        principal: &str,
+        code: &'static str,
+        refusal: crate::limits::Refusal,
+    ) -> ApiError {
+        let reason = code.trim_start_matches("principal.");
+        self.metrics
+            .principal_refusals
+            .with_label_values(&[principal, reason])
+            .inc();
+        let retry = refusal.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+        if refusal.first_of_burst {
+            tracing::warn!(principal, code, "per-principal limit reached");
+            let record = audit_fields(json!({"principal": principal, "code": code}));
+            let now = now_ms();
+            if let Err(e) = self
+                .store_op(move |s| s.append_audit("principal.limited", record, now))
+                .await
+            {
+                tracing::error!(code = e.code, "cannot audit a limit: {}", e.message);
+            }
+        }
+        let message = match code {
+        "principal.rate_limited" => format!("`{principal}` is over its request rate; retry in {retry}s"),
+        _ => format!(
+            "`{principal}` has as many pending approvals as it may; wait for decisions (retry in {retry}s)"
+        ),
+    };
+        ApiError::new(code, message).retry_after(retry)
     }
 
     /// Runs a store operation off the async threads.
@@ -252,7 +329,7 @@ impl Gateway {
         match self.store_op(move |s| s.expire_due(now)).await {
             Ok(expired) => {
                 for a in expired {
-                    self.metrics.pending_approvals.dec();
+                    self.approval_closed(&a.requester.id);
                     self.metrics.call("require_approval", "expired");
                     self.holds.notify(&a.call_id);
                     let event = self.approval_event(&a);

@@ -1,0 +1,234 @@
+//! Per-principal limits from `[[principals]]`: a request rate (a token bucket with a burst)
+//! and the most approvals a principal's calls may hold pending at once.
+//!
+//! It counts and refuses; it does not audit or answer (the API does, once per burst), and it
+//! does not limit connections (that is [`crate::connections`]). Everything is in memory: the
+//! pending counts are read from the store at start and kept in step by the pipeline, and a
+//! restart refills every bucket.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::config::{PrincipalConfig, Rate};
+
+struct Bucket {
+    rate: Rate,
+    tokens: f64,
+    last: Instant,
+    /// True from a refusal until the next admitted request: a burst of refusals is audited
+    /// once, at its start.
+    refusing: bool,
+}
+
+struct Pending {
+    max: Option<usize>,
+    open: usize,
+    refusing: bool,
+}
+
+/// What a limit refused: how long to wait, and whether this refusal starts a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub retry_after: Duration,
+    pub first_of_burst: bool,
+}
+
+pub struct PrincipalLimits {
+    buckets: HashMap<String, Mutex<Bucket>>,
+    pending: Mutex<HashMap<String, Pending>>,
+}
+
+impl PrincipalLimits {
+    pub fn new(principals: &[PrincipalConfig], now: Instant) -> PrincipalLimits {
+        PrincipalLimits {
+            buckets: principals
+                .iter()
+                .filter_map(|p| {
+                    let rate = p.rate?;
+                    Some((
+                        p.id.clone(),
+                        Mutex::new(Bucket {
+                            rate,
+                            tokens: f64::from(rate.burst),
+                            last: now,
+                            refusing: false,
+                        }),
+                    ))
+                })
+                .collect(),
+            pending: Mutex::new(
+                principals
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.id.clone(),
+                            Pending {
+                                max: p.max_pending,
+                                open: 0,
+                                refusing: false,
+                            },
+                        )
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Takes one token from `principal`'s bucket, or says how long until there is one.
+    pub fn take(&self, principal: &str, now: Instant) -> Result<(), Refusal> {
+        let Some(bucket) = self.buckets.get(principal) else {
+            return Ok(());
+        };
+        let mut b = bucket.lock().unwrap_or_else(|e| e.into_inner());
+        let per_second = f64::from(b.rate.count) / b.rate.per.as_secs_f64();
+        let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
+        b.tokens = (b.tokens + elapsed * per_second).min(f64::from(b.rate.burst));
+        b.last = now;
+        if b.tokens >= 1.0 {
+            b.tokens -= 1.0;
+            b.refusing = false;
+            return Ok(());
+        }
+        let wait = Duration::from_secs_f64((1.0 - b.tokens) / per_second);
+        let first_of_burst = !b.refusing;
+        b.refusing = true;
+        Err(Refusal {
+            retry_after: wait,
+            first_of_burst,
+        })
+    }
+
+    /// Sets the pending counts found in the store at start.
+    pub fn set_pending(&self, counts: &HashMap<String, usize>) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, n) in counts {
+            if let Some(entry) = p.get_mut(id) {
+                entry.open = *n;
+            }
+        }
+    }
+
+    /// Reserves a pending approval for `principal`; the caller releases it with
+    /// [`PrincipalLimits::release_pending`] when the approval is decided, expires or is
+    /// cancelled, or at once when opening it failed. Check and count are one step, so
+    /// concurrent calls cannot overshoot the limit.
+    pub fn reserve_pending(&self, principal: &str) -> Result<usize, Refusal> {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(entry) = p.get_mut(principal) else {
+            return Ok(0);
+        };
+        if entry.max.is_some_and(|max| entry.open >= max) {
+            let first_of_burst = !entry.refusing;
+            entry.refusing = true;
+            return Err(Refusal {
+                // A pending approval ends by a decision or expiry, whose time nobody knows:
+                // the client may look again in a while.
+                retry_after: Duration::from_secs(30),
+                first_of_burst,
+            });
+        }
+        entry.open += 1;
+        entry.refusing = false;
+        Ok(entry.open)
+    }
+
+    /// One of `principal`'s pending approvals was closed (or never opened).
+    pub fn release_pending(&self, principal: &str) -> usize {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        match p.get_mut(principal) {
+            Some(entry) => {
+                entry.open = entry.open.saturating_sub(1);
+                entry.open
+            }
+            None => 0,
+        }
+    }
+
+    /// Whether `principal` has a pending limit (its gauge is exported).
+    pub fn has_pending_limit(&self, principal: &str) -> bool {
+        let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        p.get(principal).is_some_and(|e| e.max.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn principal(id: &str, rate: Option<&str>, max_pending: Option<usize>) -> PrincipalConfig {
+        PrincipalConfig {
+            id: id.into(),
+            role: "agent".into(),
+            token_sha256: String::new(),
+            groups: vec![],
+            rate: rate.map(|r| Rate::parse(r, None).unwrap()),
+            max_pending,
+        }
+    }
+
+    #[test]
+    fn a_bucket_admits_its_burst_then_refills_at_its_rate() {
+        let t0 = Instant::now();
+        let l = PrincipalLimits::new(&[principal("a", Some("10/s"), None)], t0);
+        for _ in 0..10 {
+            l.take("a", t0).unwrap();
+        }
+        let r = l.take("a", t0).unwrap_err();
+        assert!(r.first_of_burst);
+        assert!(r.retry_after <= Duration::from_millis(100), "{r:?}");
+        assert!(!l.take("a", t0).unwrap_err().first_of_burst);
+        // 100 ms later one token is back, and only one.
+        let t1 = t0 + Duration::from_millis(100);
+        l.take("a", t1).unwrap();
+        assert!(l.take("a", t1).is_err());
+        // After a refusal burst ends, the next refusal starts a new burst.
+        let t2 = t1 + Duration::from_secs(5);
+        for _ in 0..10 {
+            l.take("a", t2).unwrap();
+        }
+        assert!(l.take("a", t2).unwrap_err().first_of_burst);
+        // Principals without a rate are never limited.
+        for _ in 0..1000 {
+            l.take("b", t0).unwrap();
+        }
+    }
+
+    #[test]
+    fn pending_reservations_stop_at_the_limit_and_come_back_on_release() {
+        let l = PrincipalLimits::new(&[principal("a", None, Some(2))], Instant::now());
+        assert_eq!(l.reserve_pending("a"), Ok(1));
+        assert_eq!(l.reserve_pending("a"), Ok(2));
+        assert!(l.reserve_pending("a").unwrap_err().first_of_burst);
+        assert!(!l.reserve_pending("a").unwrap_err().first_of_burst);
+        assert_eq!(l.release_pending("a"), 1);
+        assert_eq!(l.reserve_pending("a"), Ok(2));
+        let mut counts = HashMap::new();
+        counts.insert("a".to_owned(), 2);
+        l.set_pending(&counts);
+        assert!(l.reserve_pending("a").is_err());
+        assert!(l.has_pending_limit("a") && !l.has_pending_limit("zz"));
+    }
+
+    #[test]
+    fn rates_parse_with_units_and_bursts() {
+        assert_eq!(
+            Rate::parse("50/s", None).unwrap(),
+            Rate {
+                count: 50,
+                per: Duration::from_secs(1),
+                burst: 50
+            }
+        );
+        assert_eq!(Rate::parse("600/m", Some(5)).unwrap().burst, 5);
+        assert_eq!(
+            Rate::parse("1000/h", None).unwrap().per,
+            Duration::from_secs(3600)
+        );
+        for bad in ["50", "0/s", "x/s", "5/d", "5/", "/s"] {
+            assert!(Rate::parse(bad, None).is_err(), "{bad}");
+        }
+        assert!(Rate::parse("5/s", Some(0)).is_err());
+    }
+}
