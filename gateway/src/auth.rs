@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::PrincipalConfig;
-use crate::http::ApiError;
+use crate::error::ApiError;
 
 /// Who may call what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

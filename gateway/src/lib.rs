@@ -1,11 +1,11 @@
 //! airlock's gateway: the HTTP front end, the call pipeline, and the command line.
 //!
-//! Start at [`server::run`]; a request goes through [`api::handle`] (routing and roles) into
+//! Start at [`server::run`]; a request goes through [`http::handle`] (routing and roles) into
 //! [`pipeline`] (authenticate → parse → fingerprint → decide → grant or hold → forward → audit).
 //! [`state`] holds what requests share; [`config`] reads `airlock.toml`; [`cli`] is the
 //! command line, including the client of a running gateway in [`client`].
 
-pub mod api;
+pub mod approvals;
 pub mod auth;
 pub mod classifiers;
 pub mod cli;
@@ -13,6 +13,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod connections;
+pub mod error;
 pub mod http;
 pub mod limits;
 pub mod metrics;

@@ -79,6 +79,7 @@ pub async fn serve(
     let Prepared { gw, tls } = prepared;
     let header_limit = gw.config.max_header_bytes;
     gw.spawn_tasks();
+    tokio::spawn(crate::webhooks::worker::run(gw.clone()));
     let reload_gw = gw.clone();
     let reload_token = shutdown.clone();
     tokio::spawn(async move { reload_on_sighup(reload_gw, reload_token).await });
@@ -195,7 +196,7 @@ impl Connection {
             // In flight until the response body is finished: the timers leave it alone.
             let in_flight = requests.request_started();
             async move {
-                let response = crate::api::handle(gw, req).await;
+                let response = crate::http::handle(gw, req).await;
                 Ok::<_, std::convert::Infallible>(response.map(|body| {
                     body.map_frame(move |frame| {
                         let _ = &in_flight;

@@ -2,7 +2,7 @@
 //! the policy (swapped atomically on reload), the store, the hold registry, the event stream
 //! for approvers, metrics, the upstream client, and the expiry and policy-watch tasks.
 //!
-//! Request handling lives in [`crate::pipeline`] and [`crate::api`]; this module only holds
+//! Request handling lives in [`crate::pipeline`] and the front ends ([`crate::http`]); this module only holds
 //! things and keeps them fresh.
 
 use std::collections::{BTreeSet, HashMap};
@@ -21,7 +21,7 @@ use crate::auth::Auth;
 use crate::classifiers::Classifiers;
 use crate::clock::now_ms;
 use crate::config::{Config, PolicySource};
-use crate::http::ApiError;
+use crate::error::ApiError;
 use crate::limits::PrincipalLimits;
 use crate::metrics::Metrics;
 use crate::upstream::Upstreams;
@@ -275,18 +275,7 @@ impl Gateway {
 
     /// An approval as events carry it: the record plus links to decide it.
     pub fn approval_event(&self, a: &airlock_storage::Approval) -> Value {
-        let mut v = crate::pipeline::approval_json(a);
-        let base = self
-            .config
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{}", self.config.listen));
-        v["links"] = json!({
-            "approve": format!("{base}/v1/approvals/{}/approve", a.id),
-            "decline": format!("{base}/v1/approvals/{}/decline", a.id),
-            "self": format!("{base}/v1/approvals/{}", a.id),
-        });
-        v
+        crate::approvals::approval_event(&self.config, a)
     }
 
     /// Reloads the policy; a set that does not load leaves the current one in place.
@@ -343,7 +332,6 @@ impl Gateway {
     /// Background work: the expiry sweep (every 250 ms) and, for a policy read from disk, a
     /// watch for changes (every second, by modification time and size).
     pub fn spawn_tasks(self: &Arc<Self>) {
-        tokio::spawn(crate::webhooks::run_worker(self.clone()));
         let gw = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::config::{Config, ToolRoute, Upstream};
-use crate::http::ApiError;
+use crate::error::ApiError;
 
 /// Demo tools the gateway serves itself.
 pub const BUILTINS: [&str; 2] = ["demo.echo", "demo.shell_preview"];

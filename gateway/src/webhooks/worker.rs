@@ -1,21 +1,16 @@
-//! Webhook approvers: building event payloads, and the worker that delivers them from the
-//! durable outbox, signed per Standard Webhooks.
-//!
-//! Every delivery keeps its outbox id as `webhook-id` on every attempt. A 2xx acks it (never
-//! sent again); a 2xx body `{"decision":"approve"|"decline","reason"?}` to an
-//! `approval.requested` event is a decision by the webhook's principal, under the same rules as
-//! any approver. `410` disables the endpoint until an admin enables it (its deliveries wait,
-//! parked). Anything else is retried on the webhook's schedule with ±20% jitter, or after the
-//! answer's `Retry-After` (capped at an hour), and dead-lettered when the schedule runs out.
+//! The webhook worker: leases due deliveries from the outbox, sends each signed per Standard
+//! Webhooks, records the answer (ack, retry with jitter or `Retry-After`, dead letter,
+//! `410` disabling), and turns a synchronous decision in a 2xx answer into an approver's
+//! decision through [`crate::pipeline::decide`].
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_storage::{Delivery, NewDelivery, Principal};
+use airlock_storage::{Delivery, Principal};
 use serde_json::{json, Value};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 
-use crate::clock::{now_ms, rfc3339};
+use crate::clock::now_ms;
 use crate::config::WebhookConfig;
 use crate::signing;
 use crate::state::{audit_fields, Gateway};
@@ -26,63 +21,8 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// Deliveries in flight at once.
 const CONCURRENCY: usize = 16;
 
-pub struct Webhooks {
-    pub hooks: Vec<WebhookConfig>,
-    /// JSON pointers into args redacted in payloads, as in the audit log.
-    redact: Vec<String>,
-    client: reqwest::Client,
-    /// Woken when deliveries are enqueued, so they go out without waiting for the next tick.
-    pub wake: Notify,
-}
-
-/// The body of one event: `{"type","timestamp","data"}`.
-pub fn payload(kind: &str, data: &Value) -> String {
-    json!({"type": kind, "timestamp": rfc3339(now_ms()), "data": data}).to_string()
-}
-
-impl Webhooks {
-    pub fn new(hooks: Vec<WebhookConfig>, redact: Vec<String>) -> Result<Webhooks, String> {
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build the webhook client: {e}"))?;
-        Ok(Webhooks {
-            hooks,
-            redact,
-            client,
-            wake: Notify::new(),
-        })
-    }
-
-    /// One delivery per webhook that subscribes to `kind`, with the configured pointers
-    /// redacted in the args it carries.
-    pub fn deliveries_for(&self, kind: &str, data: &Value) -> Vec<NewDelivery> {
-        let mut data = data.clone();
-        for field in ["args", "edited_args"] {
-            if let Some(args) = data.get(field).filter(|a| a.is_object()) {
-                data[field] = airlock_storage::redact(args, &self.redact);
-            }
-        }
-        let data = &data;
-        self.hooks
-            .iter()
-            .filter(|h| h.events.iter().any(|e| e == kind))
-            .map(|h| NewDelivery {
-                webhook: h.id.clone(),
-                event: kind.to_owned(),
-                payload: payload(kind, data),
-            })
-            .collect()
-    }
-
-    fn hook(&self, id: &str) -> Option<&WebhookConfig> {
-        self.hooks.iter().find(|h| h.id == id)
-    }
-}
-
 /// The delivery loop: leases due deliveries and sends each, until shutdown.
-pub async fn run_worker(gw: Arc<Gateway>) {
+pub async fn run(gw: Arc<Gateway>) {
     let permits = Arc::new(Semaphore::new(CONCURRENCY));
     let mut ticks: u64 = 0;
     let lease_ms = gw

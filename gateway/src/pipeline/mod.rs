@@ -7,6 +7,10 @@
 //! call. Every path writes its audit record through the store, errors included. Protocol code
 //! (HTTP here, MCP later) only translates in and out of these functions.
 
+mod outcome;
+
+pub use outcome::{Completed, Outcome, Pending};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,13 +24,12 @@ use airlock_storage::{
     Approval, ApprovalStatus, Begin, CallOutcome, CallRecord, CallStatus, GrantTerms, Principal,
     Verdict,
 };
-use hyper::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::time::Instant as TokioInstant;
 use tracing::Instrument;
 
-use crate::clock::{now_ms, rfc3339, to_system_time};
-use crate::http::{json_response, ApiError, Body};
+use crate::clock::{now_ms, to_system_time};
+use crate::error::ApiError;
 use crate::state::{audit_fields, Gateway};
 use crate::upstream::CallHeaders;
 
@@ -158,7 +161,7 @@ pub async fn handle_call(
     principal: Principal,
     body: &[u8],
     hold: Hold,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Outcome, ApiError> {
     // Parse strictly and fingerprint.
     let call = ToolCall::from_body(body)?;
     let call_id = airlock_storage::new_id("call");
@@ -173,7 +176,12 @@ pub async fn handle_call(
     async move {
         let result = decide_and_run(gw, principal, call, call_id, hold).await;
         match &result {
-            Ok(r) => tracing::info!(status = r.status().as_u16(), "call answered"),
+            Ok(Outcome::Completed(c)) => {
+                tracing::info!(upstream_status = c.upstream_status, "call completed")
+            }
+            Ok(Outcome::Pending(p)) => {
+                tracing::info!(approval_id = %p.approval_id, "call pending approval")
+            }
             Err(e) => tracing::info!(code = e.code, "call refused"),
         }
         result
@@ -189,7 +197,7 @@ async fn decide_and_run(
     call: ToolCall,
     call_id: String,
     hold: Hold,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Outcome, ApiError> {
     if gw.config.route(&call.tool).is_none() {
         let known = gw.config.tools_nearest(&call.tool);
         return Err(ApiError::new(
@@ -318,7 +326,7 @@ async fn decide_and_run(
                 gw.webhooks.wake.notify_one();
             }
             match hold {
-                Hold::Async => Ok(pending_response(&approval)),
+                Hold::Async => Ok(Outcome::Pending(Pending::of(&approval))),
                 Hold::Wait(d) => {
                     let _permit = permit;
                     call_outcome_after_wait(gw, &call_id, d).await
@@ -336,7 +344,7 @@ pub async fn call_outcome(
     call_id: &str,
     wait: Duration,
     resume: bool,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Outcome, ApiError> {
     let id = call_id.to_owned();
     let call = gw.store_op(move |s| s.call(&id)).await?;
     match call {
@@ -360,7 +368,7 @@ async fn call_outcome_after_wait(
     gw: &Arc<Gateway>,
     call_id: &str,
     wait: Duration,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<Outcome, ApiError> {
     let call = wait_for_decision(gw, call_id, wait).await?;
     respond(gw, call).await
 }
@@ -410,7 +418,7 @@ async fn wait_for_decision(
 }
 
 /// Answers for a call in whatever state it is in, executing it when it may run.
-async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, ApiError> {
+async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiError> {
     match call.status {
         CallStatus::Allowed | CallStatus::Approved => execute(gw, call).await,
         CallStatus::Executing => Err(ApiError::new(
@@ -423,7 +431,7 @@ async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, 
             let id = call.approval_id.clone().unwrap_or_default();
             let approval = gw.store_op(move |s| s.approval(&id)).await?;
             match approval {
-                Some(a) => Ok(pending_response(&a)),
+                Some(a) => Ok(Outcome::Pending(Pending::of(&a))),
                 None => Err(ApiError::new(
                     "approval.not_found",
                     "the call's approval is missing",
@@ -490,24 +498,8 @@ fn declined(call: &CallRecord) -> ApiError {
     }))
 }
 
-fn pending_response(a: &Approval) -> Response<Body> {
-    json_response(
-        StatusCode::ACCEPTED,
-        &json!({
-            "call_id": a.call_id,
-            "status": "pending_approval",
-            "approval": {
-                "id": a.id,
-                "expires_at": rfc3339(a.expires_at),
-                "approvers": a.approvers,
-                "quorum": a.quorum,
-            },
-        }),
-    )
-}
-
 /// Claims the call (at most once), forwards the canonical args, records the outcome.
-async fn execute(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, ApiError> {
+async fn execute(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiError> {
     let id = call.call_id.clone();
     let now = now_ms();
     let begun = gw.store_op(move |s| s.begin_execution(&id, now)).await?;
@@ -526,7 +518,7 @@ async fn execute(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, 
 }
 
 /// Forwards a call this request has claimed (it is `executing`), records the outcome, answers.
-async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Body>, ApiError> {
+async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiError> {
     let decision = call.decision.clone();
     let canonical = airlock_policy::canonicalize(&call.args);
     // INVARIANT: what runs is what was approved. The bytes sent are re-fingerprinted and must
@@ -597,7 +589,7 @@ async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Response<Bod
 }
 
 /// The answer for a call that ran: 200 with the backend's answer, or its failure.
-fn finished(call: &CallRecord) -> Result<Response<Body>, ApiError> {
+fn finished(call: &CallRecord) -> Result<Outcome, ApiError> {
     let outcome = call.outcome.clone().unwrap_or(CallOutcome {
         upstream_status: None,
         result: None,
@@ -618,51 +610,14 @@ fn finished(call: &CallRecord) -> Result<Response<Body>, ApiError> {
                 .with_details(json!({"call_id": call.call_id})),
         );
     }
-    let mut body = json!({
-        "call_id": call.call_id,
-        "status": "completed",
-        "decision": call.decision,
-        "fingerprint": call.fingerprint,
-        "upstream_status": outcome.upstream_status,
-        "result": outcome.result,
-    });
-    Ok(json_response(StatusCode::OK, &with_edit(&mut body, call)))
-}
-
-/// Adds `"edited": true` and the executed args when an approver edited them.
-fn with_edit(body: &mut Value, call: &CallRecord) -> Value {
-    if call.edited {
-        body["edited"] = Value::Bool(true);
-        body["args"] = call.args.clone();
-    }
-    body.clone()
-}
-
-/// An approval as the API shows it.
-pub fn approval_json(a: &Approval) -> Value {
-    json!({
-        "id": a.id,
-        "call_id": a.call_id,
-        "tool": a.tool,
-        "args": a.args,
-        "fingerprint": a.fingerprint,
-        "requester": {"principal": a.requester.id, "context": a.context},
-        "policy_version": a.policy_version,
-        "rules": a.rules,
-        "explanation": a.explanation,
-        "approvers": a.approvers,
-        "quorum": a.quorum,
-        "status": a.status.as_str(),
-        "decisions": a.decisions.iter().map(|d| json!({
-            "by": d.by, "decision": d.decision, "reason": d.reason, "at": rfc3339(d.at), "fingerprint": d.fingerprint,
-        })).collect::<Vec<_>>(),
-        "created_at": rfc3339(a.created_at),
-        "expires_at": rfc3339(a.expires_at),
-        "decided_at": a.decided_at.map(rfc3339),
-        "grant": {"uses": a.grant.uses, "ttl": airlock_policy::format_duration(Duration::from_millis(a.grant.ttl_ms)), "scope": a.grant.scope},
-        "edited_args": a.edited_args,
-        "edited_fingerprint": a.edited_fingerprint,
-    })
+    Ok(Outcome::Completed(Completed {
+        call_id: call.call_id.clone(),
+        decision: call.decision.clone(),
+        fingerprint: call.fingerprint.clone(),
+        upstream_status: outcome.upstream_status,
+        result: outcome.result.unwrap_or(Value::Null),
+        edited_args: call.edited.then(|| call.args.clone()),
+    }))
 }
 
 /// An approver's verdict on one approval, with an edit checked by policy first. Wakes the

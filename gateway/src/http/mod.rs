@@ -1,6 +1,9 @@
-//! The HTTP API of DESIGN §6: routing, who may use each route, and translating requests into
-//! calls on [`crate::pipeline`], the store and the policy. Every error leaves through
-//! [`ApiError::into_response`], the one place codes become statuses.
+//! The HTTP front end: the JSON API of DESIGN §6. Routing, who may use each route, and
+//! translating requests into calls on [`crate::pipeline`], the store and the policy, and the
+//! pipeline's outcomes back into JSON bodies. Every refusal leaves through
+//! [`ApiError::into_response`] ([`body`]), the one place codes become statuses.
+
+pub mod body;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +18,13 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::approvals::approval_json;
 use crate::auth::{require, Role};
-use crate::clock::{now_ms, to_system_time};
+use crate::clock::{now_ms, rfc3339, to_system_time};
 use crate::connections::CloseReason;
-use crate::http::{full, json_response, read_body, ApiError, Body, BodyLimits, ChannelBody};
-use crate::pipeline::{self, approval_json, parse_prefer};
+use crate::error::ApiError;
+use crate::http::body::{full, json_response, read_body, Body, BodyLimits, ChannelBody};
+use crate::pipeline::{self, parse_prefer, Outcome};
 use crate::state::Gateway;
 
 /// Handles one request; never fails (errors become responses).
@@ -193,15 +198,19 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                     audit_rejection(gw, &principal.id, e.code).await;
                 }
             }
-            result
+            result.map(outcome_response)
         }
         (Method::GET, ["v1", "calls", id]) => {
             require(role, &[Role::Agent, Role::Admin])?;
-            pipeline::call_outcome(gw, &principal, id, wait(&query), false).await
+            pipeline::call_outcome(gw, &principal, id, wait(&query), false)
+                .await
+                .map(outcome_response)
         }
         (Method::POST, ["v1", "calls", id, "resume"]) => {
             require(role, &[Role::Agent, Role::Admin])?;
-            pipeline::call_outcome(gw, &principal, id, wait(&query), true).await
+            pipeline::call_outcome(gw, &principal, id, wait(&query), true)
+                .await
+                .map(outcome_response)
         }
         (Method::POST, ["v1", "calls", id, "cancel"]) => {
             require(role, &[Role::Agent, Role::Admin])?;
@@ -445,6 +454,41 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             "route.not_found",
             format!("no route `{path}`"),
         )),
+    }
+}
+
+/// A call's outcome as the API answers it (DESIGN §6): 200 with the backend's answer, or 202
+/// with the approval to wait for.
+fn outcome_response(outcome: Outcome) -> Response<Body> {
+    match outcome {
+        Outcome::Completed(c) => {
+            let mut body = json!({
+                "call_id": c.call_id,
+                "status": "completed",
+                "decision": c.decision,
+                "fingerprint": c.fingerprint,
+                "upstream_status": c.upstream_status,
+                "result": c.result,
+            });
+            if let Some(args) = c.edited_args {
+                body["edited"] = Value::Bool(true);
+                body["args"] = args;
+            }
+            json_response(StatusCode::OK, &body)
+        }
+        Outcome::Pending(p) => json_response(
+            StatusCode::ACCEPTED,
+            &json!({
+                "call_id": p.call_id,
+                "status": "pending_approval",
+                "approval": {
+                    "id": p.approval_id,
+                    "expires_at": rfc3339(p.expires_at),
+                    "approvers": p.approvers,
+                    "quorum": p.quorum,
+                },
+            }),
+        ),
     }
 }
 

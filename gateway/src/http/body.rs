@@ -1,6 +1,6 @@
-//! HTTP plumbing shared by every route: the response body type, JSON responses, the one
-//! error type with its code → status mapping (the "rescue" function), body reading with a
-//! size limit, and the streaming body used by server-sent events.
+//! HTTP plumbing shared by every route: the response body type, JSON responses, how a
+//! refusal's code becomes a status (the "rescue" function), body reading with a size and
+//! time limit, and the streaming body used by server-sent events.
 //!
 //! It knows nothing about tool calls or approvals.
 
@@ -16,8 +16,7 @@ use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use airlock_policy::RequestError;
-use airlock_storage::StoreError;
+use crate::error::ApiError;
 
 /// Every response body: a full buffer or a stream.
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -36,36 +35,8 @@ pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
     r
 }
 
-/// A refusal: a stable code, a message for people (and models), and details for programs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
-    pub code: &'static str,
-    pub message: String,
-    pub details: Value,
-    /// Seconds, for `Retry-After` on overload.
-    pub retry_after: Option<u64>,
-}
-
+/// How a refusal leaves over HTTP.
 impl ApiError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            code,
-            message: message.into(),
-            details: json!({}),
-            retry_after: None,
-        }
-    }
-
-    pub fn with_details(mut self, details: Value) -> ApiError {
-        self.details = details;
-        self
-    }
-
-    pub fn retry_after(mut self, seconds: u64) -> ApiError {
-        self.retry_after = Some(seconds);
-        self
-    }
-
     pub fn status(&self) -> StatusCode {
         status_for(self.code)
     }
@@ -123,22 +94,6 @@ pub fn status_for(code: &str) -> StatusCode {
         c if c.starts_with("request.") => StatusCode::BAD_REQUEST,
         c if c.starts_with("policy.") => StatusCode::UNPROCESSABLE_ENTITY,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-impl From<RequestError> for ApiError {
-    fn from(e: RequestError) -> Self {
-        ApiError::new(e.code(), e.to_string())
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        let mut err = ApiError::new(e.code(), e.to_string());
-        if e.code() == "store.unavailable" {
-            err = err.retry_after(5);
-        }
-        err
     }
 }
 

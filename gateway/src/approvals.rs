@@ -1,0 +1,53 @@
+//! Approvals as the outside world sees them: the JSON view of an approval record (the API,
+//! events, webhook payloads) and the links to decide it. Views only: deciding is
+//! [`crate::pipeline::decide`], storing is the store's.
+
+use std::time::Duration;
+
+use airlock_storage::Approval;
+use serde_json::{json, Value};
+
+use crate::clock::rfc3339;
+use crate::config::Config;
+
+/// An approval as the API shows it.
+pub fn approval_json(a: &Approval) -> Value {
+    json!({
+        "id": a.id,
+        "call_id": a.call_id,
+        "tool": a.tool,
+        "args": a.args,
+        "fingerprint": a.fingerprint,
+        "requester": {"principal": a.requester.id, "context": a.context},
+        "policy_version": a.policy_version,
+        "rules": a.rules,
+        "explanation": a.explanation,
+        "approvers": a.approvers,
+        "quorum": a.quorum,
+        "status": a.status.as_str(),
+        "decisions": a.decisions.iter().map(|d| json!({
+            "by": d.by, "decision": d.decision, "reason": d.reason, "at": rfc3339(d.at), "fingerprint": d.fingerprint,
+        })).collect::<Vec<_>>(),
+        "created_at": rfc3339(a.created_at),
+        "expires_at": rfc3339(a.expires_at),
+        "decided_at": a.decided_at.map(rfc3339),
+        "grant": {"uses": a.grant.uses, "ttl": airlock_policy::format_duration(Duration::from_millis(a.grant.ttl_ms)), "scope": a.grant.scope},
+        "edited_args": a.edited_args,
+        "edited_fingerprint": a.edited_fingerprint,
+    })
+}
+
+/// An approval as events (SSE, webhooks) carry it: the record plus links to decide it.
+pub fn approval_event(config: &Config, a: &Approval) -> Value {
+    let mut v = approval_json(a);
+    let base = config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", config.listen));
+    v["links"] = json!({
+        "approve": format!("{base}/v1/approvals/{}/approve", a.id),
+        "decline": format!("{base}/v1/approvals/{}/decline", a.id),
+        "self": format!("{base}/v1/approvals/{}", a.id),
+    });
+    v
+}

@@ -1,0 +1,73 @@
+//! Webhook approvers: which webhooks get which events, and their payloads. The worker that
+//! delivers them from the durable outbox, signed per Standard Webhooks, is [`worker`].
+//!
+//! Every delivery keeps its outbox id as `webhook-id` on every attempt. A 2xx acks it (never
+//! sent again); a 2xx body `{"decision":"approve"|"decline","reason"?}` to an
+//! `approval.requested` event is a decision by the webhook's principal, under the same rules as
+//! any approver. `410` disables the endpoint until an admin enables it (its deliveries wait,
+//! parked). Anything else is retried on the webhook's schedule with ±20% jitter, or after the
+//! answer's `Retry-After` (capped at an hour), and dead-lettered when the schedule runs out.
+
+pub mod worker;
+
+use airlock_storage::NewDelivery;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use crate::clock::{now_ms, rfc3339};
+use crate::config::WebhookConfig;
+
+pub struct Webhooks {
+    pub hooks: Vec<WebhookConfig>,
+    /// JSON pointers into args redacted in payloads, as in the audit log.
+    redact: Vec<String>,
+    pub(crate) client: reqwest::Client,
+    /// Woken when deliveries are enqueued, so they go out without waiting for the next tick.
+    pub wake: Notify,
+}
+
+/// The body of one event: `{"type","timestamp","data"}`.
+pub fn payload(kind: &str, data: &Value) -> String {
+    json!({"type": kind, "timestamp": rfc3339(now_ms()), "data": data}).to_string()
+}
+
+impl Webhooks {
+    pub fn new(hooks: Vec<WebhookConfig>, redact: Vec<String>) -> Result<Webhooks, String> {
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the webhook client: {e}"))?;
+        Ok(Webhooks {
+            hooks,
+            redact,
+            client,
+            wake: Notify::new(),
+        })
+    }
+
+    /// One delivery per webhook that subscribes to `kind`, with the configured pointers
+    /// redacted in the args it carries.
+    pub fn deliveries_for(&self, kind: &str, data: &Value) -> Vec<NewDelivery> {
+        let mut data = data.clone();
+        for field in ["args", "edited_args"] {
+            if let Some(args) = data.get(field).filter(|a| a.is_object()) {
+                data[field] = airlock_storage::redact(args, &self.redact);
+            }
+        }
+        let data = &data;
+        self.hooks
+            .iter()
+            .filter(|h| h.events.iter().any(|e| e == kind))
+            .map(|h| NewDelivery {
+                webhook: h.id.clone(),
+                event: kind.to_owned(),
+                payload: payload(kind, data),
+            })
+            .collect()
+    }
+
+    pub(crate) fn hook(&self, id: &str) -> Option<&WebhookConfig> {
+        self.hooks.iter().find(|h| h.id == id)
+    }
+}
