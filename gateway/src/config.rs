@@ -42,6 +42,24 @@ struct RawConfig {
     webhooks: Vec<RawWebhook>,
     #[serde(default)]
     classifiers: Vec<RawClassifier>,
+    #[serde(default)]
+    mcp_servers: Vec<RawMcpServer>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMcpServer {
+    name: String,
+    url: Option<String>,
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
+    prefix: Option<String>,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    timeout: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -85,6 +103,8 @@ struct RawServer {
     log_format: Option<String>,
     classifier_cache_ttl: Option<String>,
     public_url: Option<String>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
     header_timeout: Option<String>,
     tls_handshake_timeout: Option<String>,
     idle_timeout: Option<String>,
@@ -180,6 +200,31 @@ impl Rate {
         }
         Ok(Rate { count, per, burst })
     }
+}
+
+/// How the gateway reaches an MCP server (`[[mcp_servers]]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpTransport {
+    /// Streamable HTTP, either protocol revision; `headers` are airlock's own credentials.
+    Http {
+        url: String,
+        headers: Vec<(String, String)>,
+    },
+    /// A child process speaking JSON-RPC on stdin and stdout; it gets only `env` and `PATH`.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+    },
+}
+
+/// An MCP server airlock fronts: its tools appear to clients as `<prefix><tool>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerConfig {
+    pub name: String,
+    pub prefix: String,
+    pub transport: McpTransport,
+    pub timeout: Duration,
 }
 
 /// How the listener treats slow and numerous clients (`[server]`).
@@ -298,6 +343,9 @@ pub struct Config {
     /// Printed at start-up: the demo's tokens.
     pub banner: Option<String>,
     pub connections: ConnectionLimits,
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// Origins besides `public_url`'s that may call `/mcp` from a browser.
+    pub allowed_origins: Vec<String>,
 }
 
 /// Resolves `env:VAR` to the variable's value.
@@ -592,6 +640,78 @@ impl Config {
                 ));
             }
         }
+        let mut mcp_servers: Vec<McpServerConfig> = Vec::new();
+        for (i, m) in raw.mcp_servers.into_iter().enumerate() {
+            let key = format!("mcp_servers[{i}]");
+            if !m
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
+                || m.name.is_empty()
+                || mcp_servers.iter().any(|o| o.name == m.name)
+            {
+                return Err(err(
+                    format!("{key}.name"),
+                    format!(
+                        "`{}` must be a unique name of letters, digits, `_` and `-`",
+                        m.name
+                    ),
+                ));
+            }
+            let transport = match (m.url, m.command) {
+                (Some(url), None) => {
+                    if !(url.starts_with("http://") || url.starts_with("https://")) {
+                        return Err(err(
+                            format!("{key}.url"),
+                            format!("`{url}` is not an http(s) URL"),
+                        ));
+                    }
+                    if !m.args.is_empty() || !m.env.is_empty() {
+                        return Err(err(
+                            format!("{key}.args"),
+                            "`args` and `env` are for `command`",
+                        ));
+                    }
+                    let mut headers = Vec::new();
+                    for (h, v) in m.headers {
+                        headers.push((h.clone(), secret(&format!("{key}.headers.{h}"), &v)?));
+                    }
+                    McpTransport::Http { url, headers }
+                }
+                (None, Some(command)) => {
+                    if !m.headers.is_empty() {
+                        return Err(err(format!("{key}.headers"), "`headers` are for `url`"));
+                    }
+                    let mut env = Vec::new();
+                    for (k, v) in m.env {
+                        env.push((k.clone(), secret(&format!("{key}.env.{k}"), &v)?));
+                    }
+                    McpTransport::Stdio {
+                        command,
+                        args: m.args,
+                        env,
+                    }
+                }
+                _ => {
+                    return Err(err(
+                        key,
+                        "give exactly one of `url` (streamable HTTP) or `command` (stdio)",
+                    ))
+                }
+            };
+            let prefix = m.prefix.unwrap_or_else(|| format!("{}.", m.name));
+            let timeout = duration(
+                &format!("{key}.timeout"),
+                m.timeout.as_deref(),
+                Duration::from_secs(30),
+            )?;
+            mcp_servers.push(McpServerConfig {
+                name: m.name,
+                prefix,
+                transport,
+                timeout,
+            });
+        }
         let defaults = ConnectionLimits::default();
         let max_connections = s.max_connections.unwrap_or(defaults.max_connections);
         if max_connections == 0 {
@@ -626,6 +746,8 @@ impl Config {
         };
         Ok(Config {
             connections,
+            mcp_servers,
+            allowed_origins: s.allowed_origins,
             listen,
             data_dir: resolve(s.data_dir.unwrap_or_else(|| "airlock-data".into())),
             policy: PolicySource::Path(resolve(
@@ -717,6 +839,8 @@ impl Config {
             public_url: None,
             banner: Some(banner),
             connections: ConnectionLimits::default(),
+            mcp_servers: vec![],
+            allowed_origins: vec![],
         }
     }
 

@@ -16,6 +16,7 @@ pub mod connections;
 pub mod error;
 pub mod http;
 pub mod limits;
+pub mod mcp;
 pub mod metrics;
 pub mod pipeline;
 pub mod server;

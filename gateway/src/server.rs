@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConnectionLimits};
 use crate::connections::{watchdog, Activity, CloseReason, Gate, Watched};
+use crate::mcp::McpFront;
 use crate::state::Gateway;
 
 /// How long in-flight requests get to finish after shutdown starts.
@@ -46,6 +47,7 @@ fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsAcce
 /// `airlock serve` waits for before it prints anything that claims success.
 pub struct Prepared {
     gw: Arc<Gateway>,
+    mcp: Arc<McpFront>,
     tls: Option<TlsAcceptor>,
 }
 
@@ -58,7 +60,19 @@ pub async fn prepare(config: Config) -> Result<Prepared, String> {
     let gw = tokio::task::spawn_blocking(move || Gateway::open(config, CancellationToken::new()))
         .await
         .map_err(|e| e.to_string())??;
-    Ok(Prepared { gw, tls })
+    // The MCP upstreams are listed before the gateway claims to serve.
+    gw.mcp.start().await?;
+    let mut fresh = vec![0u8; 32];
+    getrandom::fill(&mut fresh).map_err(|e| format!("no randomness for the state key: {e}"))?;
+    let key = gw
+        .store_op(move |s| s.secret("mcp.request_state", fresh, crate::clock::now_ms()))
+        .await
+        .map_err(|e| e.message)?;
+    Ok(Prepared {
+        gw,
+        mcp: Arc::new(McpFront::new(key)),
+        tls,
+    })
 }
 
 /// Serves `config` on `listener` until `shutdown` is cancelled.
@@ -76,10 +90,11 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), String> {
-    let Prepared { gw, tls } = prepared;
+    let Prepared { gw, mcp, tls } = prepared;
     let header_limit = gw.config.max_header_bytes;
     gw.spawn_tasks();
     tokio::spawn(crate::webhooks::worker::run(gw.clone()));
+    tokio::spawn(gw.mcp.clone().refresh_loop(gw.shutdown.clone()));
     let reload_gw = gw.clone();
     let reload_token = shutdown.clone();
     tokio::spawn(async move { reload_on_sighup(reload_gw, reload_token).await });
@@ -122,6 +137,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let conn = Connection {
             gw: gw.clone(),
+            mcp: mcp.clone(),
             builder: builder.clone(),
             watcher: graceful.watcher(),
             activity: Activity::new(),
@@ -169,6 +185,7 @@ pub async fn serve(
 /// What one accepted connection needs to be served.
 struct Connection {
     gw: Arc<Gateway>,
+    mcp: Arc<McpFront>,
     builder: auto::Builder<TokioExecutor>,
     watcher: Watcher,
     activity: Arc<Activity>,
@@ -184,6 +201,7 @@ impl Connection {
     {
         let Connection {
             gw,
+            mcp,
             builder,
             watcher,
             activity,
@@ -191,12 +209,18 @@ impl Connection {
         } = self;
         let requests = activity.clone();
         let service_gw = gw.clone();
-        let service = service_fn(move |req| {
+        let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
             let gw = service_gw.clone();
+            let mcp = mcp.clone();
             // In flight until the response body is finished: the timers leave it alone.
             let in_flight = requests.request_started();
             async move {
-                let response = crate::http::handle(gw, req).await;
+                // One front end per path: MCP, or the JSON API.
+                let response = if req.uri().path() == "/mcp" {
+                    crate::mcp::handle(gw, mcp, req).await
+                } else {
+                    crate::http::handle(gw, req).await
+                };
                 Ok::<_, std::convert::Infallible>(response.map(|body| {
                     body.map_frame(move |frame| {
                         let _ = &in_flight;

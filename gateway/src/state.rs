@@ -20,9 +20,11 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Auth;
 use crate::classifiers::Classifiers;
 use crate::clock::now_ms;
+use crate::config::ToolRoute;
 use crate::config::{Config, PolicySource};
 use crate::error::ApiError;
 use crate::limits::PrincipalLimits;
+use crate::mcp::upstream::{McpTool, Registry as McpRegistry};
 use crate::metrics::Metrics;
 use crate::upstream::Upstreams;
 use crate::webhooks::Webhooks;
@@ -88,6 +90,18 @@ pub struct Gateway {
     pub policy_loaded: AtomicBool,
     /// Per-principal request rates and pending-approval counts.
     pub limits: PrincipalLimits,
+    /// The MCP servers airlock fronts, and their tools.
+    pub mcp: Arc<McpRegistry>,
+    /// Pending calls by [`crate::pipeline::attach_key`]: an identical call joins them.
+    attached: Mutex<HashMap<String, String>>,
+}
+
+/// Where a tool's calls go.
+pub enum Route<'a> {
+    /// An `[[tools]]` route: an HTTP backend or a built-in demo tool.
+    Http(&'a ToolRoute),
+    /// A tool of an `[[mcp_servers]]` upstream.
+    Mcp(McpTool),
 }
 
 /// Loads the policy set from its source, refusing one that names an unconfigured classifier.
@@ -137,6 +151,20 @@ impl Gateway {
             *by_principal.entry(a.requester.id.clone()).or_default() += 1;
         }
         limits.set_pending(&by_principal);
+        let attached = pending
+            .iter()
+            .map(|a| {
+                let run = a
+                    .context
+                    .get("run_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                (
+                    format!("{}\0{}\0{run}", a.requester.id, a.fingerprint),
+                    a.call_id.clone(),
+                )
+            })
+            .collect();
         for p in config.principals.iter().filter(|p| p.max_pending.is_some()) {
             let n = by_principal.get(&p.id).copied().unwrap_or(0);
             metrics
@@ -159,6 +187,8 @@ impl Gateway {
             held: Semaphore::new(config.max_held),
             policy_loaded: AtomicBool::new(true),
             limits,
+            mcp: Arc::new(McpRegistry::new(&config.mcp_servers)?),
+            attached: Mutex::new(attached),
             config,
         };
         let version = gw.policy.load().version().to_owned();
@@ -170,6 +200,34 @@ impl Gateway {
             )
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(gw))
+    }
+
+    /// Where `tool`'s calls go: an MCP upstream's tool of that exact name first, else the
+    /// first `[[tools]]` route that matches.
+    pub fn route(&self, tool: &str) -> Option<Route<'_>> {
+        if let Some(t) = self.mcp.resolve(tool) {
+            return Some(Route::Mcp(t));
+        }
+        self.config.route(tool).map(Route::Http)
+    }
+
+    /// The pending call an identical call would join.
+    pub fn attached(&self, key: &str) -> Option<String> {
+        let a = self.attached.lock().unwrap_or_else(|e| e.into_inner());
+        a.get(key).cloned()
+    }
+
+    pub fn attach(&self, key: String, call_id: &str) {
+        let mut a = self.attached.lock().unwrap_or_else(|e| e.into_inner());
+        a.insert(key, call_id.to_owned());
+    }
+
+    /// Forgets a joinable call that has moved on (only if it is still the one named).
+    pub fn detach(&self, key: &str, call_id: &str) {
+        let mut a = self.attached.lock().unwrap_or_else(|e| e.into_inner());
+        if a.get(key).is_some_and(|c| c == call_id) {
+            a.remove(key);
+        }
     }
 
     /// Reserves a pending approval for `requester` under its `max_pending`; the caller

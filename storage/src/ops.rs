@@ -832,6 +832,42 @@ impl Store {
         })
     }
 
+    /// The named secret, created from `fresh` (random bytes the caller drew) on first use and
+    /// durable from then on: the same bytes after a restart.
+    pub fn secret(&self, name: &str, fresh: Vec<u8>, now: Millis) -> Result<Vec<u8>, StoreError> {
+        let key = format!("secret.{name}");
+        if let Some(v) = self.read::<Value>(Ks::Settings, key.as_bytes())? {
+            return hex_field(&v);
+        }
+        let name = name.to_owned();
+        self.writer.submit(move |tx| {
+            if let Some(v) = get::<Value>(tx, Ks::Settings, key.as_bytes())? {
+                return hex_field(&v);
+            }
+            let hex: String = fresh.iter().map(|b| format!("{b:02x}")).collect();
+            put(
+                tx,
+                Ks::Settings,
+                key.as_bytes(),
+                &json!({"hex": hex, "created_at": now}),
+            )?;
+            tx.audit(now, "secret.created", fields(json!({"name": name})));
+            Ok(fresh)
+        })
+    }
+
+    /// Spends a single-use token (durably): true the first time, false ever after.
+    pub fn spend_once(&self, token: &str, now: Millis) -> Result<bool, StoreError> {
+        let key = format!("spent.{token}");
+        self.writer.submit(move |tx| {
+            if get::<Value>(tx, Ks::Settings, key.as_bytes())?.is_some() {
+                return Ok(false);
+            }
+            put(tx, Ks::Settings, key.as_bytes(), &json!({"at": now}))?;
+            Ok(true)
+        })
+    }
+
     /// Whether a webhook endpoint is disabled, and why.
     pub fn webhook_disabled(&self, webhook: &str) -> Result<Option<Value>, StoreError> {
         self.read(
@@ -1008,4 +1044,20 @@ fn set_status_index(tx: &mut Tx<'_>, a: &Approval, old: ApprovalStatus) -> Resul
         Vec::new(),
     );
     Ok(())
+}
+
+/// The bytes of a stored `{"hex": …}` secret.
+fn hex_field(v: &Value) -> Result<Vec<u8>, StoreError> {
+    let hex = v
+        .get("hex")
+        .and_then(Value::as_str)
+        .ok_or_else(|| StoreError::Corrupt("a stored secret has no `hex`".into()))?;
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| StoreError::Corrupt("a stored secret is not hex".into()))
+        })
+        .collect()
 }

@@ -604,3 +604,29 @@ fn a_disabled_webhook_parks_its_deliveries_until_enabled() {
             && kinds.contains(&"webhook.enabled".to_owned())
     );
 }
+
+#[test]
+fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(&dir);
+        let s = store.secret("mcp.state", vec![7; 32], 1).unwrap();
+        assert_eq!(s, vec![7; 32]);
+        // A second draw does not replace it.
+        assert_eq!(
+            store.secret("mcp.state", vec![9; 32], 2).unwrap(),
+            vec![7; 32]
+        );
+        assert!(store.spend_once("tok-1", 3).unwrap());
+        assert!(!store.spend_once("tok-1", 4).unwrap());
+        assert!(store.spend_once("tok-2", 5).unwrap());
+    }
+    let store = open(&dir);
+    assert_eq!(
+        store.secret("mcp.state", vec![1; 32], 6).unwrap(),
+        vec![7; 32]
+    );
+    assert!(!store.spend_once("tok-1", 7).unwrap());
+    assert!(!store.spend_once("tok-2", 8).unwrap());
+    assert!(store.verify_audit().is_ok());
+}

@@ -30,8 +30,9 @@ use tracing::Instrument;
 
 use crate::clock::{now_ms, to_system_time};
 use crate::error::ApiError;
+use crate::state::Route;
 use crate::state::{audit_fields, Gateway};
-use crate::upstream::CallHeaders;
+use crate::upstream::{Answer, CallHeaders};
 
 /// How long the caller is willing to wait for a decision (`Prefer`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -155,6 +156,29 @@ fn new_call_record(
     }
 }
 
+/// Which front end a call came through, for its audit records.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Front {
+    /// `None` for the HTTP API; `Some("mcp")` with the revision and the 2025 session id.
+    pub name: Option<&'static str>,
+    pub mcp_revision: Option<&'static str>,
+    pub mcp_session: Option<String>,
+}
+
+impl Front {
+    fn tag(&self, e: &mut Map<String, Value>) {
+        if let Some(n) = self.name {
+            e.insert("front".into(), Value::String(n.into()));
+        }
+        if let Some(r) = self.mcp_revision {
+            e.insert("mcp_revision".into(), Value::String(r.into()));
+        }
+        if let Some(s) = &self.mcp_session {
+            e.insert("mcp_session".into(), Value::String(s.clone()));
+        }
+    }
+}
+
 /// `POST /v1/calls`, after authentication and body reading.
 pub async fn handle_call(
     gw: &Arc<Gateway>,
@@ -164,6 +188,17 @@ pub async fn handle_call(
 ) -> Result<Outcome, ApiError> {
     // Parse strictly and fingerprint.
     let call = ToolCall::from_body(body)?;
+    run_call(gw, principal, call, hold, Front::default()).await
+}
+
+/// A parsed call from any front end, through the rest of the flow.
+pub async fn run_call(
+    gw: &Arc<Gateway>,
+    principal: Principal,
+    call: ToolCall,
+    hold: Hold,
+    front: Front,
+) -> Result<Outcome, ApiError> {
     let call_id = airlock_storage::new_id("call");
     let span = tracing::info_span!(
         "call",
@@ -174,7 +209,7 @@ pub async fn handle_call(
         decision = tracing::field::Empty,
     );
     async move {
-        let result = decide_and_run(gw, principal, call, call_id, hold).await;
+        let result = decide_and_run(gw, principal, call, call_id, hold, front).await;
         match &result {
             Ok(Outcome::Completed(c)) => {
                 tracing::info!(upstream_status = c.upstream_status, "call completed")
@@ -190,6 +225,30 @@ pub async fn handle_call(
     .await
 }
 
+/// `tool.unknown`, naming the tools there are, nearest first.
+pub fn unknown_tool(gw: &Gateway, tool: &str) -> ApiError {
+    let mut known: Vec<String> = gw
+        .config
+        .tools_nearest(tool)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    known.extend(
+        gw.mcp
+            .tools()
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned)),
+    );
+    ApiError::new(
+        "tool.unknown",
+        format!(
+            "no upstream is configured for tool `{tool}`; configured tools, nearest first: {}",
+            known.join(", ")
+        ),
+    )
+    .with_details(json!({"tools": known}))
+}
+
 /// Everything after parsing, inside the call's span.
 async fn decide_and_run(
     gw: &Arc<Gateway>,
@@ -197,22 +256,19 @@ async fn decide_and_run(
     call: ToolCall,
     call_id: String,
     hold: Hold,
+    front: Front,
 ) -> Result<Outcome, ApiError> {
-    if gw.config.route(&call.tool).is_none() {
-        let known = gw.config.tools_nearest(&call.tool);
-        return Err(ApiError::new(
-            "tool.unknown",
-            format!(
-                "no upstream is configured for tool `{}`; configured tools, nearest first: {}",
-                call.tool,
-                known.join(", ")
-            ),
-        )
-        .with_details(json!({"tools": known})));
+    if gw.route(&call.tool).is_none() {
+        return Err(unknown_tool(gw, &call.tool));
     }
 
     // Decide.
     let (decision, classified) = decide_policy(gw, &call, &principal).await;
+    let explanation = |d: &Decision, c: &BTreeMap<String, ClassifierOutcome>| {
+        let mut e = explanation(d, c);
+        front.tag(&mut e);
+        e
+    };
     tracing::Span::current().record("decision", decision.decision.as_str());
     let now = now_ms();
     let mut record = new_call_record(&call_id, &call, &principal, &decision, now);
@@ -259,6 +315,31 @@ async fn decide_and_run(
                     return run_claimed(gw, record).await;
                 }
                 record.status = CallStatus::PendingApproval;
+            }
+            // An identical call of this principal in this run already waits for an approval
+            // (or has one and has not run): join it instead of opening another (DESIGN §10).
+            let attach_key = attach_key(&principal, &call);
+            if let Some(existing) = gw.attached(&attach_key) {
+                let id = existing.clone();
+                let found = gw.store_op(move |s| s.call(&id)).await?;
+                if let Some(c) = found.filter(|c| {
+                    matches!(c.status, CallStatus::PendingApproval | CallStatus::Approved)
+                }) {
+                    tracing::info!(attached_to = %c.call_id, "an identical call joins its pending approval");
+                    let fields = audit_fields(json!({
+                        "call_id": c.call_id, "approval_id": c.approval_id,
+                        "principal": principal.id, "fingerprint": c.fingerprint,
+                    }));
+                    let now = now_ms();
+                    gw.store_op(move |s| s.append_audit("call.attached", fields, now))
+                        .await?;
+                    let wait = match hold {
+                        Hold::Async => Duration::ZERO,
+                        Hold::Wait(d) => d,
+                    };
+                    return call_outcome(gw, &principal, &c.call_id, wait, false).await;
+                }
+                gw.detach(&attach_key, &existing);
             }
             // No usable grant: hold the call for approval.
             let permit = match hold {
@@ -318,6 +399,7 @@ async fn decide_and_run(
                     return Err(e);
                 }
             };
+            gw.attach(attach_key, &call_id);
             let _ = gw.events.send(crate::state::Event {
                 kind: "approval.requested",
                 data: event,
@@ -334,6 +416,17 @@ async fn decide_and_run(
             }
         }
     }
+}
+
+/// What makes two calls identical for attaching: principal, fingerprint and run id (both
+/// absent counts as the same).
+pub fn attach_key(principal: &Principal, call: &ToolCall) -> String {
+    format!(
+        "{}\0{}\0{}",
+        principal.id,
+        call.fingerprint,
+        call.run_id().unwrap_or("")
+    )
 }
 
 /// `GET /v1/calls/{id}?wait=N` and `POST /v1/calls/{id}/resume`: the call's outcome, running an
@@ -530,12 +623,21 @@ async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, Api
             "the args to send do not match the approved fingerprint; nothing was sent",
         ))
     } else {
-        match gw.config.route(&call.tool) {
-            None => Err(ApiError::new(
-                "tool.unknown",
-                format!("no upstream is configured for tool `{}`", call.tool),
-            )),
-            Some(route) => {
+        match gw.route(&call.tool) {
+            None => Err(unknown_tool(gw, &call.tool)),
+            Some(Route::Mcp(tool)) => {
+                let start = Instant::now();
+                let r = gw.mcp.call_tool(&tool, &canonical, Map::new(), None).await;
+                gw.metrics
+                    .upstream_seconds
+                    .with_label_values(&[tool.server.config.name.as_str()])
+                    .observe(start.elapsed().as_secs_f64());
+                r.map(|result| Answer {
+                    status: 0,
+                    body: result,
+                })
+            }
+            Some(Route::Http(route)) => {
                 let headers = CallHeaders {
                     call_id: &call.call_id,
                     fingerprint: &call.fingerprint,
@@ -557,7 +659,8 @@ async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, Api
     };
     let stored = match &outcome {
         Ok(answer) => CallOutcome {
-            upstream_status: Some(answer.status),
+            // An MCP upstream has no HTTP status: its result says `isError` itself.
+            upstream_status: (answer.status != 0).then_some(answer.status),
             result: Some(answer.body.clone()),
             error: None,
             message: None,

@@ -1,0 +1,408 @@
+//! `tools/call` over MCP: strict intake of `arguments`, the one flow of the pipeline, and the
+//! pipeline's outcome as an MCP result (DESIGN §10):
+//!
+//! - completed: the upstream's result unchanged (an HTTP backend's answer is wrapped as text
+//!   and `structuredContent`);
+//! - refused (deny, decline, expiry, upstream failure): an `isError` result whose
+//!   `structuredContent.error` names the code, for the model to read;
+//! - waiting for approval: with a 2026-07-28 client that opens URLs, `input_required` with
+//!   the inbox link and a sealed, single-use `requestState`; otherwise the call is held for
+//!   `server.hold_timeout` (with `notifications/progress` every 10 s when the client gave a
+//!   progress token and takes an event stream), then an `approval.pending` result.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_policy::{json as strict_json, ToolCall, MAX_ARGS_DEPTH};
+use airlock_storage::Principal;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::{Response, StatusCode};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use super::seal::{self, State};
+use super::wire::{self, Message, RpcError};
+use super::{rpc_error, Exchange, McpFront};
+use crate::clock::now_ms;
+use crate::error::ApiError;
+use crate::http::body::{json_response, Body, ChannelBody};
+use crate::pipeline::{self, Front, Hold, Outcome};
+use crate::state::{audit_fields, Gateway};
+
+/// How often a held call tells a client with a progress token that it still waits.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// The key of our one input request in an `input_required` result.
+const INPUT_KEY: &str = "airlock_approval";
+
+pub async fn call(
+    gw: &Arc<Gateway>,
+    front: &Arc<McpFront>,
+    principal: Principal,
+    exchange: Exchange,
+    msg: Message,
+) -> Response<Body> {
+    let id = msg.id();
+    let modern = exchange.modern();
+    let call = match intake(gw, &principal, &msg) {
+        Ok(c) => c,
+        Err(mut e) => {
+            e.id = id;
+            return rpc_error(&e, modern);
+        }
+    };
+    let front_tag = Front {
+        name: Some("mcp"),
+        mcp_revision: Some(exchange.revision),
+        mcp_session: exchange.session.clone(),
+    };
+
+    // A 2026 retry that carries the state of an earlier `input_required`.
+    if let Some(state) = msg.params.get("requestState") {
+        let opened = redeem(gw, front, &principal, &call, state).await;
+        let state = match opened {
+            Ok(s) => s,
+            Err(why) => {
+                let e = RpcError::new(
+                    id,
+                    wire::INVALID_PARAMS,
+                    format!("invalid requestState: {why}"),
+                )
+                .with_data(json!({"code": "approval.invalid_state"}));
+                return rpc_error(&e, modern);
+            }
+        };
+        let outcome =
+            pipeline::call_outcome(gw, &principal, &state.call_id, gw.config.hold_timeout, true)
+                .await;
+        return answer(gw, front, &principal, &exchange, id, &call, outcome);
+    }
+
+    let mrtr = modern && exchange.url_elicitation();
+    let hold = if mrtr {
+        Hold::Async
+    } else {
+        Hold::Wait(gw.config.hold_timeout)
+    };
+    let progress_token = msg.params.pointer("/_meta/progressToken").cloned();
+    match progress_token {
+        Some(token) if exchange.accepts_sse && !mrtr => stream_with_progress(
+            gw.clone(),
+            front.clone(),
+            principal,
+            exchange,
+            id,
+            call,
+            hold,
+            front_tag,
+            token,
+        ),
+        _ => {
+            let outcome =
+                pipeline::run_call(gw, principal.clone(), call.clone(), hold, front_tag).await;
+            answer(gw, front, &principal, &exchange, id, &call, outcome)
+        }
+    }
+}
+
+/// The call as the pipeline takes it: the tool name, `arguments` through the strict intake
+/// (depth counts from `arguments` as level 1), and the MCP context.
+fn intake(gw: &Gateway, principal: &Principal, msg: &Message) -> Result<ToolCall, RpcError> {
+    let p = &msg.params;
+    let id = msg.id();
+    let Some(name) = p.get("name").and_then(Value::as_str) else {
+        return Err(RpcError::new(
+            id,
+            wire::INVALID_PARAMS,
+            "`name` is required",
+        ));
+    };
+    let args = p.get("arguments").cloned().unwrap_or_else(|| json!({}));
+    if wire::depth(&args) > MAX_ARGS_DEPTH {
+        return Err(RpcError::intake(
+            id,
+            wire::INVALID_PARAMS,
+            &airlock_policy::RequestError::TooDeep {
+                limit: MAX_ARGS_DEPTH,
+            },
+        ));
+    }
+    // The message was parsed strictly already; re-reading `arguments` alone keeps one
+    // intake path for every front end.
+    let args = strict_json::parse(args.to_string().as_bytes(), MAX_ARGS_DEPTH)
+        .map_err(|e| RpcError::intake(id.clone(), wire::INVALID_PARAMS, &e))?;
+    let meta = p.get("_meta");
+    let text = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str);
+    let mut context = Map::new();
+    context.insert("agent_id".into(), Value::String(principal.id.clone()));
+    if let Some(r) = text("airlock/run_id") {
+        context.insert("run_id".into(), Value::String(r.into()));
+    }
+    if let Some(t) = text("airlock/tool_call_id") {
+        context.insert("tool_call_id".into(), Value::String(t.into()));
+    }
+    let call = ToolCall::new(name, args, Some(Value::Object(context)))
+        .map_err(|e| RpcError::intake(id.clone(), wire::INVALID_PARAMS, &e))?;
+    if gw.route(&call.tool).is_none() {
+        let e = pipeline::unknown_tool(gw, &call.tool);
+        return Err(
+            RpcError::new(id, wire::INVALID_PARAMS, e.message).with_data(json!({"code": e.code}))
+        );
+    }
+    Ok(call)
+}
+
+/// Opens and spends a `requestState`: sealed by us, for this principal, tool and arguments,
+/// not expired, and never used before. Every refusal is audited.
+async fn redeem(
+    gw: &Arc<Gateway>,
+    front: &McpFront,
+    principal: &Principal,
+    call: &ToolCall,
+    state: &Value,
+) -> Result<State, &'static str> {
+    let check = || -> Result<State, &'static str> {
+        let sealed = state.as_str().ok_or("not a string")?;
+        let s = seal::open(&front.state_key, sealed).ok_or("not sealed by this gateway")?;
+        if s.principal != principal.id {
+            return Err("issued to another principal");
+        }
+        if s.tool != call.tool || s.fingerprint != call.fingerprint.as_str() {
+            return Err("issued for another tool or other arguments");
+        }
+        if s.expires_at <= now_ms() {
+            return Err("expired");
+        }
+        Ok(s)
+    };
+    let result = match check() {
+        Ok(s) => {
+            let nonce = s.nonce.clone();
+            let now = now_ms();
+            match gw
+                .store_op(move |st| st.spend_once(&format!("mcp.state.{nonce}"), now))
+                .await
+            {
+                Ok(true) => Ok(s),
+                Ok(false) => Err("already used"),
+                Err(_) => Err("the store is unavailable"),
+            }
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(why) = result {
+        let fields = audit_fields(json!({
+            "principal": principal.id, "tool": call.tool, "fingerprint": call.fingerprint.as_str(),
+            "code": "approval.invalid_state", "reason": why, "front": "mcp",
+        }));
+        let now = now_ms();
+        if let Err(e) = gw
+            .store_op(move |s| s.append_audit("call.rejected", fields, now))
+            .await
+        {
+            tracing::error!(
+                code = e.code,
+                "cannot audit an invalid requestState: {}",
+                e.message
+            );
+        }
+    }
+    result
+}
+
+/// The pipeline's answer as a JSON-RPC response.
+fn answer(
+    gw: &Gateway,
+    front: &McpFront,
+    principal: &Principal,
+    exchange: &Exchange,
+    id: Value,
+    call: &ToolCall,
+    outcome: Result<Outcome, ApiError>,
+) -> Response<Body> {
+    let result = tool_result(gw, front, principal, exchange, call, outcome);
+    json_response(StatusCode::OK, &wire::result(id, result))
+}
+
+/// The MCP result for an outcome.
+fn tool_result(
+    gw: &Gateway,
+    front: &McpFront,
+    principal: &Principal,
+    exchange: &Exchange,
+    call: &ToolCall,
+    outcome: Result<Outcome, ApiError>,
+) -> Value {
+    let modern = exchange.modern();
+    let mut result = match outcome {
+        Ok(Outcome::Completed(c)) => match c.upstream_status {
+            // An MCP upstream's result, unchanged.
+            None => c.result,
+            Some(status) => {
+                let mut r = json!({
+                    "content": [{"type": "text", "text": text_of(&c.result)}],
+                    "isError": status >= 400,
+                });
+                if c.result.is_object() {
+                    r["structuredContent"] = c.result.clone();
+                }
+                r
+            }
+        },
+        Ok(Outcome::Pending(p)) if modern && exchange.url_elicitation() => {
+            let link = link(gw, &p.approval_id);
+            let state = State {
+                v: 1,
+                nonce: new_nonce(),
+                approval_id: p.approval_id.clone(),
+                call_id: p.call_id.clone(),
+                principal: principal.id.clone(),
+                tool: call.tool.clone(),
+                fingerprint: call.fingerprint.to_string(),
+                // The approval's own expiry, plus time to come back once it is decided.
+                expires_at: p.expires_at + 15 * 60 * 1000,
+            };
+            return json!({
+                "resultType": "input_required",
+                "inputRequests": {INPUT_KEY: {
+                    "method": "elicitation/create",
+                    "params": {
+                        "mode": "url",
+                        "url": link,
+                        "elicitationId": p.approval_id,
+                        "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", call.tool),
+                    },
+                }},
+                "requestState": seal::seal(&front.state_key, &state),
+            });
+        }
+        Ok(Outcome::Pending(p)) => error_result(
+            "approval.pending",
+            &format!(
+                "`{}` is waiting for approval ({}). Call the tool again later with exactly the same arguments to get its result.",
+                call.tool, p.approval_id
+            ),
+            json!({"approval_id": p.approval_id, "call_id": p.call_id, "link": link(gw, &p.approval_id)}),
+        ),
+        Err(e) => {
+            let mut extra = json!({});
+            if let Some(d) = e.details.as_object() {
+                for k in ["rules", "reason", "approval_id", "call_id"] {
+                    if let Some(v) = d.get(k) {
+                        extra[k] = v.clone();
+                    }
+                }
+            }
+            if let Some(a) = extra.get("approval_id").and_then(Value::as_str).map(str::to_owned) {
+                extra["link"] = Value::String(link(gw, &a));
+            }
+            error_result(e.code, &e.message, extra)
+        }
+    };
+    if modern {
+        if let Some(o) = result.as_object_mut() {
+            o.entry("resultType")
+                .or_insert(Value::String("complete".into()));
+        }
+    }
+    result
+}
+
+/// An `isError` result the model reads: the code and message as text, and in
+/// `structuredContent.error`.
+fn error_result(code: &str, message: &str, extra: Value) -> Value {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(x) = extra.as_object() {
+        for (k, v) in x {
+            error[k] = v.clone();
+        }
+    }
+    json!({
+        "content": [{"type": "text", "text": format!("{code}: {message}")}],
+        "structuredContent": {"error": error},
+        "isError": true,
+    })
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The inbox page of an approval.
+pub fn link(gw: &Gateway, approval_id: &str) -> String {
+    let base = gw
+        .config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", gw.config.listen));
+    format!(
+        "{}/inbox/approvals/{approval_id}",
+        base.trim_end_matches('/')
+    )
+}
+
+fn new_nonce() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = getrandom::fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Runs the call while telling the client, every 10 s, that it still waits; the answer
+/// comes as the last event of the stream.
+#[allow(clippy::too_many_arguments)]
+fn stream_with_progress(
+    gw: Arc<Gateway>,
+    front: Arc<McpFront>,
+    principal: Principal,
+    exchange: Exchange,
+    id: Value,
+    call: ToolCall,
+    hold: Hold,
+    front_tag: Front,
+    token: Value,
+) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let run = pipeline::run_call(&gw, principal.clone(), call.clone(), hold, front_tag);
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        tick.tick().await;
+        let mut n = 0u64;
+        let outcome = loop {
+            tokio::select! {
+                o = &mut run => break o,
+                _ = tick.tick() => {
+                    n += 1;
+                    let note = wire::notification("notifications/progress", json!({
+                        "progressToken": token, "progress": n,
+                        "message": "waiting for an approver's decision",
+                    }));
+                    if tx.send(sse(&note)).await.is_err() {
+                        // The client went away: dropping the call's future ends its hold.
+                        return;
+                    }
+                }
+            }
+        };
+        let result = tool_result(&gw, &front, &principal, &exchange, &call, outcome);
+        let _ = tx.send(sse(&wire::result(id, result))).await;
+    });
+    let mut r = Response::new(ChannelBody::new(rx).boxed());
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-cache"),
+    );
+    r
+}
+
+fn sse(msg: &Value) -> Bytes {
+    Bytes::from(format!("event: message\ndata: {msg}\n\n"))
+}

@@ -1,0 +1,667 @@
+//! The MCP front end: `POST /mcp`, streamable HTTP, both protocol revisions on one endpoint,
+//! chosen per request (DESIGN §10):
+//!
+//! - 2025-11-25: `initialize` opens a session (`MCP-Session-Id`, bound to the principal that
+//!   opened it); later requests carry it; `DELETE` ends it;
+//! - 2026-07-28: every request stands alone, carrying its protocol version and client
+//!   capabilities in `params._meta`, with `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
+//!   headers that must agree with the body (`-32020`); results carry `resultType`.
+//!
+//! Every `tools/call` goes through the one flow ([`calls`] → [`crate::pipeline`]); the other
+//! methods are answered here or passed to the owning upstream ([`upstream`]). This module
+//! translates; it decides nothing.
+
+pub mod calls;
+pub mod seal;
+pub mod upstream;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use airlock_storage::Principal;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Map, Value};
+
+use crate::auth::Role;
+use crate::config::Upstream;
+use crate::http::body::{json_response, read_body, Body, BodyLimits};
+use crate::state::Gateway;
+use upstream::{LEGACY, MODERN};
+use wire::{Message, RpcError};
+
+/// The versions this endpoint speaks, oldest first.
+pub const SUPPORTED: [&str; 2] = [LEGACY, MODERN];
+
+/// The methods whose 2026-07-28 results carry `ttlMs` and `cacheScope`.
+const CACHEABLE: [&str; 6] = [
+    "server/discover",
+    "tools/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+];
+
+/// Page size of the list methods.
+const PAGE: usize = 100;
+
+/// A 2025-11-25 session: who opened it and what its client can do.
+#[derive(Debug, Clone)]
+struct Session {
+    principal: String,
+    capabilities: Value,
+}
+
+/// What the MCP front end keeps between requests.
+pub struct McpFront {
+    sessions: Mutex<HashMap<String, Session>>,
+    /// The key sealing `requestState` (kept in the store, so it survives restarts).
+    state_key: Vec<u8>,
+}
+
+impl McpFront {
+    pub fn new(state_key: Vec<u8>) -> McpFront {
+        McpFront {
+            sessions: Mutex::new(HashMap::new()),
+            state_key,
+        }
+    }
+}
+
+/// Which revision a request speaks, and what its client can do.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub revision: &'static str,
+    /// The 2025 session, if any.
+    pub session: Option<String>,
+    pub capabilities: Value,
+    /// The client accepts a server-sent event stream in answer.
+    pub accepts_sse: bool,
+}
+
+impl Exchange {
+    pub fn modern(&self) -> bool {
+        self.revision == MODERN
+    }
+
+    /// The client can open a URL we send it (elicitation, `url` mode).
+    pub fn url_elicitation(&self) -> bool {
+        self.capabilities
+            .pointer("/elicitation/url")
+            .is_some_and(Value::is_object)
+    }
+}
+
+/// Handles one request to `/mcp`; never fails (errors become responses).
+pub async fn handle(
+    gw: Arc<Gateway>,
+    front: Arc<McpFront>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let Ok(_permit) = gw.in_flight.try_acquire() else {
+        return http_refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "gateway.overloaded",
+            "too many requests in flight",
+        );
+    };
+    if let Some(origin) = req.headers().get("origin").and_then(|v| v.to_str().ok()) {
+        if !origin_allowed(&gw, origin) {
+            return http_refusal(
+                StatusCode::FORBIDDEN,
+                "auth.forbidden_origin",
+                &format!("requests from origin `{origin}` are not accepted"),
+            );
+        }
+    }
+    let (principal, role) = match gw.auth.authenticate(req.headers()) {
+        Ok(p) => p,
+        Err(e) => {
+            let mut r = http_refusal(StatusCode::UNAUTHORIZED, e.code, &e.message);
+            r.headers_mut().insert(
+                hyper::header::WWW_AUTHENTICATE,
+                hyper::header::HeaderValue::from_static("Bearer"),
+            );
+            return r;
+        }
+    };
+    if role == Role::Approver {
+        return http_refusal(
+            StatusCode::FORBIDDEN,
+            "auth.forbidden",
+            "`/mcp` is for agents (and admins); approvers decide through the API or the inbox",
+        );
+    }
+    if let Err(refusal) = gw.limits.take(&principal.id, std::time::Instant::now()) {
+        let e = gw
+            .principal_refused(&principal.id, "principal.rate_limited", refusal)
+            .await;
+        return e.into_response();
+    }
+    match *req.method() {
+        Method::POST => post(&gw, &front, principal, req).await,
+        Method::DELETE => {
+            let session = header(&req, "mcp-session-id");
+            let mut sessions = front.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            match session {
+                Some(s)
+                    if sessions
+                        .get(&s)
+                        .is_some_and(|x| x.principal == principal.id) =>
+                {
+                    sessions.remove(&s);
+                    empty(StatusCode::NO_CONTENT)
+                }
+                Some(_) => empty(StatusCode::NOT_FOUND),
+                None => empty(StatusCode::METHOD_NOT_ALLOWED),
+            }
+        }
+        // No standalone server stream: list changes are not pushed yet.
+        _ => empty(StatusCode::METHOD_NOT_ALLOWED),
+    }
+}
+
+fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
+    req.headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
+    let own = gw.config.public_url.as_deref().map(origin_of);
+    own.as_deref() == Some(origin) || gw.config.allowed_origins.iter().any(|o| o == origin)
+}
+
+/// `scheme://host[:port]` of a URL.
+fn origin_of(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let host = rest.split('/').next().unwrap_or("");
+    format!("{scheme}://{host}")
+}
+
+fn empty(status: StatusCode) -> Response<Body> {
+    let mut r = Response::new(crate::http::body::full(Vec::new()));
+    *r.status_mut() = status;
+    r
+}
+
+/// A refusal before any JSON-RPC is read: the API's error body.
+fn http_refusal(status: StatusCode, code: &'static str, message: &str) -> Response<Body> {
+    json_response(
+        status,
+        &json!({"error": {"code": code, "message": message, "details": {}}}),
+    )
+}
+
+/// The HTTP status for a JSON-RPC error code on this endpoint.
+fn status_for(code: i64, modern: bool) -> StatusCode {
+    match code {
+        wire::PARSE_ERROR | wire::INVALID_REQUEST => StatusCode::BAD_REQUEST,
+        wire::HEADER_MISMATCH | wire::UNSUPPORTED_PROTOCOL_VERSION => StatusCode::BAD_REQUEST,
+        wire::INVALID_PARAMS if modern => StatusCode::BAD_REQUEST,
+        wire::METHOD_NOT_FOUND if modern => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
+}
+
+pub fn rpc_error(e: &RpcError, modern: bool) -> Response<Body> {
+    json_response(status_for(e.code, modern), &e.to_json())
+}
+
+async fn post(
+    gw: &Arc<Gateway>,
+    front: &Arc<McpFront>,
+    principal: Principal,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let headers = req.headers().clone();
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let limits = BodyLimits {
+        max_bytes: gw.config.max_body_bytes,
+        timeout: gw.config.connections.body_timeout,
+    };
+    let body = match read_body(req.into_body(), limits).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let msg = match wire::parse(&body) {
+        Ok(m) => m,
+        Err(e) => return rpc_error(&e, false),
+    };
+    let accepts_sse = get("accept").is_some_and(|a| a.contains("text/event-stream"));
+    let version_header = get("mcp-protocol-version");
+    let meta = msg.params.get("_meta").cloned().unwrap_or(Value::Null);
+    let meta_version = meta.get("io.modelcontextprotocol/protocolVersion").cloned();
+
+    // Choose the revision.
+    let exchange = if msg.method.as_deref() == Some("initialize") {
+        Exchange {
+            revision: LEGACY,
+            session: None,
+            capabilities: msg
+                .params
+                .get("capabilities")
+                .cloned()
+                .unwrap_or(Value::Null),
+            accepts_sse,
+        }
+    } else if let Some(sid) = get("mcp-session-id") {
+        let session = front
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&sid)
+            .cloned();
+        // Another principal's session is as unknown as a made-up one.
+        match session.filter(|s| s.principal == principal.id) {
+            Some(s) => Exchange {
+                revision: LEGACY,
+                session: Some(sid),
+                capabilities: s.capabilities,
+                accepts_sse,
+            },
+            None => {
+                let e = RpcError::new(
+                    msg.id(),
+                    wire::INVALID_REQUEST,
+                    "unknown or ended session: initialize again",
+                );
+                return json_response(StatusCode::NOT_FOUND, &e.to_json());
+            }
+        }
+    } else if meta_version.is_some() || version_header.as_deref() == Some(MODERN) {
+        if let Err(e) = check_modern(&msg, &meta, version_header.as_deref(), &get) {
+            return rpc_error(&e, true);
+        }
+        Exchange {
+            revision: MODERN,
+            session: None,
+            capabilities: meta
+                .get("io.modelcontextprotocol/clientCapabilities")
+                .cloned()
+                .unwrap_or(Value::Null),
+            accepts_sse,
+        }
+    } else if let Some(v) = version_header.filter(|v| !SUPPORTED.contains(&v.as_str())) {
+        return rpc_error(&unsupported(msg.id(), &v), true);
+    } else {
+        let e = RpcError::new(
+            msg.id(),
+            wire::INVALID_REQUEST,
+            "no session: send `initialize` first (2025-11-25), or a 2026-07-28 request with its `_meta`",
+        );
+        return rpc_error(&e, false);
+    };
+
+    let Some(method) = msg.method.clone() else {
+        // A response to a request of ours: none is outstanding.
+        return empty(StatusCode::ACCEPTED);
+    };
+    if msg.id.is_none() {
+        // Notifications (initialized, cancelled, progress): acknowledged.
+        return empty(StatusCode::ACCEPTED);
+    }
+    let id = msg.id();
+    let modern = exchange.modern();
+    let answer = match method.as_str() {
+        "initialize" => {
+            let sid = new_session_id();
+            front
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(
+                    sid.clone(),
+                    Session {
+                        principal: principal.id.clone(),
+                        capabilities: exchange.capabilities.clone(),
+                    },
+                );
+            let mut r = json_response(
+                StatusCode::OK,
+                &wire::result(
+                    id,
+                    json!({
+                        "protocolVersion": LEGACY,
+                        "capabilities": capabilities(),
+                        "serverInfo": server_info(),
+                        "instructions": INSTRUCTIONS,
+                    }),
+                ),
+            );
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&sid) {
+                r.headers_mut().insert("mcp-session-id", v);
+            }
+            return r;
+        }
+        "server/discover" => Ok(json!({
+            "supportedVersions": SUPPORTED,
+            "capabilities": capabilities(),
+            "serverInfo": server_info(),
+            "instructions": INSTRUCTIONS,
+        })),
+        "ping" => Ok(json!({})),
+        "tools/list" => Ok(paginate(tools(gw), "tools", &msg.params)),
+        "tools/call" => {
+            return calls::call(gw, front, principal, exchange, msg).await;
+        }
+        "resources/list" => {
+            Ok(aggregate(gw, "resources/list", "resources", &msg.params, false).await)
+        }
+        "resources/templates/list" => Ok(aggregate(
+            gw,
+            "resources/templates/list",
+            "resourceTemplates",
+            &msg.params,
+            false,
+        )
+        .await),
+        "prompts/list" => Ok(aggregate(gw, "prompts/list", "prompts", &msg.params, true).await),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+            let uri = msg.params.get("uri").and_then(Value::as_str).unwrap_or("");
+            match gw.mcp.resource(uri) {
+                Some(server) => pass(&server, &method, strip_meta(&msg.params)).await,
+                None => Err(RpcError::new(
+                    id.clone(),
+                    wire::INVALID_PARAMS,
+                    format!("no upstream listed the resource `{uri}`"),
+                )),
+            }
+        }
+        "prompts/get" => {
+            let name = msg.params.get("name").and_then(Value::as_str).unwrap_or("");
+            match gw.mcp.prompt(name) {
+                Some((server, upstream_name)) => {
+                    let mut p = strip_meta(&msg.params);
+                    p["name"] = Value::String(upstream_name);
+                    pass(&server, &method, p).await
+                }
+                None => Err(RpcError::new(
+                    id.clone(),
+                    wire::INVALID_PARAMS,
+                    format!("no prompt `{name}`"),
+                )),
+            }
+        }
+        "completion/complete" => {
+            let r = &msg.params["ref"];
+            let owner = match r.get("type").and_then(Value::as_str) {
+                Some("ref/prompt") => r
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .and_then(|n| gw.mcp.prompt(n))
+                    .map(|(s, n)| (s, Some(n))),
+                Some("ref/resource") => r
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .and_then(|u| gw.mcp.resource(u))
+                    .map(|s| (s, None)),
+                _ => None,
+            };
+            match owner {
+                Some((server, prompt_name)) => {
+                    let mut p = strip_meta(&msg.params);
+                    if let Some(n) = prompt_name {
+                        p["ref"]["name"] = Value::String(n);
+                    }
+                    pass(&server, &method, p).await
+                }
+                None => Ok(json!({"completion": {"values": [], "hasMore": false}})),
+            }
+        }
+        "logging/setLevel" => {
+            for s in &gw.mcp.servers {
+                let _ = s.request(&method, strip_meta(&msg.params), None).await;
+            }
+            Ok(json!({}))
+        }
+        other => Err(RpcError::new(
+            id.clone(),
+            wire::METHOD_NOT_FOUND,
+            format!("method `{other}` is not supported"),
+        )),
+    };
+    match answer {
+        Ok(mut result) => {
+            if modern {
+                if let Some(o) = result.as_object_mut() {
+                    o.entry("resultType")
+                        .or_insert(Value::String("complete".into()));
+                    // Cacheable results must say how long (2026-07-28): never, since lists
+                    // follow the upstreams and policy.
+                    if CACHEABLE.contains(&method.as_str()) {
+                        o.entry("ttlMs").or_insert(json!(0));
+                        o.entry("cacheScope").or_insert(json!("private"));
+                    }
+                }
+            }
+            json_response(StatusCode::OK, &wire::result(id, result))
+        }
+        Err(mut e) => {
+            e.id = id;
+            rpc_error(&e, modern)
+        }
+    }
+}
+
+/// The 2026-07-28 checks, in the order the revision gives them: the `_meta` envelope, the
+/// headers against the body, then the version.
+fn check_modern(
+    msg: &Message,
+    meta: &Value,
+    version_header: Option<&str>,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), RpcError> {
+    let id = msg.id();
+    let version = meta.get("io.modelcontextprotocol/protocolVersion");
+    if version.is_none()
+        || meta
+            .get("io.modelcontextprotocol/clientCapabilities")
+            .is_none()
+    {
+        return Err(RpcError::new(
+            id,
+            wire::INVALID_PARAMS,
+            "params._meta must carry `io.modelcontextprotocol/protocolVersion` and `io.modelcontextprotocol/clientCapabilities`",
+        ));
+    }
+    if msg.method.is_some() {
+        if version_header.is_none() || version.and_then(Value::as_str) != version_header {
+            return Err(RpcError::new(
+                id,
+                wire::HEADER_MISMATCH,
+                "the MCP-Protocol-Version header does not match params._meta",
+            ));
+        }
+        if get("mcp-method") != msg.method {
+            return Err(RpcError::new(
+                id,
+                wire::HEADER_MISMATCH,
+                "the Mcp-Method header does not match the body's method",
+            ));
+        }
+        let name_key = match msg.method.as_deref() {
+            Some("tools/call" | "prompts/get") => Some("name"),
+            Some("resources/read") => Some("uri"),
+            _ => None,
+        };
+        if let Some(k) = name_key {
+            let body_name = msg.params.get(k).and_then(Value::as_str).map(str::to_owned);
+            if get("mcp-name") != body_name {
+                return Err(RpcError::new(
+                    id,
+                    wire::HEADER_MISMATCH,
+                    format!("the Mcp-Name header does not match the body's `{k}`"),
+                ));
+            }
+        }
+    }
+    match version.and_then(Value::as_str) {
+        Some(MODERN) => Ok(()),
+        Some(other) => Err(unsupported(id, other)),
+        None => Err(RpcError::new(
+            id,
+            wire::INVALID_PARAMS,
+            "the protocol version must be a string",
+        )),
+    }
+}
+
+fn unsupported(id: Value, requested: &str) -> RpcError {
+    RpcError::new(
+        id,
+        wire::UNSUPPORTED_PROTOCOL_VERSION,
+        "Unsupported protocol version",
+    )
+    .with_data(json!({"supported": SUPPORTED, "requested": requested}))
+}
+
+fn new_session_id() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = getrandom::fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn capabilities() -> Value {
+    json!({
+        "tools": {"listChanged": false},
+        "resources": {},
+        "prompts": {},
+        "completions": {},
+        "logging": {},
+    })
+}
+
+fn server_info() -> Value {
+    json!({"name": "airlock", "version": env!("CARGO_PKG_VERSION")})
+}
+
+const INSTRUCTIONS: &str = "airlock checks every tool call against policy. A call may be denied, or held for a person to approve: when a result says `approval.pending`, call the tool again later with exactly the same arguments.";
+
+/// Every tool a client may call here: the built-in demo tools and the upstreams' tools.
+fn tools(gw: &Gateway) -> Vec<Value> {
+    let mut out: Vec<Value> = gw
+        .config
+        .tools
+        .iter()
+        .filter_map(|t| match &t.upstream {
+            Upstream::Builtin(name) => Some(builtin_tool(name)),
+            Upstream::Http(_) => None,
+        })
+        .collect();
+    out.extend(gw.mcp.tools());
+    out
+}
+
+fn builtin_tool(name: &str) -> Value {
+    match name {
+        "demo.shell_preview" => json!({
+            "name": name,
+            "description": "Shows the shell command it would run (demo: runs nothing). Needs approval.",
+            "inputSchema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        }),
+        _ => json!({
+            "name": name,
+            "description": "Echoes its arguments back (demo).",
+            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+        }),
+    }
+}
+
+/// One page of a list, by a numeric cursor.
+fn paginate(items: Vec<Value>, field: &str, params: &Value) -> Value {
+    let start: usize = params
+        .get("cursor")
+        .and_then(Value::as_str)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let page: Vec<Value> = items.iter().skip(start).take(PAGE).cloned().collect();
+    let mut out = Map::new();
+    out.insert(field.into(), Value::Array(page));
+    if start + PAGE < items.len() {
+        out.insert(
+            "nextCursor".into(),
+            Value::String((start + PAGE).to_string()),
+        );
+    }
+    Value::Object(out)
+}
+
+/// A list gathered from every upstream (an upstream that fails is left out).
+async fn aggregate(
+    gw: &Gateway,
+    method: &str,
+    field: &str,
+    params: &Value,
+    prefix_names: bool,
+) -> Value {
+    let mut items = Vec::new();
+    for s in &gw.mcp.servers {
+        let mut cursor: Option<String> = None;
+        for _ in 0..100 {
+            let p = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let Ok(page) = s.request(method, p, None).await else {
+                break;
+            };
+            for mut item in page
+                .get(field)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+            {
+                if prefix_names {
+                    if let Some(n) = item.get("name").and_then(Value::as_str) {
+                        item["name"] = Value::String(format!("{}{n}", s.config.prefix));
+                    }
+                }
+                items.push(item);
+            }
+            cursor = page
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+    }
+    paginate(items, field, params)
+}
+
+fn strip_meta(params: &Value) -> Value {
+    let mut p = params.clone();
+    if let Some(o) = p.as_object_mut() {
+        o.remove("_meta");
+    }
+    p
+}
+
+/// A request passed to its upstream unchecked; its answer (or error) comes back as it is.
+async fn pass(server: &upstream::Server, method: &str, params: Value) -> Result<Value, RpcError> {
+    server
+        .request(method, params, None)
+        .await
+        .map_err(|f| match f {
+            upstream::Failure::Rpc(e) => RpcError {
+                id: Value::Null,
+                code: e.code,
+                message: e.message,
+                data: e.data,
+            },
+            other => {
+                let e = other.into_api_error(&server.config.name);
+                RpcError::new(Value::Null, -32603, e.message).with_data(json!({"code": e.code}))
+            }
+        })
+}

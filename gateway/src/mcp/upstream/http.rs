@@ -1,0 +1,338 @@
+//! A streamable HTTP MCP client for one upstream, in whichever revision it speaks: it asks
+//! `server/discover` first (2026-07-28, stateless: every request carries `_meta` and the
+//! routing headers), and falls back to the `initialize` handshake and a session
+//! (2025-11-25). Answers come as JSON or as a server-sent event stream; notifications on that
+//! stream (progress) are handed to the caller.
+//!
+//! Server-to-client requests on the stream (elicitation, sampling) are not relayed yet: they
+//! are logged and left unanswered.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{
+    classify, client_info, with_modern_meta, Failure, Incoming, Notifications, LEGACY, MODERN,
+};
+
+/// What the upstream was found to speak.
+#[derive(Debug, Clone, PartialEq)]
+enum Mode {
+    Modern,
+    Legacy { session: Option<String> },
+}
+
+pub struct HttpConn {
+    url: String,
+    headers: Vec<(String, String)>,
+    client: reqwest::Client,
+    mode: tokio::sync::Mutex<Option<Mode>>,
+    /// The negotiated revision, readable without the async lock.
+    revision: Mutex<Option<&'static str>>,
+    next_id: AtomicU64,
+}
+
+/// The largest answer read from an upstream.
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+impl HttpConn {
+    pub fn new(url: &str, headers: Vec<(String, String)>) -> Result<HttpConn, String> {
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the MCP client: {e}"))?;
+        Ok(HttpConn {
+            url: url.to_owned(),
+            headers,
+            client,
+            mode: tokio::sync::Mutex::new(None),
+            revision: Mutex::new(None),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    pub fn revision(&self) -> Option<&'static str> {
+        *self.revision.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends one request, negotiating the revision first if needed, and re-initializing a
+    /// legacy session the upstream forgot (404).
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        notify: Option<Notifications>,
+    ) -> Result<Value, Failure> {
+        let fut = async {
+            let mode = self.mode(timeout).await?;
+            match self
+                .send(&mode, method, params.clone(), notify.clone())
+                .await
+            {
+                Err(Failure::Unavailable(why)) if why == "session expired" => {
+                    *self.mode.lock().await = None;
+                    let mode = self.mode(timeout).await?;
+                    self.send(&mode, method, params, notify).await
+                }
+                other => other,
+            }
+        };
+        tokio::time::timeout(timeout, fut)
+            .await
+            .map_err(|_| Failure::Timeout)?
+    }
+
+    async fn mode(&self, timeout: Duration) -> Result<Mode, Failure> {
+        let mut guard = self.mode.lock().await;
+        if let Some(m) = guard.as_ref() {
+            return Ok(m.clone());
+        }
+        let mode = tokio::time::timeout(timeout, self.negotiate())
+            .await
+            .map_err(|_| Failure::Timeout)??;
+        *self.revision.lock().unwrap_or_else(|e| e.into_inner()) = Some(match mode {
+            Mode::Modern => MODERN,
+            Mode::Legacy { .. } => LEGACY,
+        });
+        *guard = Some(mode.clone());
+        Ok(mode)
+    }
+
+    async fn negotiate(&self) -> Result<Mode, Failure> {
+        if let Ok(found) = self
+            .send(&Mode::Modern, "server/discover", json!({}), None)
+            .await
+        {
+            let modern = found
+                .get("supportedVersions")
+                .and_then(Value::as_array)
+                .is_some_and(|v| v.iter().any(|x| x == MODERN));
+            if modern {
+                return Ok(Mode::Modern);
+            }
+        }
+        let init = json!({
+            "protocolVersion": LEGACY,
+            "capabilities": {},
+            "clientInfo": client_info(),
+        });
+        let (result, session) = self
+            .post(&Mode::Legacy { session: None }, "initialize", init, None)
+            .await?;
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if version != LEGACY {
+            tracing::warn!(url = %self.url, version, "MCP server chose another protocol version; speaking 2025-11-25 to it");
+        }
+        let mode = Mode::Legacy { session };
+        self.notify_upstream(&mode, "notifications/initialized", json!({}))
+            .await;
+        Ok(mode)
+    }
+
+    async fn send(
+        &self,
+        mode: &Mode,
+        method: &str,
+        params: Value,
+        notify: Option<Notifications>,
+    ) -> Result<Value, Failure> {
+        self.post(mode, method, params, notify)
+            .await
+            .map(|(r, _)| r)
+    }
+
+    fn builder(&self, mode: &Mode, method: &str, params: &Value) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        for (k, v) in &self.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        match mode {
+            Mode::Modern => {
+                req = req
+                    .header("mcp-protocol-version", MODERN)
+                    .header("mcp-method", method);
+                let name = match method {
+                    "tools/call" | "prompts/get" => params.get("name"),
+                    "resources/read" => params.get("uri"),
+                    _ => None,
+                };
+                if let Some(n) = name.and_then(Value::as_str) {
+                    req = req.header("mcp-name", n);
+                }
+            }
+            Mode::Legacy { session } => {
+                if method != "initialize" {
+                    req = req.header("mcp-protocol-version", LEGACY);
+                }
+                if let Some(s) = session {
+                    req = req.header("mcp-session-id", s.as_str());
+                }
+            }
+        }
+        req
+    }
+
+    /// One JSON-RPC request; returns its result and the session id the answer named.
+    async fn post(
+        &self,
+        mode: &Mode,
+        method: &str,
+        params: Value,
+        notify: Option<Notifications>,
+    ) -> Result<(Value, Option<String>), Failure> {
+        let params = if *mode == Mode::Modern {
+            with_modern_meta(params)
+        } else {
+            params
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let mut resp = self
+            .builder(mode, method, &params)
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| Failure::Unavailable(format!("cannot reach {}: {e}", self.url)))?;
+        let status = resp.status().as_u16();
+        if status == 404 && matches!(mode, Mode::Legacy { session: Some(_) }) {
+            return Err(Failure::Unavailable("session expired".into()));
+        }
+        let session = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let is_sse = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        if is_sse {
+            let mut buf: Vec<u8> = Vec::new();
+            loop {
+                let chunk = resp
+                    .chunk()
+                    .await
+                    .map_err(|e| Failure::Unavailable(format!("the event stream broke: {e}")))?;
+                let Some(chunk) = chunk else {
+                    return Err(Failure::Unavailable(
+                        "the event stream ended without an answer".into(),
+                    ));
+                };
+                buf.extend_from_slice(&chunk);
+                if buf.len() > MAX_ANSWER_BYTES {
+                    return Err(Failure::Unavailable("the answer is too large".into()));
+                }
+                while let Some((event, rest)) = split_event(&buf) {
+                    buf = rest;
+                    let Some(data) = event_data(&event) else {
+                        continue;
+                    };
+                    let Ok(msg) = serde_json::from_str::<Value>(&data) else {
+                        continue;
+                    };
+                    match classify(&msg, Some(id)) {
+                        Incoming::Answer(r) => return r.map(|v| (v, session)),
+                        Incoming::Notification(n) => {
+                            if let Some(tx) = &notify {
+                                let _ = tx.send(n);
+                            }
+                        }
+                        Incoming::Request(r) => {
+                            let asked = r.get("method").and_then(Value::as_str).unwrap_or("");
+                            tracing::warn!(
+                                url = %self.url,
+                                asked,
+                                "an MCP server asked its client something; airlock does not relay that yet"
+                            )
+                        }
+                        Incoming::Other => {}
+                    }
+                }
+            }
+        }
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| Failure::Unavailable(format!("cannot read the answer: {e}")))?;
+        let msg: Value = serde_json::from_slice(&bytes).map_err(|_| {
+            Failure::Unavailable(format!(
+                "HTTP {status} with a body that is not JSON-RPC: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            ))
+        })?;
+        match classify(&msg, Some(id)) {
+            Incoming::Answer(r) => r.map(|v| (v, session)),
+            _ => Err(Failure::Unavailable(format!(
+                "HTTP {status} without an answer to the request"
+            ))),
+        }
+    }
+
+    async fn notify_upstream(&self, mode: &Mode, method: &str, params: Value) {
+        let body = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        if let Err(e) = self
+            .builder(mode, method, &params)
+            .body(body.to_string())
+            .send()
+            .await
+        {
+            tracing::debug!(url = %self.url, "cannot send {method}: {e}");
+        }
+    }
+}
+
+/// Splits the first complete event (ended by a blank line) off an SSE buffer.
+fn split_event(buf: &[u8]) -> Option<(String, Vec<u8>)> {
+    let find = |sep: &[u8]| {
+        buf.windows(sep.len())
+            .position(|w| w == sep)
+            .map(|i| (i, sep.len()))
+    };
+    let (i, len) = [find(b"\r\n\r\n"), find(b"\n\n"), find(b"\r\r")]
+        .into_iter()
+        .flatten()
+        .min()?;
+    Some((
+        String::from_utf8_lossy(&buf[..i]).into_owned(),
+        buf[i + len..].to_vec(),
+    ))
+}
+
+/// The `data:` lines of one event, joined.
+fn event_data(event: &str) -> Option<String> {
+    let lines: Vec<&str> = event
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn events_split_on_blank_lines_and_join_data_lines() {
+        let buf = b"event: message\r\ndata: {\"a\":1}\r\n\r\ndata: x\ndata: y\n\npartial";
+        let (e, rest) = split_event(buf).unwrap();
+        assert_eq!(event_data(&e).unwrap(), "{\"a\":1}");
+        let (e, rest) = split_event(&rest).unwrap();
+        assert_eq!(event_data(&e).unwrap(), "x\ny");
+        assert!(split_event(&rest).is_none());
+        assert_eq!(rest, b"partial");
+    }
+}

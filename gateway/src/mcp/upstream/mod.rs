@@ -1,0 +1,438 @@
+//! The MCP servers airlock fronts (`[[mcp_servers]]`): connecting to each (streamable HTTP in
+//! either revision, or a child process on stdio), keeping its tool list, and sending it the
+//! calls the pipeline has decided may run, and the requests passed through unchecked
+//! (resources, prompts, completion, ping, logging).
+//!
+//! It decides nothing and records nothing: the pipeline and the front end do. Tool names are
+//! prefixed here (`<server>.` by default), so a name two upstreams share is caught at start.
+
+mod http;
+mod stdio;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+
+use crate::config::{McpServerConfig, McpTransport};
+use crate::error::ApiError;
+
+/// The protocol revisions, newest first.
+pub const MODERN: &str = "2026-07-28";
+pub const LEGACY: &str = "2025-11-25";
+
+/// How airlock presents itself to upstreams.
+pub fn client_info() -> Value {
+    json!({"name": "airlock", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// A JSON-RPC error an upstream answered (passed back to the client as it is).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+/// Why a request to an upstream has no answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The upstream answered with a JSON-RPC error.
+    Rpc(RpcError),
+    /// It could not be reached, died, or answered garbage: `upstream.unavailable`.
+    Unavailable(String),
+    /// No answer in time: `upstream.timeout`.
+    Timeout,
+}
+
+impl Failure {
+    pub fn into_api_error(self, server: &str) -> ApiError {
+        match self {
+            Failure::Rpc(e) => ApiError::new(
+                "upstream.error",
+                format!(
+                    "MCP server `{server}` answered error {}: {}",
+                    e.code, e.message
+                ),
+            ),
+            Failure::Unavailable(why) => ApiError::new(
+                "upstream.unavailable",
+                format!("MCP server `{server}` is unavailable: {why}"),
+            ),
+            Failure::Timeout => ApiError::new(
+                "upstream.timeout",
+                format!("MCP server `{server}` did not answer in time"),
+            ),
+        }
+    }
+}
+
+/// Notifications an upstream sends while a request runs (progress), for the front end to
+/// relay to its client.
+pub type Notifications = mpsc::UnboundedSender<Value>;
+
+/// One transport to one upstream.
+enum Conn {
+    Http(http::HttpConn),
+    Stdio(Arc<stdio::StdioConn>),
+}
+
+impl Conn {
+    async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        notify: Option<Notifications>,
+    ) -> Result<Value, Failure> {
+        match self {
+            Conn::Http(c) => c.request(method, params, timeout, notify).await,
+            Conn::Stdio(c) => c.request(method, params, timeout, notify).await,
+        }
+    }
+
+    fn revision(&self) -> Option<&'static str> {
+        match self {
+            Conn::Http(c) => c.revision(),
+            Conn::Stdio(_) => Some(LEGACY),
+        }
+    }
+}
+
+/// One upstream server and what it last listed.
+pub struct Server {
+    pub config: McpServerConfig,
+    conn: Conn,
+    /// Its tools as it listed them (unprefixed), or `None` while it was never reached.
+    tools: RwLock<Option<Vec<Value>>>,
+    /// Resource URIs it listed, to route `resources/read` and friends.
+    resources: RwLock<HashSet<String>>,
+    /// Prompt names it listed (unprefixed).
+    prompts: RwLock<HashSet<String>>,
+}
+
+impl Server {
+    /// Sends one request with this server's timeout.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        notify: Option<Notifications>,
+    ) -> Result<Value, Failure> {
+        self.conn
+            .request(method, params, self.config.timeout, notify)
+            .await
+    }
+
+    /// The revision the upstream speaks, once known.
+    pub fn revision(&self) -> Option<&'static str> {
+        self.conn.revision()
+    }
+
+    /// Lists its tools (following `nextCursor`), and its resources and prompts when it has
+    /// them. A failure leaves the last good lists in place.
+    pub async fn refresh(&self) -> Result<(), Failure> {
+        let tools = self.list_all("tools/list", "tools").await?;
+        *self.tools.write().unwrap_or_else(|e| e.into_inner()) = Some(tools);
+        if let Ok(resources) = self.list_all("resources/list", "resources").await {
+            *self.resources.write().unwrap_or_else(|e| e.into_inner()) = resources
+                .iter()
+                .filter_map(|r| r.get("uri").and_then(Value::as_str).map(str::to_owned))
+                .collect();
+        }
+        if let Ok(prompts) = self.list_all("prompts/list", "prompts").await {
+            *self.prompts.write().unwrap_or_else(|e| e.into_inner()) = prompts
+                .iter()
+                .filter_map(|p| p.get("name").and_then(Value::as_str).map(str::to_owned))
+                .collect();
+        }
+        Ok(())
+    }
+
+    async fn list_all(&self, method: &str, field: &str) -> Result<Vec<Value>, Failure> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..100 {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let page = self.request(method, params, None).await?;
+            if let Some(items) = page.get(field).and_then(Value::as_array) {
+                out.extend(items.iter().cloned());
+            }
+            cursor = page
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The tool list as clients see it: names prefixed, everything else as the upstream gave.
+    fn visible_tools(&self) -> Vec<Value> {
+        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        tools
+            .iter()
+            .flatten()
+            .filter_map(|t| {
+                let name = t.get("name")?.as_str()?;
+                let mut t = t.clone();
+                t["name"] = Value::String(format!("{}{name}", self.config.prefix));
+                Some(t)
+            })
+            .collect()
+    }
+
+    fn has_tool(&self, name: &str) -> bool {
+        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        tools
+            .iter()
+            .flatten()
+            .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
+    }
+}
+
+/// Every configured upstream.
+pub struct Registry {
+    pub servers: Vec<Arc<Server>>,
+}
+
+/// A tool as the pipeline routes it: the server, and the name the upstream knows it by.
+#[derive(Clone)]
+pub struct McpTool {
+    pub server: Arc<Server>,
+    pub name: String,
+}
+
+impl Registry {
+    /// Builds the connections; nothing is contacted until [`Registry::start`].
+    pub fn new(configs: &[McpServerConfig]) -> Result<Registry, String> {
+        let mut servers = Vec::new();
+        for c in configs {
+            let conn =
+                match &c.transport {
+                    McpTransport::Http { url, headers } => {
+                        Conn::Http(http::HttpConn::new(url, headers.clone())?)
+                    }
+                    McpTransport::Stdio { command, args, env } => Conn::Stdio(
+                        stdio::StdioConn::new(&c.name, command, args.clone(), env.clone()),
+                    ),
+                };
+            servers.push(Arc::new(Server {
+                config: c.clone(),
+                conn,
+                tools: RwLock::new(None),
+                resources: RwLock::new(HashSet::new()),
+                prompts: RwLock::new(HashSet::new()),
+            }));
+        }
+        Ok(Registry { servers })
+    }
+
+    /// Connects to every upstream and lists its tools; one that cannot be reached is logged
+    /// and left out (it is tried again every 30 s). Two upstreams listing the same visible
+    /// name is an error: the gateway does not start.
+    pub async fn start(&self) -> Result<(), String> {
+        let mut tasks = Vec::new();
+        for s in &self.servers {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = s.refresh().await;
+                (s, r)
+            }));
+        }
+        for t in tasks {
+            if let Ok((s, Err(e))) = t.await {
+                tracing::warn!(server = %s.config.name, "MCP server not reached at start, its tools are left out: {e:?}");
+            }
+        }
+        self.check_unique()
+    }
+
+    /// Refreshes every list now and then, keeping the last good ones on failure.
+    pub async fn refresh_loop(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                _ = shutdown.cancelled() => break,
+            }
+            for s in &self.servers {
+                if let Err(e) = s.refresh().await {
+                    tracing::debug!(server = %s.config.name, "MCP server list refresh failed: {e:?}");
+                }
+            }
+            if let Err(e) = self.check_unique() {
+                tracing::error!("{e}");
+            }
+        }
+    }
+
+    fn check_unique(&self) -> Result<(), String> {
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        for s in &self.servers {
+            for t in s.visible_tools() {
+                let name = t["name"].as_str().unwrap_or_default().to_owned();
+                if let Some(other) = seen.insert(name.clone(), s.config.name.clone()) {
+                    return Err(format!(
+                        "mcp_servers: the tool name `{name}` is listed by both `{other}` and `{}`; give one of them a `prefix`",
+                        s.config.name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every upstream tool, as clients see it.
+    pub fn tools(&self) -> Vec<Value> {
+        self.servers
+            .iter()
+            .flat_map(|s| s.visible_tools())
+            .collect()
+    }
+
+    /// The upstream tool behind a visible name.
+    pub fn resolve(&self, visible: &str) -> Option<McpTool> {
+        self.servers.iter().find_map(|s| {
+            let name = visible.strip_prefix(s.config.prefix.as_str())?;
+            s.has_tool(name).then(|| McpTool {
+                server: s.clone(),
+                name: name.to_owned(),
+            })
+        })
+    }
+
+    /// The server owning a prompt (by visible name), with the upstream's name for it.
+    pub fn prompt(&self, visible: &str) -> Option<(Arc<Server>, String)> {
+        self.servers.iter().find_map(|s| {
+            let name = visible.strip_prefix(s.config.prefix.as_str())?;
+            let has = s
+                .prompts
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(name);
+            has.then(|| (s.clone(), name.to_owned()))
+        })
+    }
+
+    /// The server that listed a resource URI (or the first one with resources).
+    pub fn resource(&self, uri: &str) -> Option<Arc<Server>> {
+        self.servers
+            .iter()
+            .find(|s| {
+                s.resources
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(uri)
+            })
+            .cloned()
+    }
+
+    /// Calls a tool with the canonical arguments; the result comes back as the upstream gave
+    /// it (`content`, `structuredContent`, `isError`).
+    pub async fn call_tool(
+        &self,
+        tool: &McpTool,
+        canonical_args: &str,
+        meta: Map<String, Value>,
+        notify: Option<Notifications>,
+    ) -> Result<Value, ApiError> {
+        let arguments: Value =
+            serde_json::from_str(canonical_args).unwrap_or_else(|_| Value::Object(Map::new()));
+        let mut params = json!({"name": tool.name, "arguments": arguments});
+        if !meta.is_empty() {
+            params["_meta"] = Value::Object(meta);
+        }
+        let result = tool
+            .server
+            .request("tools/call", params, notify)
+            .await
+            .map_err(|f| match f {
+                // A tool's own JSON-RPC error is data for the model, like a backend's 4xx.
+                Failure::Rpc(e) => ApiError::new(
+                    "upstream.unavailable",
+                    format!(
+                        "MCP server `{}` refused the call: {} ({})",
+                        tool.server.config.name, e.message, e.code
+                    ),
+                ),
+                other => other.into_api_error(&tool.server.config.name),
+            })?;
+        if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+            return Err(ApiError::new(
+                "upstream.unavailable",
+                format!(
+                    "MCP server `{}` asked for more input, which airlock does not relay yet",
+                    tool.server.config.name
+                ),
+            ));
+        }
+        Ok(result)
+    }
+}
+
+/// Adds a 2026-07-28 request's `_meta` envelope to `params`.
+pub fn with_modern_meta(mut params: Value) -> Value {
+    if !params.is_object() {
+        params = json!({});
+    }
+    let meta = params
+        .as_object_mut()
+        .map(|p| p.entry("_meta").or_insert_with(|| json!({})));
+    if let Some(Value::Object(m)) = meta {
+        m.insert(
+            "io.modelcontextprotocol/protocolVersion".into(),
+            Value::String(MODERN.into()),
+        );
+        m.insert(
+            "io.modelcontextprotocol/clientCapabilities".into(),
+            json!({}),
+        );
+        m.insert("io.modelcontextprotocol/clientInfo".into(), client_info());
+    }
+    params
+}
+
+/// Routes a JSON-RPC message an upstream sent: the answer to `id`, or a notification.
+pub(crate) enum Incoming {
+    Answer(Result<Value, Failure>),
+    Notification(Value),
+    /// A request from the server (elicitation, sampling): not relayed yet.
+    Request(Value),
+    Other,
+}
+
+pub(crate) fn classify(msg: &Value, id: Option<u64>) -> Incoming {
+    let has_method = msg.get("method").is_some();
+    let msg_id = msg.get("id");
+    if has_method && msg_id.is_some() {
+        return Incoming::Request(msg.clone());
+    }
+    if has_method {
+        return Incoming::Notification(msg.clone());
+    }
+    if id.is_some() && msg_id.and_then(Value::as_u64) != id {
+        return Incoming::Other;
+    }
+    if let Some(r) = msg.get("result") {
+        return Incoming::Answer(Ok(r.clone()));
+    }
+    if let Some(e) = msg.get("error") {
+        return Incoming::Answer(Err(Failure::Rpc(RpcError {
+            code: e.get("code").and_then(Value::as_i64).unwrap_or(-32603),
+            message: e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            data: e.get("data").cloned(),
+        })));
+    }
+    Incoming::Other
+}
