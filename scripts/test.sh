@@ -3,15 +3,17 @@
 # Python peers live in a project-local virtual environment, target/peers/venv (never the
 # system interpreter), which is put first on PATH so the tests' `python3` is that one:
 # - `standardwebhooks` (PyPI): the reference Standard Webhooks library that must verify what
-#   airlock signs.
+#   airlock signs;
+# - `mcp` (PyPI): the official MCP Python SDK, as the client of `/mcp` in both protocol
+#   revisions and as the upstream MCP server (HTTP and stdio) behind it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="$PWD/target/peers/venv"
-if ! "$venv/bin/python3" -c 'import standardwebhooks' 2>/dev/null; then
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check standardwebhooks==1.1.0
+peers="standardwebhooks==1.1.0 mcp==2.3.0"
+if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client' 2>/dev/null; then
+  [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
+  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check $peers
 fi
 export PATH="$venv/bin:$PATH"
 

@@ -270,7 +270,6 @@ fn tool_result(
                     "params": {
                         "mode": "url",
                         "url": link,
-                        "elicitationId": p.approval_id,
                         "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", call.tool),
                     },
                 }},

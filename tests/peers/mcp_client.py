@@ -1,0 +1,101 @@
+"""The official MCP Python SDK (PyPI `mcp`) as the gateway's client, for the end-to-end tests.
+
+Usage: mcp_client.py URL TOKEN MODE SCENARIO [ARGS...]
+  MODE: legacy (2025-11-25) or 2026-07-28
+  SCENARIOS (each prints one JSON object per line):
+    list                       the tool names
+    call NAME ARGS_JSON        one call's result (or the JSON-RPC error it raised)
+    approve-on-elicit NAME ARGS_JSON API APPROVER_TOKEN VERB [REASON]
+                               a call whose URL elicitation is answered by deciding the
+                               approval through the gateway's HTTP API (VERB: approve | decline)
+    states NAME ARGS_JSON      input_required by hand: the state, then a tampered, a replayed
+                               and another principal's use of it (ARGS[4]: another token)
+"""
+
+import asyncio
+import json
+import sys
+
+import httpx2
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+import mcp_types as types
+
+
+def dump(x):
+    return x.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def out(obj):
+    print(json.dumps(obj), flush=True)
+
+
+def client(url, token, mode, **kw):
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60)
+    return Client(streamable_http_client(url, http_client=http), mode=mode, **kw)
+
+
+async def call(c, name, args):
+    try:
+        out({"result": dump(await c.call_tool(name, args))})
+    except MCPError as e:
+        out({"error": {"code": e.error.code, "message": e.error.message, "data": e.error.data}})
+
+
+async def main():
+    url, token, mode, scenario, *rest = sys.argv[1:]
+    if scenario == "list":
+        async with client(url, token, mode) as c:
+            tools = await c.list_tools()
+            out({"tools": [t.name for t in tools.tools]})
+    elif scenario == "call":
+        async with client(url, token, mode) as c:
+            await call(c, rest[0], json.loads(rest[1]))
+    elif scenario == "approve-on-elicit":
+        name, args, api, approver, verb = rest[:5]
+        reason = rest[5] if len(rest) > 5 else "no"
+
+        async def on_elicit(context, params):
+            approval_id = params.url.rstrip("/").split("/")[-1]
+            body = {"reason": reason} if verb == "decline" else {}
+            async with httpx2.AsyncClient() as h:
+                r = await h.post(f"{api}/v1/approvals/{approval_id}/{verb}", json=body,
+                                 headers={"authorization": f"Bearer {approver}"})
+            out({"elicited": {"mode": params.mode, "url": params.url, "decided": r.status_code}})
+            return types.ElicitResult(action="accept")
+
+        async with client(url, token, mode, elicitation_callback=on_elicit) as c:
+            await call(c, name, json.loads(args))
+    elif scenario == "states":
+        name, args, other = rest[0], json.loads(rest[1]), rest[2]
+
+        async def never(context, params):
+            return types.ElicitResult(action="accept")
+
+        async with client(url, token, mode, elicitation_callback=never) as c:
+            first = await c.session.call_tool(name, args, allow_input_required=True)
+            out({"first": dump(first)})
+            state = first.request_state
+            for label, st, a in [
+                ("tampered", state[:-2] + ("AA" if not state.endswith("AA") else "BB"), args),
+                ("other_args", state, {**args, "extra": 1}),
+                ("valid", state, args),
+                ("replayed", state, args),
+            ]:
+                try:
+                    r = await c.session.call_tool(name, a, request_state=st, allow_input_required=True)
+                    out({label: {"result": dump(r)}})
+                except MCPError as e:
+                    out({label: {"error": {"code": e.error.code, "data": e.error.data}}})
+        async with client(url, other, mode, elicitation_callback=never) as c:
+            try:
+                r = await c.session.call_tool(name, args, request_state=state, allow_input_required=True)
+                out({"other_principal": {"result": dump(r)}})
+            except MCPError as e:
+                out({"other_principal": {"error": {"code": e.error.code, "data": e.error.data}}})
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+
+
+asyncio.run(main())

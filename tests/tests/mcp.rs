@@ -1,0 +1,568 @@
+//! The MCP front end against clients and servers nobody here wrote: the official Python SDK
+//! (PyPI `mcp`) as the client, in both protocol revisions, and as the upstream server, over
+//! streamable HTTP and over stdio. The real `airlock` binary in between, on 127.0.0.1:0.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use support::*;
+
+const MODES: [&str; 2] = ["legacy", "2026-07-28"];
+
+const MCP_POLICY: &str = r#"
+version = 1
+
+[defaults]
+decision = "allow"
+on_error = "deny"
+approval_ttl = "15m"
+grant = { uses = 1, ttl = "10m", scope = "run" }
+
+[[rules]]
+id = "deny-rm"
+when = 'has(args.text) && args.text.matches("rm -rf")'
+decision = "deny"
+message = "rm -rf is never allowed"
+
+[[rules]]
+id = "approve-big-n"
+tools = ["*.echo"]
+when = 'has(args.n) && args.n > 100'
+decision = "require_approval"
+"#;
+
+fn peers() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The Python SDK's server as an HTTP upstream.
+struct Upstream {
+    child: Child,
+    port: u16,
+}
+
+impl Upstream {
+    fn start() -> Upstream {
+        let port = free_port();
+        let child = Command::new("python3")
+            .arg(peers().join("mcp_upstream.py"))
+            .args(["http", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 with the `mcp` package (installed by scripts/test.sh)");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the MCP upstream did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Upstream { child, port }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A gateway in front of the HTTP upstream (`up.`) and a stdio one (`local.`).
+fn gateway(up: &Upstream, hold: &str) -> Gateway {
+    let mut s =
+        format!("[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"{hold}\"\n");
+    for (id, role, groups) in PRINCIPALS {
+        let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
+        s.push_str(&format!("[[principals]]\nid = \"{id}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\ngroups = {groups:?}\n"));
+    }
+    s.push_str(&format!(
+        "[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\n",
+        up.port
+    ));
+    s.push_str(&format!(
+        "[[mcp_servers]]\nname = \"local\"\ncommand = \"python3\"\nargs = [\"{}\", \"stdio\"]\ntimeout = \"10s\"\n",
+        peers().join("mcp_upstream.py").display()
+    ));
+    Gateway::start_with(&s, MCP_POLICY)
+}
+
+/// Runs the Python SDK client; returns the JSON lines it printed.
+fn client(gw: &Gateway, token: &str, mode: &str, args: &[&str]) -> Vec<Value> {
+    let out = Command::new("python3")
+        .arg(peers().join("mcp_client.py"))
+        .args([&format!("{}/mcp", gw.base), token, mode])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn call(gw: &Gateway, who: &str, mode: &str, tool: &str, args: Value) -> Value {
+    client(
+        gw,
+        &format!("token-{who}"),
+        mode,
+        &["call", tool, &args.to_string()],
+    )
+    .pop()
+    .unwrap()
+}
+
+/// How many `echo` calls reached an upstream, and with what.
+fn upstream_log(gw: &Gateway, server: &str) -> Vec<Value> {
+    let r = call(
+        gw,
+        "agent2",
+        "legacy",
+        &format!("{server}.count"),
+        json!({}),
+    );
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    let v: Value = serde_json::from_str(text).unwrap();
+    v["log"].as_array().unwrap().clone()
+}
+
+fn error_code(result: &Value) -> &str {
+    result["result"]["structuredContent"]["error"]["code"]
+        .as_str()
+        .unwrap_or("")
+}
+
+#[test]
+fn both_revisions_list_call_deny_and_refuse_bad_input() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "2s");
+    for mode in MODES {
+        let tools = client(&gw, "token-agent1", mode, &["list"]).pop().unwrap();
+        let names: Vec<&str> = tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        for t in ["up.echo", "up.count", "local.echo", "local.crash"] {
+            assert!(names.contains(&t), "{mode}: {names:?}");
+        }
+
+        // Allowed: forwarded with the canonical arguments, the result unchanged.
+        let r = call(
+            &gw,
+            "agent1",
+            mode,
+            "up.echo",
+            json!({"text": mode, "n": 1}),
+        );
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        let text: Value =
+            serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(text["text"], mode);
+        if mode != "legacy" {
+            assert_eq!(r["result"]["resultType"], "complete");
+        }
+
+        // Denied: an isError result the model reads, naming the rule.
+        let r = call(
+            &gw,
+            "agent1",
+            mode,
+            "local.echo",
+            json!({"text": "rm -rf /"}),
+        );
+        assert_eq!(r["result"]["isError"], true);
+        assert_eq!(error_code(&r), "policy.denied");
+        assert_eq!(
+            r["result"]["structuredContent"]["error"]["rules"],
+            json!(["deny-rm"])
+        );
+        assert!(r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("policy.denied: rm -rf is never allowed"));
+
+        // Strict intake and unknown tools are protocol errors with the stable code.
+        let r = call(
+            &gw,
+            "agent1",
+            mode,
+            "up.echo",
+            json!({"n": 9007199254740993u64}),
+        );
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        assert_eq!(r["error"]["data"]["code"], "request.unsafe_number");
+        let r = call(&gw, "agent1", mode, "up.nope", json!({}));
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        assert_eq!(r["error"]["data"]["code"], "tool.unknown");
+    }
+    // Only the two allowed calls reached the upstream, with exactly their arguments.
+    let log = upstream_log(&gw, "up");
+    assert_eq!(
+        log,
+        vec![
+            json!({"text": "legacy", "n": 1}),
+            json!({"text": "2026-07-28", "n": 1})
+        ]
+    );
+    assert!(upstream_log(&gw, "local").is_empty());
+    // The audit says which front and revision each call came through.
+    let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    let decided: Vec<&Value> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "call.decided" && r["tool"] == "up.echo")
+        .collect();
+    assert_eq!(decided.len(), 2, "{audit}");
+    for r in &decided {
+        let e = if r.get("front").is_some() {
+            *r
+        } else {
+            &r["explanation"]
+        };
+        assert_eq!(e["front"], "mcp", "{r}");
+    }
+}
+
+#[test]
+fn a_held_call_times_out_pending_and_the_identical_recall_runs_once_approved() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "1s");
+    for mode in MODES {
+        let args = json!({"text": format!("held-{mode}"), "n": 500});
+        let first = call(&gw, "agent1", mode, "up.echo", args.clone());
+        assert_eq!(error_code(&first), "approval.pending", "{first}");
+        let err = &first["result"]["structuredContent"]["error"];
+        let approval = err["approval_id"].as_str().unwrap().to_owned();
+        assert!(err["link"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/inbox/approvals/{approval}")));
+        // Calling again before a decision joins the same approval.
+        let again = call(&gw, "agent1", mode, "up.echo", args.clone());
+        assert_eq!(
+            again["result"]["structuredContent"]["error"]["approval_id"],
+            approval.as_str()
+        );
+        assert_eq!(gw.approve("ops", &approval).0, 200);
+        let done = call(&gw, "agent1", mode, "up.echo", args.clone());
+        assert_eq!(done["result"]["isError"], false, "{done}");
+        // The approved call ran once; a fourth identical call needs a new approval.
+        let later = call(&gw, "agent1", mode, "up.echo", args.clone());
+        assert_eq!(error_code(&later), "approval.pending");
+        assert_ne!(
+            later["result"]["structuredContent"]["error"]["approval_id"],
+            approval.as_str()
+        );
+    }
+    let log = upstream_log(&gw, "up");
+    assert_eq!(log.len(), 2, "{log:?}");
+}
+
+#[test]
+fn a_2026_client_approves_through_url_elicitation_and_reads_a_decline() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "5s");
+    let out = client(
+        &gw,
+        "token-agent1",
+        "2026-07-28",
+        &[
+            "approve-on-elicit",
+            "up.echo",
+            r#"{"text":"mrtr","n":777}"#,
+            &gw.base,
+            "token-ops",
+            "approve",
+        ],
+    );
+    assert_eq!(out[0]["elicited"]["mode"], "url", "{out:?}");
+    assert!(out[0]["elicited"]["url"]
+        .as_str()
+        .unwrap()
+        .contains("/inbox/approvals/apr_"));
+    assert_eq!(out[0]["elicited"]["decided"], 200);
+    assert_eq!(out[1]["result"]["isError"], false, "{out:?}");
+    assert_eq!(out[1]["result"]["resultType"], "complete");
+
+    let out = client(
+        &gw,
+        "token-agent1",
+        "2026-07-28",
+        &[
+            "approve-on-elicit",
+            "up.echo",
+            r#"{"text":"mrtr-declined","n":778}"#,
+            &gw.base,
+            "token-ops",
+            "decline",
+            "too many",
+        ],
+    );
+    assert_eq!(out[1]["result"]["isError"], true, "{out:?}");
+    assert_eq!(error_code(&out[1]), "approval.declined");
+    assert_eq!(
+        out[1]["result"]["structuredContent"]["error"]["reason"],
+        "too many"
+    );
+    let log = upstream_log(&gw, "up");
+    assert_eq!(log, vec![json!({"text": "mrtr", "n": 777})]);
+}
+
+#[test]
+fn request_state_is_sealed_single_use_and_bound_to_its_principal_and_arguments() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "1s");
+    let out = client(
+        &gw,
+        "token-agent1",
+        "2026-07-28",
+        &[
+            "states",
+            "up.echo",
+            r#"{"text":"s","n":900}"#,
+            "token-agent2",
+        ],
+    );
+    let first = &out[0]["first"];
+    assert_eq!(first["resultType"], "input_required", "{out:?}");
+    assert_eq!(
+        first["inputRequests"]["airlock_approval"]["params"]["mode"],
+        "url"
+    );
+    for label in ["tampered", "other_args", "replayed", "other_principal"] {
+        let r = out.iter().find_map(|o| o.get(label)).unwrap();
+        assert_eq!(r["error"]["code"], -32602, "{label}: {r}");
+        assert_eq!(
+            r["error"]["data"]["code"], "approval.invalid_state",
+            "{label}: {r}"
+        );
+    }
+    // The valid state, used once, finds the call still pending: a fresh state.
+    let valid = out.iter().find_map(|o| o.get("valid")).unwrap();
+    assert_eq!(valid["result"]["resultType"], "input_required", "{valid}");
+    assert_ne!(valid["result"]["requestState"], first["requestState"]);
+    // Each refusal is audited.
+    let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    let refused = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "call.rejected" && r["code"] == "approval.invalid_state")
+        .count();
+    assert_eq!(refused, 4, "{audit}");
+    assert!(upstream_log(&gw, "up").is_empty());
+}
+
+#[test]
+fn a_stdio_upstream_that_crashes_mid_call_fails_that_call_and_comes_back() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "2s");
+    let r = call(&gw, "agent1", "legacy", "local.crash", json!({}));
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    assert_eq!(error_code(&r), "upstream.unavailable");
+    // The other upstream is unaffected.
+    let r = call(
+        &gw,
+        "agent1",
+        "legacy",
+        "up.echo",
+        json!({"text": "still here"}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    // The child is started again (after its backoff) and serves.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = call(
+            &gw,
+            "agent1",
+            "legacy",
+            "local.echo",
+            json!({"text": "back"}),
+        );
+        if r["result"]["isError"] == false {
+            break;
+        }
+        assert_eq!(error_code(&r), "upstream.unavailable", "{r}");
+        assert!(
+            Instant::now() < deadline,
+            "the stdio upstream did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn the_endpoint_refuses_what_it_must_before_any_upstream_sees_it() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "2s");
+    let url = format!("{}/mcp", gw.base);
+    let c = reqwest::blocking::Client::new();
+    let modern_meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let body = |method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}).to_string()
+    };
+    let send = |token: Option<&str>, headers: &[(&str, &str)], body: String| {
+        let mut r = c
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let resp = r.send().unwrap();
+        let status = resp.status().as_u16();
+        let www = resp
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let text = resp.text().unwrap();
+        (
+            status,
+            www,
+            serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+        )
+    };
+    let ping = body("ping", json!({"_meta": modern_meta}));
+    let modern = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "ping"),
+    ];
+
+    let (s, www, _) = send(None, &modern, ping.clone());
+    assert_eq!((s, www.as_deref()), (401, Some("Bearer")));
+    let (s, _, _) = send(Some("token-nobody"), &modern, ping.clone());
+    assert_eq!(s, 401);
+    let (s, _, b) = send(Some("token-ops"), &modern, ping.clone());
+    assert_eq!((s, code(&b)), (403, "auth.forbidden"));
+    let (s, _, b) = send(
+        Some("token-agent1"),
+        &[modern[0], modern[1], ("origin", "https://evil.example")],
+        ping.clone(),
+    );
+    assert_eq!((s, code(&b)), (403, "auth.forbidden_origin"));
+    let (s, _, b) = send(Some("token-agent1"), &modern, ping.clone());
+    assert_eq!(
+        (s, b["result"]["resultType"].as_str()),
+        (200, Some("complete"))
+    );
+
+    // Headers that disagree with the body.
+    let (s, _, b) = send(
+        Some("token-agent1"),
+        &[modern[0], ("mcp-method", "tools/list")],
+        ping.clone(),
+    );
+    assert_eq!((s, b["error"]["code"].as_i64()), (400, Some(-32020)));
+    let call = body(
+        "tools/call",
+        json!({"name": "up.echo", "arguments": {}, "_meta": modern_meta}),
+    );
+    let (s, _, b) = send(
+        Some("token-agent1"),
+        &[
+            modern[0],
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "up.count"),
+        ],
+        call,
+    );
+    assert_eq!((s, b["error"]["code"].as_i64()), (400, Some(-32020)));
+    // An unsupported revision names the supported ones.
+    let (s, _, b) = send(
+        Some("token-agent1"),
+        &[("mcp-protocol-version", "2024-01-01")],
+        body("tools/list", json!({})),
+    );
+    assert_eq!((s, b["error"]["code"].as_i64()), (400, Some(-32022)));
+    assert_eq!(
+        b["error"]["data"]["supported"],
+        json!(["2025-11-25", "2026-07-28"])
+    );
+    // Malformed JSON-RPC, an unknown method, a duplicate key outside `arguments`.
+    let (s, _, b) = send(Some("token-agent1"), &modern, "{not json".into());
+    assert_eq!((s, b["error"]["code"].as_i64()), (400, Some(-32700)));
+    let (s, _, b) = send(
+        Some("token-agent1"),
+        &[modern[0], ("mcp-method", "tools/destroy")],
+        body("tools/destroy", json!({"_meta": modern_meta})),
+    );
+    assert_eq!((s, b["error"]["code"].as_i64()), (404, Some(-32601)));
+    let dup = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","method":"ping","params":{{"_meta":{}}}}}"#,
+        modern_meta
+    );
+    let (s, _, b) = send(Some("token-agent1"), &modern, dup);
+    assert_eq!(s, 400);
+    assert_eq!(b["error"]["code"], -32600);
+    assert_eq!(b["error"]["data"]["code"], "request.duplicate_key");
+    // GET has no stream here.
+    let r = c.get(&url).bearer_auth("token-agent1").send().unwrap();
+    assert_eq!(r.status().as_u16(), 405);
+    // A 2025 session is its principal's only.
+    let init = body(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let resp = c
+        .post(&url)
+        .bearer_auth("token-agent1")
+        .header("content-type", "application/json")
+        .body(init)
+        .send()
+        .unwrap();
+    let sid = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let list = body("tools/list", json!({}));
+    let (s, _, _) = send(
+        Some("token-agent2"),
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        list.clone(),
+    );
+    assert_eq!(s, 404);
+    let (s, _, b) = send(
+        Some("token-agent1"),
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        list,
+    );
+    assert_eq!(s, 200);
+    assert!(b["result"]["tools"].as_array().unwrap().len() >= 8);
+    assert!(upstream_log(&gw, "up").is_empty());
+}
