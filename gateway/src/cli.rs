@@ -50,6 +50,23 @@ pub enum Command {
     /// Sign and verify Standard Webhooks messages; send a test event.
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
+    /// MCP helpers: a stdio server that forwards to a gateway's `/mcp`.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum McpCommand {
+    /// Serve MCP on stdin and stdout, forwarding every message to URL (a gateway's `/mcp`),
+    /// for clients that can only spawn a process.
+    Stdio {
+        /// The gateway's MCP endpoint, e.g. http://127.0.0.1:8080/mcp.
+        #[arg(long)]
+        url: String,
+        /// The bearer token; defaults to $AIRLOCK_TOKEN.
+        #[arg(long)]
+        token: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -259,12 +276,33 @@ pub fn run(cli: Cli) -> u8 {
         Command::Policy(PolicyCommand::Eval(args)) => policy_eval(&args),
         Command::Fingerprint(args) => fingerprint(&args),
         Command::Webhooks(cmd) => webhooks(cmd),
+        Command::Mcp(McpCommand::Stdio { url, token }) => mcp_stdio(url, token),
         Command::Audit(AuditCommand::Verify { data_dir, file }) => audit_verify(data_dir, file),
         Command::Audit(AuditCommand::Export {
             data_dir,
             after,
             out,
         }) => audit_export(&data_dir, after, out),
+    }
+}
+
+fn mcp_stdio(url: String, token: Option<String>) -> u8 {
+    let Some(token) = token
+        .or_else(|| std::env::var("AIRLOCK_TOKEN").ok())
+        .filter(|t| !t.is_empty())
+    else {
+        return bad_input("auth.unauthenticated", "give --token or set AIRLOCK_TOKEN");
+    };
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(crate::mcp::bridge::run(url, token)),
+        Err(e) => {
+            eprintln!("error[internal]: cannot start the runtime: {e}");
+            1
+        }
     }
 }
 

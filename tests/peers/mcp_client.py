@@ -8,6 +8,8 @@ Usage: mcp_client.py URL TOKEN MODE SCENARIO [ARGS...]
     approve-on-elicit NAME ARGS_JSON API APPROVER_TOKEN VERB [REASON]
                                a call whose URL elicitation is answered by deciding the
                                approval through the gateway's HTTP API (VERB: approve | decline)
+    bridge BIN NAME ARGS_JSON  list and one call through `BIN mcp stdio --url URL` (the
+                               stdio bridge), the client speaking to the child process
     states NAME ARGS_JSON      input_required by hand: the state, then a tampered, a replayed
                                and another principal's use of it (ARGS[4]: another token)
 """
@@ -52,6 +54,14 @@ async def main():
     elif scenario == "call":
         async with client(url, token, mode) as c:
             await call(c, rest[0], json.loads(rest[1]))
+    elif scenario == "bridge":
+        from mcp.client.stdio import StdioServerParameters
+
+        params = StdioServerParameters(command=rest[0], args=["mcp", "stdio", "--url", url, "--token", token])
+        async with Client(params, mode=mode) as c:
+            tools = await c.list_tools()
+            out({"tools": [t.name for t in tools.tools]})
+            await call(c, rest[1], json.loads(rest[2]))
     elif scenario == "approve-on-elicit":
         name, args, api, approver, verb = rest[:5]
         reason = rest[5] if len(rest) > 5 else "no"

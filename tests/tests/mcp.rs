@@ -566,3 +566,31 @@ fn the_endpoint_refuses_what_it_must_before_any_upstream_sees_it() {
     assert!(b["result"]["tools"].as_array().unwrap().len() >= 8);
     assert!(upstream_log(&gw, "up").is_empty());
 }
+
+#[test]
+fn the_stdio_bridge_carries_both_revisions_to_the_gateway() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "2s");
+    let bin = airlock_bin();
+    for mode in MODES {
+        let out = client(
+            &gw,
+            "token-agent1",
+            mode,
+            &[
+                "bridge",
+                bin.to_str().unwrap(),
+                "up.echo",
+                &json!({"text": format!("bridge-{mode}")}).to_string(),
+            ],
+        );
+        assert!(out[0]["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("local.echo")));
+        assert_eq!(out[1]["result"]["isError"], false, "{out:?}");
+    }
+    let log = upstream_log(&gw, "up");
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(log[0]["text"], "bridge-legacy");
+}

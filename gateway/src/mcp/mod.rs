@@ -11,6 +11,7 @@
 //! methods are answered here or passed to the owning upstream ([`upstream`]). This module
 //! translates; it decides nothing.
 
+pub mod bridge;
 pub mod calls;
 pub mod seal;
 pub mod upstream;
