@@ -87,7 +87,7 @@ pub async fn call(
     };
     let progress_token = msg.params.pointer("/_meta/progressToken").cloned();
     match progress_token {
-        Some(token) if exchange.accepts_sse && !mrtr => stream_with_progress(
+        token if exchange.accepts_sse && !mrtr => stream_with_progress(
             gw.clone(),
             front.clone(),
             principal,
@@ -350,8 +350,9 @@ fn new_nonce() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Runs the call while telling the client, every 10 s, that it still waits; the answer
-/// comes as the last event of the stream.
+/// Runs the call on an event stream: the upstream's progress and log notifications are
+/// relayed (progress under the client's token), a held call tells a client with a progress
+/// token every 10 s that it still waits, and the answer is the last event.
 #[allow(clippy::too_many_arguments)]
 fn stream_with_progress(
     gw: Arc<Gateway>,
@@ -362,29 +363,45 @@ fn stream_with_progress(
     call: ToolCall,
     hold: Hold,
     front_tag: Front,
-    token: Value,
+    token: Option<Value>,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
-        let run = pipeline::run_call(&gw, principal.clone(), call.clone(), hold, front_tag);
+        let (up_tx, mut up_rx) = mpsc::unbounded_channel::<Value>();
+        let run = pipeline::UPSTREAM_NOTIFICATIONS.scope(
+            up_tx,
+            pipeline::run_call(&gw, principal.clone(), call.clone(), hold, front_tag),
+        );
         tokio::pin!(run);
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
         tick.tick().await;
         let mut n = 0u64;
         let outcome = loop {
-            tokio::select! {
+            let note = tokio::select! {
                 o = &mut run => break o,
-                _ = tick.tick() => {
-                    n += 1;
-                    let note = wire::notification("notifications/progress", json!({
-                        "progressToken": token, "progress": n,
-                        "message": "waiting for an approver's decision",
-                    }));
-                    if tx.send(sse(&note)).await.is_err() {
-                        // The client went away: dropping the call's future ends its hold.
-                        return;
+                Some(mut up) = up_rx.recv() => {
+                    let method = up.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
+                    match (method.as_str(), &token) {
+                        ("notifications/progress", Some(t)) => {
+                            up["params"]["progressToken"] = t.clone();
+                            up
+                        }
+                        ("notifications/message", _) => up,
+                        _ => continue,
                     }
                 }
+                _ = tick.tick() => {
+                    let Some(t) = &token else { continue };
+                    n += 1;
+                    wire::notification("notifications/progress", json!({
+                        "progressToken": t, "progress": n,
+                        "message": "waiting for an approver's decision",
+                    }))
+                }
+            };
+            if tx.send(sse(&note)).await.is_err() {
+                // The client went away: dropping the call's future ends its hold.
+                return;
             }
         };
         let result = tool_result(&gw, &front, &principal, &exchange, &call, outcome);

@@ -156,6 +156,14 @@ fn new_call_record(
     }
 }
 
+tokio::task_local! {
+    /// Where an MCP upstream's notifications for the call being run (progress, log messages)
+    /// go: set by the MCP front end around the pipeline future of a client that can take
+    /// them. INVARIANT: only the front end that set it reads what is sent; the pipeline only
+    /// passes it to the upstream it forwards to.
+    pub static UPSTREAM_NOTIFICATIONS: crate::mcp::upstream::Notifications;
+}
+
 /// Which front end a call came through, for its audit records.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Front {
@@ -627,7 +635,11 @@ async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, Api
             None => Err(unknown_tool(gw, &call.tool)),
             Some(Route::Mcp(tool)) => {
                 let start = Instant::now();
-                let r = gw.mcp.call_tool(&tool, &canonical, Map::new(), None).await;
+                let notify = UPSTREAM_NOTIFICATIONS.try_with(Clone::clone).ok();
+                let r = gw
+                    .mcp
+                    .call_tool(&tool, &canonical, Map::new(), notify)
+                    .await;
                 gw.metrics
                     .upstream_seconds
                     .with_label_values(&[tool.server.config.name.as_str()])

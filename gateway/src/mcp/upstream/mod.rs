@@ -23,6 +23,9 @@ use crate::error::ApiError;
 pub const MODERN: &str = "2026-07-28";
 pub const LEGACY: &str = "2025-11-25";
 
+/// The progress token airlock gives an HTTP upstream (stdio upstreams get one per request).
+pub const PROGRESS_TOKEN: &str = "airlock-progress";
+
 /// How airlock presents itself to upstreams.
 pub fn client_info() -> Value {
     json!({"name": "airlock", "version": env!("CARGO_PKG_VERSION")})
@@ -345,6 +348,11 @@ impl Registry {
     ) -> Result<Value, ApiError> {
         let arguments: Value =
             serde_json::from_str(canonical_args).unwrap_or_else(|_| Value::Object(Map::new()));
+        let mut meta = meta;
+        if notify.is_some() && !meta.contains_key("progressToken") {
+            // Asks the upstream for progress; the front end maps it to its client's token.
+            meta.insert("progressToken".into(), Value::String(PROGRESS_TOKEN.into()));
+        }
         let mut params = json!({"name": tool.name, "arguments": arguments});
         if !meta.is_empty() {
             params["_meta"] = Value::Object(meta);
