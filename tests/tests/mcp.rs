@@ -705,3 +705,31 @@ fn a_mastra_agent_calls_an_allowed_tool_and_one_held_for_approval() {
     let log = upstream_log(&gw, "up");
     assert_eq!(log.len(), 2, "{log:?}");
 }
+
+#[test]
+fn a_2025_client_is_sent_the_url_elicitation_on_its_held_call_stream() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "10s");
+    let out = client(
+        &gw,
+        "token-agent1",
+        "legacy",
+        &[
+            "approve-on-elicit",
+            "up.echo",
+            r#"{"text":"elicited-2025","n":901}"#,
+            &gw.base,
+            "token-ops",
+            "approve",
+        ],
+    );
+    assert_eq!(out[0]["elicited"]["mode"], "url", "{out:?}");
+    assert!(out[0]["elicited"]["url"]
+        .as_str()
+        .unwrap()
+        .contains("/inbox/approvals/apr_"));
+    assert_eq!(out[0]["elicited"]["decided"], 200);
+    assert_eq!(out[1]["result"]["isError"], false, "{out:?}");
+    let log = upstream_log(&gw, "up");
+    assert_eq!(log, vec![json!({"text": "elicited-2025", "n": 901})]);
+}

@@ -6,9 +6,11 @@
 //! - refused (deny, decline, expiry, upstream failure): an `isError` result whose
 //!   `structuredContent.error` names the code, for the model to read;
 //! - waiting for approval: with a 2026-07-28 client that opens URLs, `input_required` with
-//!   the inbox link and a sealed, single-use `requestState`; otherwise the call is held for
-//!   `server.hold_timeout` (with `notifications/progress` every 10 s when the client gave a
-//!   progress token and takes an event stream), then an `approval.pending` result.
+//!   the inbox link and a sealed, single-use `requestState`; with a 2025-11-25 client that
+//!   opens URLs, an `elicitation/create` of the link on the held call's event stream;
+//!   otherwise the call is held for `server.hold_timeout` (with `notifications/progress`
+//!   every 10 s when the client gave a progress token and takes an event stream), then an
+//!   `approval.pending` result.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -352,7 +354,9 @@ fn new_nonce() -> String {
 
 /// Runs the call on an event stream: the upstream's progress and log notifications are
 /// relayed (progress under the client's token), a held call tells a client with a progress
-/// token every 10 s that it still waits, and the answer is the last event.
+/// token every 10 s that it still waits, and the answer is the last event. A 2025-11-25
+/// client that opens URLs is sent an `elicitation/create` (mode `url`, the inbox link) on
+/// this stream while its call waits, and `notifications/elicitation/complete` once decided.
 #[allow(clippy::too_many_arguments)]
 fn stream_with_progress(
     gw: Arc<Gateway>,
@@ -367,45 +371,57 @@ fn stream_with_progress(
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
-        let (up_tx, mut up_rx) = mpsc::unbounded_channel::<Value>();
-        let run = pipeline::UPSTREAM_NOTIFICATIONS.scope(
-            up_tx,
-            pipeline::run_call(&gw, principal.clone(), call.clone(), hold, front_tag),
+        let (up_tx, up_rx) = mpsc::unbounded_channel::<Value>();
+        let mut relay = Relay {
+            tx,
+            up_rx,
+            token,
+            ticks: 0,
+        };
+        let elicit = !exchange.modern() && exchange.url_elicitation();
+        let first = pipeline::UPSTREAM_NOTIFICATIONS.scope(
+            up_tx.clone(),
+            pipeline::run_call(
+                &gw,
+                principal.clone(),
+                call.clone(),
+                if elicit { Hold::Async } else { hold },
+                front_tag,
+            ),
         );
-        tokio::pin!(run);
-        let mut tick = tokio::time::interval(PROGRESS_EVERY);
-        tick.tick().await;
-        let mut n = 0u64;
-        let outcome = loop {
-            let note = tokio::select! {
-                o = &mut run => break o,
-                Some(mut up) = up_rx.recv() => {
-                    let method = up.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
-                    match (method.as_str(), &token) {
-                        ("notifications/progress", Some(t)) => {
-                            up["params"]["progressToken"] = t.clone();
-                            up
-                        }
-                        ("notifications/message", _) => up,
-                        _ => continue,
-                    }
-                }
-                _ = tick.tick() => {
-                    let Some(t) = &token else { continue };
-                    n += 1;
-                    wire::notification("notifications/progress", json!({
-                        "progressToken": t, "progress": n,
-                        "message": "waiting for an approver's decision",
-                    }))
-                }
-            };
-            if tx.send(sse(&note)).await.is_err() {
-                // The client went away: dropping the call's future ends its hold.
+        let Some(mut outcome) = relay.drive(first).await else {
+            return;
+        };
+        if let (true, Ok(Outcome::Pending(p))) = (elicit, &outcome) {
+            let (approval_id, call_id) = (p.approval_id.clone(), p.call_id.clone());
+            let ask = json!({"jsonrpc": "2.0", "id": format!("airlock-elicitation-{approval_id}"),
+            "method": "elicitation/create", "params": {
+                "mode": "url",
+                "url": link(&gw, &approval_id),
+                "elicitationId": approval_id,
+                "message": format!("`{}` needs approval. Open the link to see the call and decide; the call continues once it is decided.", call.tool),
+            }});
+            if relay.tx.send(sse(&ask)).await.is_err() {
                 return;
             }
-        };
+            let wait = pipeline::UPSTREAM_NOTIFICATIONS.scope(
+                up_tx,
+                pipeline::call_outcome(&gw, &principal, &call_id, gw.config.hold_timeout, true),
+            );
+            let Some(next) = relay.drive(wait).await else {
+                return;
+            };
+            outcome = next;
+            if !matches!(outcome, Ok(Outcome::Pending(_))) {
+                let done = wire::notification(
+                    "notifications/elicitation/complete",
+                    json!({"elicitationId": approval_id}),
+                );
+                let _ = relay.tx.send(sse(&done)).await;
+            }
+        }
         let result = tool_result(&gw, &front, &principal, &exchange, &call, outcome);
-        let _ = tx.send(sse(&wire::result(id, result))).await;
+        let _ = relay.tx.send(sse(&wire::result(id, result))).await;
     });
     let mut r = Response::new(ChannelBody::new(rx).boxed());
     r.headers_mut().insert(
@@ -417,6 +433,55 @@ fn stream_with_progress(
         hyper::header::HeaderValue::from_static("no-cache"),
     );
     r
+}
+
+/// What a call's event stream relays while the call runs.
+struct Relay {
+    tx: mpsc::Sender<Bytes>,
+    up_rx: mpsc::UnboundedReceiver<Value>,
+    /// The client's progress token, if it gave one.
+    token: Option<Value>,
+    ticks: u64,
+}
+
+impl Relay {
+    /// Runs `fut` to its outcome while relaying; `None` when the client went away (dropping
+    /// the future ends its hold).
+    async fn drive<F>(&mut self, fut: F) -> Option<Result<Outcome, ApiError>>
+    where
+        F: std::future::Future<Output = Result<Outcome, ApiError>>,
+    {
+        tokio::pin!(fut);
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        tick.tick().await;
+        loop {
+            let note = tokio::select! {
+                o = &mut fut => return Some(o),
+                Some(mut up) = self.up_rx.recv() => {
+                    let method = up.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
+                    match (method.as_str(), &self.token) {
+                        ("notifications/progress", Some(t)) => {
+                            up["params"]["progressToken"] = t.clone();
+                            up
+                        }
+                        ("notifications/message", _) => up,
+                        _ => continue,
+                    }
+                }
+                _ = tick.tick() => {
+                    let Some(t) = &self.token else { continue };
+                    self.ticks += 1;
+                    wire::notification("notifications/progress", json!({
+                        "progressToken": t, "progress": self.ticks,
+                        "message": "waiting for an approver's decision",
+                    }))
+                }
+            };
+            if self.tx.send(sse(&note)).await.is_err() {
+                return None;
+            }
+        }
+    }
 }
 
 fn sse(msg: &Value) -> Bytes {
