@@ -814,3 +814,57 @@ fn beyond_max_held_a_call_that_would_wait_gets_429_and_nothing_is_held() {
         "the refused call left no approval"
     );
 }
+
+#[test]
+fn identical_recalls_join_the_pending_approval_and_run_it_once_approved() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&backend);
+    let args = json!({"sql": "select 42"});
+    let (call, approval) = gw.call_async("agent1", "db.query", args.clone());
+    // The same principal, fingerprint and run: joins, no second approval.
+    let (again_call, again_approval) = gw.call_async("agent1", "db.query", args.clone());
+    assert_eq!(
+        (again_call.as_str(), again_approval.as_str()),
+        (call.as_str(), approval.as_str())
+    );
+    let (_, pending) = gw.req(
+        "GET",
+        "/v1/approvals?status=pending",
+        Some("dba1"),
+        None,
+        None,
+    );
+    assert_eq!(pending["approvals"].as_array().unwrap().len(), 1);
+    // Another principal, or another run, opens its own.
+    let (other, _) = gw.call_async("agent2", "db.query", args.clone());
+    assert_ne!(other, call);
+    let (s, b) = gw.req(
+        "POST",
+        "/v1/calls",
+        Some("agent1"),
+        Some(
+            &json!({"tool": "db.query", "args": args, "context": {"run_id": "run-2"}}).to_string(),
+        ),
+        Some("respond-async"),
+    );
+    assert_eq!(s, 202);
+    assert_ne!(b["call_id"], call.as_str());
+    // Once approved, the identical re-call (not a resume) runs the approved call, once.
+    assert_eq!(gw.approve("dba1", &approval).0, 200);
+    let (s, b) = gw.call("agent1", "db.query", args.clone(), None);
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["call_id"], call.as_str());
+    assert_eq!(backend.count(), 1);
+    // The approved call has run: the next identical call needs a new approval.
+    let (s, b) = gw.call("agent1", "db.query", args, Some("respond-async"));
+    assert_eq!(s, 202, "{b}");
+    assert_ne!(b["approval"]["id"], approval.as_str());
+    let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    let attached = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "call.attached")
+        .count();
+    assert_eq!(attached, 2, "{audit}");
+}
