@@ -5,17 +5,24 @@
 # - `standardwebhooks` (PyPI): the reference Standard Webhooks library that must verify what
 #   airlock signs;
 # - `mcp` (PyPI): the official MCP Python SDK, as the client of `/mcp` in both protocol
-#   revisions and as the upstream MCP servers (HTTP and stdio) behind it.
+#   revisions and as the upstream MCP servers (HTTP and stdio) behind it;
+# - `selenium` (PyPI) with Debian's `chromium` and `chromium-driver`: the inbox in a real
+#   browser (headless).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="$PWD/target/peers/venv"
-peers="standardwebhooks==1.1.0 mcp==2.3.0"
-if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client' 2>/dev/null; then
+peers="standardwebhooks==1.1.0 mcp==2.3.0 selenium==4.38.0"
+if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client, selenium' 2>/dev/null; then
   [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check $peers
 fi
 export PATH="$venv/bin:$PATH"
+
+if ! command -v chromedriver >/dev/null || ! [ -x /usr/bin/chromium ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 
 # Node peers (npm), pinned, in target/peers/node:
 # - `@modelcontextprotocol/conformance`: the official MCP conformance suite, run against /mcp;

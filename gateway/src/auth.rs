@@ -88,6 +88,25 @@ impl Auth {
     }
 }
 
+impl Auth {
+    /// The configured principal `id`, for a session that names it (the inbox).
+    pub fn principal(&self, id: &str) -> Option<(Principal, Role)> {
+        self.principals
+            .iter()
+            .find(|(p, _)| p.id == id)
+            .map(|(p, role)| {
+                (
+                    Principal {
+                        id: p.id.clone(),
+                        role: p.role.clone(),
+                        groups: p.groups.clone(),
+                    },
+                    *role,
+                )
+            })
+    }
+}
+
 /// Refuses a principal whose role is not among `allowed`.
 pub fn require(role: Role, allowed: &[Role]) -> Result<(), ApiError> {
     if allowed.contains(&role) {

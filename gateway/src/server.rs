@@ -216,8 +216,11 @@ impl Connection {
             let in_flight = requests.request_started();
             async move {
                 // One front end per path: MCP, or the JSON API.
-                let response = if req.uri().path() == "/mcp" {
+                let path = req.uri().path();
+                let response = if path == "/mcp" {
                     crate::mcp::handle(gw, mcp, req).await
+                } else if path == "/inbox" || path.starts_with("/inbox/") {
+                    crate::inbox::handle(gw, req).await
                 } else {
                     crate::http::handle(gw, req).await
                 };

@@ -868,6 +868,44 @@ impl Store {
         })
     }
 
+    /// Stores a sign-in session under `key` (the caller passes a hash of the session's secret,
+    /// never the secret), durably, with its audit record.
+    pub fn put_session(
+        &self,
+        key: &str,
+        session: Value,
+        audit_kind: &'static str,
+        audit: Map<String, Value>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let key = format!("session.{key}");
+        self.writer.submit(move |tx| {
+            put(tx, Ks::Settings, key.as_bytes(), &session)?;
+            tx.audit(now, audit_kind, audit);
+            Ok(())
+        })
+    }
+
+    /// A session stored by [`Store::put_session`].
+    pub fn session(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        self.read(Ks::Settings, format!("session.{key}").as_bytes())
+    }
+
+    /// Ends a session (sign-out), durably, with its audit record.
+    pub fn delete_session(
+        &self,
+        key: &str,
+        audit: Map<String, Value>,
+        now: Millis,
+    ) -> Result<(), StoreError> {
+        let key = format!("session.{key}");
+        self.writer.submit(move |tx| {
+            tx.delete(Ks::Settings, key.into_bytes());
+            tx.audit(now, "inbox.signed_out", audit);
+            Ok(())
+        })
+    }
+
     /// Whether a webhook endpoint is disabled, and why.
     pub fn webhook_disabled(&self, webhook: &str) -> Result<Option<Value>, StoreError> {
         self.read(

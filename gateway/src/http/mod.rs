@@ -26,6 +26,7 @@ use crate::error::ApiError;
 use crate::http::body::{full, json_response, read_body, Body, BodyLimits, ChannelBody};
 use crate::pipeline::{self, parse_prefer, Outcome};
 use crate::state::Gateway;
+use crate::urlencoded::decode_component;
 
 /// Handles one request; never fails (errors become responses).
 pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
@@ -56,34 +57,6 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         (k == name).then_some(v)
     })
-}
-
-/// Decodes `%XX` escapes and `+` in a query or path component.
-fn decode_component(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| s.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (escaped, bytes[i]) {
-            (Some(b), _) => {
-                out.push(b);
-                i += 3;
-            }
-            (None, b'+') => {
-                out.push(b' ');
-                i += 1;
-            }
-            (None, b) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Parses a JSON request body strictly (duplicate keys, unsafe numbers, depth).

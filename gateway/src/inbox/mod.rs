@@ -1,0 +1,635 @@
+//! The approver inbox (DESIGN §12): web pages under `/inbox/` where approvers and admins see
+//! pending calls and decide them, on the same listener as the API.
+//!
+//! - sign-in with an approver or admin token → a server-side session (kept in the store
+//!   under a hash of its secret; cookie `HttpOnly`, `SameSite=Strict`, `Secure` under TLS,
+//!   12 h, new at every sign-in; sign-out deletes it);
+//! - every state change carries the session's CSRF token and passes a same-origin check
+//!   (`Origin`, or `Sec-Fetch-Site: same-origin` without it);
+//! - pages are rendered by [`pages`] with compile-time templates (maud), which escape every
+//!   value: what an agent wrote is always text. CSP `default-src 'self'`, no inline script.
+//!
+//! Deciding goes through [`crate::pipeline::decide`], under the same rules as the API. The
+//! `/v1` API never reads the session cookie.
+
+mod pages;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_storage::{ApprovalFilter, ApprovalStatus, Principal};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::auth::Role;
+use crate::clock::now_ms;
+use crate::error::ApiError;
+use crate::http::body::{full, read_body, Body, BodyLimits, ChannelBody};
+use crate::state::{audit_fields, Gateway};
+use crate::urlencoded;
+
+/// How long a session lasts.
+const SESSION_MS: u64 = 12 * 60 * 60 * 1000;
+const COOKIE: &str = "airlock_session";
+
+/// A signed-in approver.
+pub struct Session {
+    pub principal: Principal,
+    pub csrf: String,
+    /// The store key (a hash of the cookie's secret).
+    key: String,
+}
+
+/// Handles one request under `/inbox`; never fails (errors become pages).
+pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    let Ok(_permit) = gw.in_flight.try_acquire() else {
+        return page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            pages::message("Busy", "The gateway is busy; try again in a moment."),
+        );
+    };
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let method = req.method().clone();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (&method, segments.as_slice()) {
+        (&Method::GET, ["inbox", "assets", "app.css"]) => {
+            return asset(include_str!("assets/app.css"), "text/css; charset=utf-8")
+        }
+        (&Method::GET, ["inbox", "assets", "app.js"]) => {
+            return asset(
+                include_str!("assets/app.js"),
+                "text/javascript; charset=utf-8",
+            )
+        }
+        (&Method::GET, ["inbox", "login"]) => {
+            let next = urlencoded::get(&urlencoded::pairs(&query), "next")
+                .map(str::to_owned)
+                .unwrap_or_default();
+            return page(StatusCode::OK, pages::login(None, &next));
+        }
+        (&Method::POST, ["inbox", "login"]) => return login(&gw, req).await,
+        _ => {}
+    }
+    let session = match session_of(&gw, req.headers()).await {
+        Some(s) => s,
+        None if method == Method::GET => {
+            let next = urlencoded::encode_component(&path);
+            return redirect(&format!("/inbox/login?next={next}"), None);
+        }
+        None => {
+            return page(
+                StatusCode::UNAUTHORIZED,
+                pages::message(
+                    "Signed out",
+                    "Your session has ended. Sign in again to decide.",
+                ),
+            )
+        }
+    };
+    if method == Method::POST {
+        let limits = BodyLimits {
+            max_bytes: gw.config.max_body_bytes,
+            timeout: gw.config.connections.body_timeout,
+        };
+        let same_origin = same_origin(&gw, req.headers());
+        let body = match read_body(req.into_body(), limits).await {
+            Ok(b) => b,
+            Err(e) => return refusal_page(&e),
+        };
+        let form = urlencoded::pairs(&String::from_utf8_lossy(&body));
+        // INVARIANT: no state changes without both checks.
+        if !same_origin || urlencoded::get(&form, "csrf") != Some(session.csrf.as_str()) {
+            return page(
+                StatusCode::FORBIDDEN,
+                pages::message(
+                    "Refused",
+                    "This form did not come from this inbox (a missing or wrong CSRF token, or another origin). Nothing was decided.",
+                ),
+            );
+        }
+        return post(&gw, &session, &segments, &form).await;
+    }
+    match segments.as_slice() {
+        ["inbox"] => list(&gw, &session, &query, false).await,
+        ["inbox", "pending"] => list(&gw, &session, &query, true).await,
+        ["inbox", "events"] => events(&gw),
+        ["inbox", "approvals", id] => approval(&gw, &session, id, None).await,
+        ["inbox", "history"] => history(&gw, &session).await,
+        ["inbox", "audit"] => audit(&gw, &session).await,
+        _ => page(
+            StatusCode::NOT_FOUND,
+            pages::message("Not found", "There is no such page in the inbox."),
+        ),
+    }
+}
+
+async fn post(
+    gw: &Arc<Gateway>,
+    session: &Session,
+    segments: &[&str],
+    form: &[(String, String)],
+) -> Response<Body> {
+    let reason = urlencoded::get(form, "reason")
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(str::to_owned);
+    match segments {
+        ["inbox", "logout"] => {
+            let key = session.key.clone();
+            let fields = audit_fields(json!({"principal": session.principal.id}));
+            let now = now_ms();
+            let _ = gw
+                .store_op(move |s| s.delete_session(&key, fields, now))
+                .await;
+            redirect("/inbox/login", Some(clear_cookie(gw)))
+        }
+        ["inbox", "approvals", id, verb @ ("approve" | "decline")] => {
+            let approve = *verb == "approve";
+            if !approve && reason.is_none() {
+                let e = ApiError::new(
+                    "request.missing_reason",
+                    "a decline needs a reason: the agent reads it",
+                );
+                return approval(gw, session, id, Some(e)).await;
+            }
+            let edit = match urlencoded::get(form, "args").filter(|a| !a.trim().is_empty()) {
+                None => None,
+                Some(text) => match airlock_policy::json::parse(
+                    text.as_bytes(),
+                    airlock_policy::MAX_ARGS_DEPTH,
+                ) {
+                    Ok(v) => Some(v),
+                    Err(e) => return approval(gw, session, id, Some(ApiError::from(e))).await,
+                },
+            };
+            match crate::pipeline::decide(gw, id, &session.principal, approve, reason, edit).await {
+                Ok(_) => redirect(&format!("/inbox/approvals/{id}"), None),
+                Err(e) => approval(gw, session, id, Some(e)).await,
+            }
+        }
+        ["inbox", "approvals", id, "preview"] => preview(gw, id, form).await,
+        ["inbox", "runs", "decide"] => {
+            let run = urlencoded::get(form, "run_id").unwrap_or("").to_owned();
+            let approve = urlencoded::get(form, "verb") == Some("approve");
+            if !approve && reason.is_none() {
+                let e = ApiError::new(
+                    "request.missing_reason",
+                    "a decline needs a reason: the agent reads it",
+                );
+                return page(StatusCode::BAD_REQUEST, pages::refusal(&e));
+            }
+            let filter = ApprovalFilter {
+                status: Some(ApprovalStatus::Pending),
+                run_id: Some(run.clone()),
+                ..Default::default()
+            };
+            let pending = match gw
+                .store_op(move |s| s.list_approvals(&filter, None, 500))
+                .await
+            {
+                Ok((list, _)) => list,
+                Err(e) => return refusal_page(&e),
+            };
+            let mut results = Vec::new();
+            for a in pending {
+                let r = crate::pipeline::decide(
+                    gw,
+                    &a.id,
+                    &session.principal,
+                    approve,
+                    reason.clone(),
+                    None,
+                )
+                .await;
+                results.push((a.id, a.tool, r.err()));
+            }
+            page(
+                StatusCode::OK,
+                pages::run_result(&session_view(session), &run, &results),
+            )
+        }
+        _ => page(
+            StatusCode::NOT_FOUND,
+            pages::message("Not found", "There is no such action in the inbox."),
+        ),
+    }
+}
+
+/// The new decision and a diff for edited args, before they are submitted.
+async fn preview(gw: &Arc<Gateway>, id: &str, form: &[(String, String)]) -> Response<Body> {
+    let owned = id.to_owned();
+    let a = match gw.store_op(move |s| s.approval(&owned)).await {
+        Ok(Some(a)) => a,
+        Ok(None) => return fragment(pages::preview_error("No such approval.")),
+        Err(e) => return fragment(pages::preview_error(&e.message)),
+    };
+    let text = urlencoded::get(form, "args").unwrap_or("");
+    let args = match airlock_policy::json::parse(text.as_bytes(), airlock_policy::MAX_ARGS_DEPTH) {
+        Ok(v) => v,
+        Err(e) => return fragment(pages::preview_error(&format!("{e} ({})", e.code()))),
+    };
+    let call = match airlock_policy::ToolCall::new(&a.tool, args, Some(a.context.clone())) {
+        Ok(c) => c,
+        Err(e) => return fragment(pages::preview_error(&format!("{e} ({})", e.code()))),
+    };
+    let (decision, _) = crate::pipeline::decide_policy(gw, &call, &a.requester).await;
+    let old = serde_json::to_string_pretty(&a.args).unwrap_or_default();
+    let new = serde_json::to_string_pretty(&call.args).unwrap_or_default();
+    fragment(pages::preview(&decision, &old, &new))
+}
+
+async fn list(
+    gw: &Arc<Gateway>,
+    session: &Session,
+    query: &str,
+    fragment_only: bool,
+) -> Response<Body> {
+    let q = urlencoded::pairs(query);
+    let text = |k: &str| {
+        urlencoded::get(&q, k)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let filters = pages::Filters {
+        tool: text("tool"),
+        agent: text("agent"),
+        run: text("run"),
+    };
+    let all = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        ..Default::default()
+    };
+    let list = match gw
+        .store_op(move |s| s.list_approvals(&all, None, 1000))
+        .await
+    {
+        Ok((l, _)) => l,
+        Err(e) => return refusal_page(&e),
+    };
+    // The title's count is what `GET /v1/approvals?status=pending` gives this approver.
+    let count = list.len();
+    let shown: Vec<_> = list
+        .into_iter()
+        .filter(|a| {
+            filters.tool.as_deref().is_none_or(|t| a.tool == t)
+                && filters.agent.as_deref().is_none_or(|g| {
+                    a.context.get("agent_id").and_then(Value::as_str) == Some(g)
+                        || a.requester.id == g
+                })
+                && filters
+                    .run
+                    .as_deref()
+                    .is_none_or(|r| a.context.get("run_id").and_then(Value::as_str) == Some(r))
+        })
+        .collect();
+    let now = now_ms();
+    if fragment_only {
+        let mut r = fragment(pages::pending_table(&shown, now));
+        if let Ok(v) = HeaderValue::from_str(&count.to_string()) {
+            r.headers_mut().insert("x-pending-count", v);
+        }
+        return r;
+    }
+    page(
+        StatusCode::OK,
+        pages::list(&session_view(session), &shown, count, &filters, now),
+    )
+}
+
+async fn approval(
+    gw: &Arc<Gateway>,
+    session: &Session,
+    id: &str,
+    error: Option<ApiError>,
+) -> Response<Body> {
+    let owned = id.to_owned();
+    let a = match gw.store_op(move |s| s.approval(&owned)).await {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            return page(
+                StatusCode::NOT_FOUND,
+                pages::message("Not found", "There is no such approval."),
+            )
+        }
+        Err(e) => return refusal_page(&e),
+    };
+    let status = error.as_ref().map(|e| e.status()).unwrap_or(StatusCode::OK);
+    page(
+        status,
+        pages::approval(&session_view(session), &a, error.as_ref(), now_ms()),
+    )
+}
+
+async fn history(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
+    let all = ApprovalFilter::default();
+    match gw
+        .store_op(move |s| s.list_approvals(&all, None, 200))
+        .await
+    {
+        Ok((list, _)) => {
+            let decided: Vec<_> = list
+                .into_iter()
+                .filter(|a| a.status != ApprovalStatus::Pending)
+                .collect();
+            page(
+                StatusCode::OK,
+                pages::history(&session_view(session), &decided),
+            )
+        }
+        Err(e) => refusal_page(&e),
+    }
+}
+
+async fn audit(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
+    // Verifying reads the whole chain (about 0.8M records a second here).
+    let checked = gw
+        .store_op(|s| {
+            let verified = s.verify_audit()?;
+            let last = verified.as_ref().map(|v| v.last_seq).unwrap_or(0);
+            let tail = s.audit_after(last.saturating_sub(50), 50)?;
+            Ok((verified, tail))
+        })
+        .await;
+    match checked {
+        Ok((verified, tail)) => {
+            let chain = verified.map(|v| v.records).map_err(|e| e.to_string());
+            page(
+                StatusCode::OK,
+                pages::audit(&session_view(session), &tail, chain),
+            )
+        }
+        Err(e) => refusal_page(&e),
+    }
+}
+
+/// Pending-list changes, for the page's live refresh: one `changed` event per approval
+/// event (the page then fetches its rows again).
+fn events(gw: &Arc<Gateway>) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let mut events = gw.events.subscribe();
+    let shutdown = gw.shutdown.clone();
+    tokio::spawn(async move {
+        if tx
+            .send(Bytes::from_static(b": connected\n\n"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut keepalive = tokio::time::interval(Duration::from_secs(15));
+        loop {
+            let chunk = tokio::select! {
+                e = events.recv() => match e {
+                    Ok(e) if e.kind.starts_with("approval.") => Bytes::from_static(b"event: changed\ndata: {}\n\n"),
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Bytes::from_static(b"event: changed\ndata: {}\n\n"),
+                    Err(_) => break,
+                },
+                _ = keepalive.tick() => Bytes::from_static(b": keep-alive\n\n"),
+                _ = shutdown.cancelled() => break,
+            };
+            if tx.send(chunk).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut r = Response::new(ChannelBody::new(rx).boxed());
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+/// `POST /inbox/login`: an approver's or admin's token becomes a session.
+async fn login(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    if !same_origin(gw, req.headers()) {
+        return page(
+            StatusCode::FORBIDDEN,
+            pages::login(
+                Some("This sign-in did not come from this inbox."),
+                "/inbox/",
+            ),
+        );
+    }
+    let old = cookie(req.headers());
+    let limits = BodyLimits {
+        max_bytes: 16 << 10,
+        timeout: gw.config.connections.body_timeout,
+    };
+    let body = match read_body(req.into_body(), limits).await {
+        Ok(b) => b,
+        Err(e) => return refusal_page(&e),
+    };
+    let form = urlencoded::pairs(&String::from_utf8_lossy(&body));
+    let token = urlencoded::get(&form, "token")
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    let next = urlencoded::get(&form, "next")
+        .filter(|n| n.starts_with("/inbox/") && !n.starts_with("//"))
+        .unwrap_or("/inbox/")
+        .to_owned();
+    let mut headers = HeaderMap::new();
+    if let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) {
+        headers.insert(hyper::header::AUTHORIZATION, v);
+    }
+    let (principal, role) = match gw.auth.authenticate(&headers) {
+        Ok(p) => p,
+        Err(_) => {
+            return page(
+                StatusCode::UNAUTHORIZED,
+                pages::login(Some("That token is not known to this gateway."), &next),
+            )
+        }
+    };
+    if role == Role::Agent {
+        return page(
+            StatusCode::FORBIDDEN,
+            pages::login(
+                Some("Agents cannot sign in to the inbox: use an approver's or an admin's token."),
+                &next,
+            ),
+        );
+    }
+    // A new secret at every sign-in; an old session of this browser ends.
+    if let Some(old) = old {
+        let key = session_key(&old);
+        let fields = audit_fields(json!({"principal": principal.id, "why": "new sign-in"}));
+        let now = now_ms();
+        let _ = gw
+            .store_op(move |s| s.delete_session(&key, fields, now))
+            .await;
+    }
+    let secret = random_hex(32);
+    let csrf = random_hex(32);
+    let now = now_ms();
+    let key = session_key(&secret);
+    let value = json!({"principal": principal.id, "csrf": csrf, "created_at": now, "expires_at": now + SESSION_MS});
+    let fields = audit_fields(json!({"principal": principal.id}));
+    if let Err(e) = gw
+        .store_op(move |s| s.put_session(&key, value, "inbox.signed_in", fields, now))
+        .await
+    {
+        return refusal_page(&e);
+    }
+    tracing::info!(principal = %principal.id, "signed in to the inbox");
+    let secure = if gw.config.tls.is_some() {
+        "; Secure"
+    } else {
+        ""
+    };
+    let cookie = format!(
+        "{COOKIE}={secret}; Path=/inbox; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
+        SESSION_MS / 1000
+    );
+    redirect(&next, Some(cookie))
+}
+
+/// The session a request's cookie names, if it is valid and not expired.
+async fn session_of(gw: &Arc<Gateway>, headers: &HeaderMap) -> Option<Session> {
+    let secret = cookie(headers)?;
+    let key = session_key(&secret);
+    let k = key.clone();
+    let v = gw.store_op(move |s| s.session(&k)).await.ok()??;
+    if v.get("expires_at").and_then(Value::as_u64).unwrap_or(0) <= now_ms() {
+        return None;
+    }
+    let (principal, role) = gw.auth.principal(v.get("principal")?.as_str()?)?;
+    if role == Role::Agent {
+        return None;
+    }
+    Some(Session {
+        principal,
+        csrf: v.get("csrf")?.as_str()?.to_owned(),
+        key,
+    })
+}
+
+fn cookie(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(hyper::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|c| {
+            c.trim()
+                .strip_prefix(&format!("{COOKIE}="))
+                .map(str::to_owned)
+        })
+        .filter(|s| !s.is_empty())
+}
+
+fn session_key(secret: &str) -> String {
+    airlock_policy::hex(&Sha256::digest(secret.as_bytes()))
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    let _ = getrandom::fill(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A state change must come from this inbox's own pages: the `Origin` is ours, or, when a
+/// browser sends none, `Sec-Fetch-Site` says same-origin. Neither: refused.
+fn same_origin(gw: &Gateway, headers: &HeaderMap) -> bool {
+    let get = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+    // A browser says `Origin: null` for some same-origin form posts (and a sandboxed frame
+    // for any): then only `Sec-Fetch-Site` can tell.
+    match get("origin").filter(|o| *o != "null") {
+        Some(origin) => {
+            let own = gw.config.public_url.as_deref().map(origin_of);
+            own.as_deref() == Some(origin) || gw.config.allowed_origins.iter().any(|o| o == origin)
+        }
+        None => get("sec-fetch-site") == Some("same-origin"),
+    }
+}
+
+fn origin_of(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let host = rest.split('/').next().unwrap_or("");
+    format!("{scheme}://{host}")
+}
+
+fn clear_cookie(gw: &Gateway) -> String {
+    let secure = if gw.config.tls.is_some() {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!("{COOKIE}=; Path=/inbox; HttpOnly; SameSite=Strict; Max-Age=0{secure}")
+}
+
+fn session_view(s: &Session) -> pages::Who {
+    pages::Who {
+        id: s.principal.id.clone(),
+        csrf: s.csrf.clone(),
+    }
+}
+
+/// Security headers on every inbox answer.
+fn secure(mut r: Response<Body>) -> Response<Body> {
+    let h = r.headers_mut();
+    h.insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'",
+        ),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
+    h.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    h.entry(CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
+    r
+}
+
+fn page(status: StatusCode, markup: maud::Markup) -> Response<Body> {
+    let mut r = Response::new(full(markup.into_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    secure(r)
+}
+
+fn fragment(markup: maud::Markup) -> Response<Body> {
+    page(StatusCode::OK, markup)
+}
+
+fn refusal_page(e: &ApiError) -> Response<Body> {
+    page(e.status(), pages::refusal(e))
+}
+
+fn asset(text: &'static str, content_type: &'static str) -> Response<Body> {
+    let mut r = Response::new(full(text));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    secure(r)
+}
+
+fn redirect(to: &str, cookie: Option<String>) -> Response<Body> {
+    let mut r = Response::new(full(Vec::new()));
+    *r.status_mut() = StatusCode::SEE_OTHER;
+    if let Ok(v) = HeaderValue::from_str(to) {
+        r.headers_mut().insert(LOCATION, v);
+    }
+    if let Some(c) = cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        r.headers_mut().insert(SET_COOKIE, c);
+    }
+    secure(r)
+}

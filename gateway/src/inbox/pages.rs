@@ -1,0 +1,528 @@
+//! The inbox's pages, as maud templates checked at compile time. Every value is inserted
+//! through maud's escaping: args, context fields, reasons and messages are agents' and
+//! people's text and are never HTML, script or a URL the page loads. The only links are to
+//! the inbox's own routes, built from ids the store made.
+
+use airlock_policy::Decision;
+use airlock_storage::Approval;
+use maud::{html, Markup, DOCTYPE};
+use serde_json::Value;
+
+use crate::clock::rfc3339;
+use crate::error::ApiError;
+
+/// Who is signed in, and the CSRF token their forms carry.
+pub struct Who {
+    pub id: String,
+    pub csrf: String,
+}
+
+/// The pending list's filters.
+pub struct Filters {
+    pub tool: Option<String>,
+    pub agent: Option<String>,
+    pub run: Option<String>,
+}
+
+fn layout(title: &str, who: Option<&Who>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) }
+                link rel="stylesheet" href="/inbox/assets/app.css";
+                script src="/inbox/assets/app.js" defer {}
+            }
+            body {
+                header {
+                    nav aria-label="Inbox" {
+                        a.brand href="/inbox/" { "airlock" }
+                        @if let Some(w) = who {
+                            a href="/inbox/" { "Pending" }
+                            a href="/inbox/history" { "Decided" }
+                            a href="/inbox/audit" { "Audit" }
+                            span.who { "Signed in as " strong { (w.id) } }
+                            form.inline method="post" action="/inbox/logout" {
+                                input type="hidden" name="csrf" value=(w.csrf);
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+pub fn login(error: Option<&str>, next: &str) -> Markup {
+    layout(
+        "Sign in · airlock inbox",
+        None,
+        html! {
+            h1 { "Sign in" }
+            p { "Use an approver's or an admin's token. Agents cannot sign in." }
+            @if let Some(e) = error { p.error role="alert" { (e) } }
+            form method="post" action="/inbox/login" {
+                input type="hidden" name="next" value=(next);
+                label for="token" { "Token" }
+                input #token type="password" name="token" autocomplete="off" required autofocus;
+                button type="submit" { "Sign in" }
+            }
+        },
+    )
+}
+
+pub fn message(title: &str, text: &str) -> Markup {
+    layout(
+        title,
+        None,
+        html! {
+            h1 { (title) }
+            p { (text) }
+            p { a href="/inbox/" { "Back to the inbox" } }
+        },
+    )
+}
+
+/// A refusal of the API's rules, said so a person understands.
+pub fn in_words(e: &ApiError) -> String {
+    let said = match e.code {
+        "approval.forbidden" => "You are not one of the approvers this call needs.",
+        "approval.self_approval" => {
+            "You asked for this call yourself: someone else must decide it."
+        }
+        "approval.already_decided" => {
+            "You have already decided this approval; it needs another approver."
+        }
+        "approval.not_pending" => {
+            "This approval is no longer pending: it was decided, expired or cancelled."
+        }
+        "approval.not_found" => "There is no such approval.",
+        "approval.expired" => "Nobody approved it in time: it has expired, which is a deny.",
+        "approval.edit_denied" => {
+            "Policy denies the call as edited, so it cannot be approved that way."
+        }
+        "request.missing_reason" => "A decline needs a reason: the agent reads it.",
+        "store.unavailable" => {
+            "The gateway cannot reach its store; nothing was decided. Try again."
+        }
+        c if c.starts_with("request.") => "The edited arguments are not valid.",
+        _ => "The gateway refused this.",
+    };
+    format!("{said} ({}: {})", e.code, e.message)
+}
+
+pub fn refusal(e: &ApiError) -> Markup {
+    layout(
+        "Refused · airlock inbox",
+        None,
+        html! {
+            h1 { "Refused" }
+            p.error role="alert" { (in_words(e)) }
+            p { a href="/inbox/" { "Back to the inbox" } }
+        },
+    )
+}
+
+/// "12 min left", "40 s left", or "expired".
+pub fn time_left(expires_at: u64, now: u64) -> String {
+    if expires_at <= now {
+        return "expired".into();
+    }
+    let s = (expires_at - now) / 1000;
+    match s {
+        0..=59 => format!("{s} s left"),
+        60..=3599 => format!("{} min left", s / 60),
+        _ => format!("{} h {} min left", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn field<'a>(a: &'a Approval, key: &str) -> Option<&'a str> {
+    a.context.get(key).and_then(Value::as_str)
+}
+
+pub fn list(who: &Who, shown: &[Approval], count: usize, f: &Filters, now: u64) -> Markup {
+    let title = format!("({count}) Pending · airlock inbox");
+    layout(
+        &title,
+        Some(who),
+        html! {
+            h1 { "Pending approvals" }
+            form.filters method="get" action="/inbox/" role="search" {
+                label for="f-tool" { "Tool" }
+                input #f-tool name="tool" value=(f.tool.as_deref().unwrap_or(""));
+                label for="f-agent" { "Agent" }
+                input #f-agent name="agent" value=(f.agent.as_deref().unwrap_or(""));
+                label for="f-run" { "Run" }
+                input #f-run name="run" value=(f.run.as_deref().unwrap_or(""));
+                button type="submit" { "Filter" }
+            }
+            p.hint { "New calls appear here as they are held. Keys: j and k move, Enter opens." }
+            div #pending data-live="1" { (pending_table(shown, now)) }
+        },
+    )
+}
+
+/// The rows of the pending list (also fetched alone for the live refresh).
+pub fn pending_table(shown: &[Approval], now: u64) -> Markup {
+    html! {
+        @if shown.is_empty() {
+            p.empty { "Nothing is waiting for a decision." }
+        } @else {
+            table.pending {
+                thead { tr { th { "Tool" } th { "Requester" } th { "Run" } th { "Time left" } th { "Quorum" } } }
+                tbody {
+                    @for a in shown {
+                        tr {
+                            td { a.row href={ "/inbox/approvals/" (a.id) } { (a.tool) } }
+                            td { (a.requester.id) }
+                            td { (field(a, "run_id").unwrap_or("—")) }
+                            td data-expires=(a.expires_at) { (time_left(a.expires_at, now)) }
+                            td { (approvals_of(a)) "/" (a.quorum) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn approvals_of(a: &Approval) -> usize {
+    a.decisions
+        .iter()
+        .filter(|d| d.decision == "approve")
+        .count()
+}
+
+/// Pretty JSON of the args, with string values over 200 characters folded.
+fn folded(args: &Value) -> (String, bool) {
+    fn fold(v: &Value, folded: &mut bool) -> Value {
+        match v {
+            Value::String(s) if s.chars().count() > 200 => {
+                *folded = true;
+                let head: String = s.chars().take(200).collect();
+                Value::String(format!(
+                    "{head}… ({} more characters)",
+                    s.chars().count() - 200
+                ))
+            }
+            Value::Array(a) => Value::Array(a.iter().map(|x| fold(x, folded)).collect()),
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, x)| (k.clone(), fold(x, folded)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    let mut any = false;
+    let v = fold(args, &mut any);
+    (serde_json::to_string_pretty(&v).unwrap_or_default(), any)
+}
+
+pub fn approval(who: &Who, a: &Approval, error: Option<&ApiError>, now: u64) -> Markup {
+    let pretty = serde_json::to_string_pretty(&a.args).unwrap_or_default();
+    let (short, was_folded) = folded(&a.args);
+    let messages = a
+        .explanation
+        .get("messages")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let classifiers = a
+        .explanation
+        .get("classifiers")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let run = field(a, "run_id");
+    let pending = a.status.as_str() == "pending";
+    layout(
+        &format!("{} · approval · airlock inbox", a.tool),
+        Some(who),
+        html! {
+            h1 { "Approve " code { (a.tool) } "?" }
+            @if let Some(e) = error { p.error role="alert" { (in_words(e)) } }
+            p.status {
+                span.badge { (a.status.as_str()) }
+                @if pending { " · " span data-expires=(a.expires_at) { (time_left(a.expires_at, now)) } }
+                " · approvals " (approvals_of(a)) " of " (a.quorum)
+            }
+            h2 { "Arguments" }
+            pre.args { (short) }
+            @if was_folded {
+                details { summary { "Show the full arguments" } pre.args { (pretty) } }
+            }
+            dl {
+                dt { "Fingerprint" } dd { code.fp { (a.fingerprint) } }
+                dt { "Requester" } dd { (a.requester.id) }
+                @for key in ["agent_id", "run_id", "thread_id", "tool_call_id"] {
+                    @if let Some(v) = field(a, key) { dt { (key) } dd { (v) } }
+                }
+                @if let Some(l) = a.context.get("labels") { dt { "labels" } dd { code { (l.to_string()) } } }
+                dt { "Approvers" } dd {
+                    @if a.approvers.is_empty() { "any approver" } @else {
+                        (a.approvers.iter().cloned().collect::<Vec<_>>().join(", "))
+                    }
+                }
+                dt { "Asked" } dd { (rfc3339(a.created_at)) }
+                dt { "Expires" } dd { (rfc3339(a.expires_at)) }
+                dt { "Call" } dd { code { (a.call_id) } }
+            }
+            h2 { "Why it was held" }
+            ul.rules {
+                @for r in &a.rules {
+                    li {
+                        code { (r) }
+                        @for m in messages.iter().filter(|m| m.get("rule").and_then(Value::as_str) == Some(r.as_str())) {
+                            " — " (m.get("message").and_then(Value::as_str).unwrap_or(""))
+                        }
+                    }
+                }
+            }
+            @if !classifiers.is_empty() {
+                h2 { "Classifiers" }
+                table {
+                    thead { tr { th { "Classifier" } th { "Score" } th { "Labels" } } }
+                    tbody {
+                        @for (name, c) in &classifiers {
+                            tr {
+                                td { (name) }
+                                td { (c.get("score").map(Value::to_string).unwrap_or_default()) }
+                                td { (c.get("labels").and_then(Value::as_array).map(|l| l.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if !a.decisions.is_empty() {
+                h2 { "Decisions" }
+                ul {
+                    @for d in &a.decisions {
+                        li { (d.by) " — " (d.decision) " at " (rfc3339(d.at)) @if let Some(r) = &d.reason { ": " (r) } }
+                    }
+                }
+            }
+            @if pending {
+                section.actions aria-label="Decide" {
+                    form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } {
+                        input type="hidden" name="csrf" value=(who.csrf);
+                        label for="approve-reason" { "Reason (optional)" }
+                        input #approve-reason name="reason";
+                        button.approve type="submit" { "Approve" }
+                    }
+                    form method="post" action={ "/inbox/approvals/" (a.id) "/decline" } {
+                        input type="hidden" name="csrf" value=(who.csrf);
+                        label for="decline-reason" { "Reason (required: the agent reads it)" }
+                        input #decline-reason name="reason" required;
+                        button.decline type="submit" { "Decline" }
+                    }
+                    details.edit {
+                        summary { "Edit the arguments, then approve" }
+                        form #edit-form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } data-preview={ "/inbox/approvals/" (a.id) "/preview" } {
+                            input type="hidden" name="csrf" value=(who.csrf);
+                            label for="edit-args" { "Arguments (JSON)" }
+                            textarea #edit-args name="args" rows="10" spellcheck="false" { (pretty) }
+                            label for="edit-reason" { "Reason (optional)" }
+                            input #edit-reason name="reason";
+                            button #preview-button type="button" { "Preview the decision" }
+                            div #preview aria-live="polite" {}
+                            button.approve type="submit" { "Approve the edited call" }
+                        }
+                    }
+                    @if let Some(run) = run {
+                        details.run {
+                            summary { "Decide every pending call of run " code { (run) } }
+                            form method="post" action="/inbox/runs/decide" {
+                                input type="hidden" name="csrf" value=(who.csrf);
+                                input type="hidden" name="run_id" value=(run);
+                                label for="run-reason" { "Reason (required to decline)" }
+                                input #run-reason name="reason";
+                                button.approve type="submit" name="verb" value="approve" { "Approve the run" }
+                                button.decline type="submit" name="verb" value="decline" { "Decline the run" }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// The decision the edited call would get, and what changed.
+pub fn preview(d: &Decision, old: &str, new: &str) -> Markup {
+    html! {
+        p.decision {
+            "Policy would " strong { (d.decision.as_str()) } " the edited call"
+            @if !d.rules.is_empty() { " (" (d.rules.join(", ")) ")" }
+            @if d.decision.as_str() == "deny" { ": it cannot be approved as edited." } @else { "." }
+        }
+        pre.diff {
+            @for line in diff(old, new) {
+                @match line {
+                    Line::Same(l) => span.same { "  " (l) "\n" },
+                    Line::Removed(l) => del { "- " (l) "\n" },
+                    Line::Added(l) => ins { "+ " (l) "\n" },
+                }
+            }
+        }
+    }
+}
+
+pub fn preview_error(why: &str) -> Markup {
+    html! { p.error role="alert" { "Not valid arguments: " (why) } }
+}
+
+pub enum Line<'a> {
+    Same(&'a str),
+    Removed(&'a str),
+    Added(&'a str),
+}
+
+/// A line diff (longest common subsequence), for the edit preview.
+pub fn diff<'a>(old: &'a str, new: &'a str) -> Vec<Line<'a>> {
+    let a: Vec<&str> = old.lines().collect();
+    let b: Vec<&str> = new.lines().collect();
+    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        if a[i] == b[j] {
+            out.push(Line::Same(a[i]));
+            i += 1;
+            j += 1;
+        } else if lcs[i + 1][j] >= lcs[i][j + 1] {
+            out.push(Line::Removed(a[i]));
+            i += 1;
+        } else {
+            out.push(Line::Added(b[j]));
+            j += 1;
+        }
+    }
+    out.extend(a[i..].iter().map(|l| Line::Removed(l)));
+    out.extend(b[j..].iter().map(|l| Line::Added(l)));
+    out
+}
+
+pub fn history(who: &Who, decided: &[Approval]) -> Markup {
+    layout(
+        "Decided · airlock inbox",
+        Some(who),
+        html! {
+            h1 { "Decided approvals" }
+            @if decided.is_empty() { p.empty { "Nothing has been decided yet." } } @else {
+                table {
+                    thead { tr { th { "Tool" } th { "Requester" } th { "Status" } th { "Decided" } th { "By" } } }
+                    tbody {
+                        @for a in decided {
+                            tr {
+                                td { a href={ "/inbox/approvals/" (a.id) } { (a.tool) } }
+                                td { (a.requester.id) }
+                                td { (a.status.as_str()) }
+                                td { (a.decided_at.map(rfc3339).unwrap_or_default()) }
+                                td { (a.decisions.iter().map(|d| d.by.clone()).collect::<Vec<_>>().join(", ")) }
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub fn audit(who: &Who, tail: &[Value], chain: Result<u64, String>) -> Markup {
+    layout(
+        "Audit · airlock inbox",
+        Some(who),
+        html! {
+            h1 { "Audit log" }
+            @match &chain {
+                Ok(n) => p.ok { "The chain verifies: " (n) " records, every hash intact." },
+                Err(e) => p.error role="alert" { "The chain does NOT verify: " (e) },
+            }
+            table.audit {
+                thead { tr { th { "Seq" } th { "Kind" } th { "At" } th { "Record" } } }
+                tbody {
+                    @for r in tail.iter().rev() {
+                        tr {
+                            td { (r.get("seq").map(Value::to_string).unwrap_or_default()) }
+                            td { (r.get("kind").and_then(Value::as_str).unwrap_or("")) }
+                            td { (r.get("at").map(Value::to_string).unwrap_or_default()) }
+                            td { code { (r.to_string()) } }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+pub fn run_result(who: &Who, run: &str, results: &[(String, String, Option<ApiError>)]) -> Markup {
+    layout(
+        "Run decided · airlock inbox",
+        Some(who),
+        html! {
+            h1 { "Run " code { (run) } }
+            @if results.is_empty() { p { "No pending call of this run." } }
+            ul {
+                @for (id, tool, err) in results {
+                    li {
+                        a href={ "/inbox/approvals/" (id) } { (tool) } " — "
+                        @match err { None => "decided", Some(e) => span.error { (in_words(e)) } }
+                    }
+                }
+            }
+            p { a href="/inbox/" { "Back to the inbox" } }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_marks_changed_lines() {
+        let d = diff("a\nb\nc", "a\nx\nc");
+        let s: Vec<String> = d
+            .iter()
+            .map(|l| match l {
+                Line::Same(x) => format!(" {x}"),
+                Line::Removed(x) => format!("-{x}"),
+                Line::Added(x) => format!("+{x}"),
+            })
+            .collect();
+        assert_eq!(s, vec![" a", "-b", "+x", " c"]);
+    }
+
+    #[test]
+    fn time_left_reads_naturally() {
+        assert_eq!(time_left(0, 5), "expired");
+        assert_eq!(time_left(45_000, 0), "45 s left");
+        assert_eq!(time_left(15 * 60_000, 0), "15 min left");
+        assert_eq!(time_left(3_600_000 + 120_000, 0), "1 h 2 min left");
+    }
+
+    #[test]
+    fn values_are_escaped_text() {
+        let m = message(
+            "<script>alert(1)</script>",
+            "\"><img src=x onerror=alert(1)>",
+        );
+        let s = m.into_string();
+        assert!(!s.contains("<script>alert"));
+        assert!(!s.contains("<img"));
+        assert!(s.contains("&lt;script&gt;"));
+    }
+}

@@ -1,0 +1,284 @@
+"""The approver inbox in a real browser: headless Chromium (Debian's) driven by Selenium.
+
+Usage: inbox_browser.py BASE SHOTS_DIR SCENARIO
+The agent's side is plain HTTP to the JSON API (tokens `token-<id>`, as the e2e config has
+them). Each scenario prints JSON lines with what it saw; the Rust test asserts on them.
+"""
+
+import json
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+BASE, SHOTS, SCENARIO = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def out(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def browser(width=1280, height=900):
+    o = webdriver.ChromeOptions()
+    o.binary_location = "/usr/bin/chromium"
+    for a in [
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--disable-quic", f"--user-data-dir={tempfile.mkdtemp()}",
+        f"--window-size={width},{height}",
+    ]:
+        o.add_argument(a)
+    d = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=o)
+    d.set_page_load_timeout(20)
+    return d
+
+
+def api(method, path, token, body=None, prefer=None, headers=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(BASE + path, data=data, method=method)
+    req.add_header("authorization", f"Bearer {token}")
+    req.add_header("content-type", "application/json")
+    if prefer:
+        req.add_header("prefer", prefer)
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+class Held(threading.Thread):
+    """An agent's call held open (Prefer: wait) in the background."""
+
+    def __init__(self, tool, args, context=None, agent="agent1"):
+        super().__init__(daemon=True)
+        self.body = {"tool": tool, "args": args}
+        if context:
+            self.body["context"] = context
+        self.agent = agent
+        self.result = None
+        self.start()
+
+    def run(self):
+        self.result = api("POST", "/v1/calls", f"token-{self.agent}", self.body, prefer="wait=60")
+
+    def wait(self):
+        self.join(70)
+        return self.result
+
+
+def sign_in(d, who):
+    d.get(BASE + "/inbox/")
+    WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "token")))
+    d.find_element(By.ID, "token").send_keys(f"token-{who}")
+    d.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+
+
+def wait_rows(d, n, timeout=15):
+    WebDriverWait(d, timeout).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "a.row")) >= n)
+    return d.find_elements(By.CSS_SELECTOR, "a.row")
+
+
+def shot(d, name):
+    d.save_screenshot(f"{SHOTS}/{name}.png")
+
+
+def no_xss(d):
+    try:
+        d.switch_to.alert
+        return False
+    except NoAlertPresentException:
+        pass
+    return d.execute_script(
+        "return !window.__xss && document.querySelectorAll('script').length === 1"
+        " && document.querySelectorAll('img, iframe, object, embed, svg').length === 0"
+    )
+
+
+def session_cookie(d):
+    c = d.get_cookie("airlock_session")
+    return c["value"] if c else None
+
+
+def raw_post(path, cookie, form, headers):
+    data = urllib.parse.urlencode(form).encode()
+    req = urllib.request.Request(BASE + path, data=data, method="POST")
+    req.add_header("cookie", f"airlock_session={cookie}")
+    req.add_header("content-type", "application/x-www-form-urlencoded")
+    for k, v in headers.items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def pending_ids():
+    s, b = api("GET", "/v1/approvals?status=pending", "token-admin")
+    return [a["id"] for a in b["approvals"]]
+
+
+import urllib.parse  # noqa: E402
+
+
+def main():
+    d = browser()
+    try:
+        if SCENARIO == "approve":
+            sign_in(d, "dba1")
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "pending")))
+            title_before = d.title
+            held = Held("db.query", {"sql": "select * from users limit 5"}, {"run_id": "run-9"})
+            rows = wait_rows(d, 1)  # appears without a reload
+            time.sleep(0.3)
+            out(live_row=True, title_before=title_before, title_after=d.title)
+            shot(d, "inbox-list")
+            rows[0].click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "pre.args")))
+            out(fingerprint=d.find_element(By.CSS_SELECTOR, "code.fp").text,
+                args=d.find_element(By.CSS_SELECTOR, "pre.args").text)
+            shot(d, "inbox-approval")
+            d.set_window_size(375, 812)
+            shot(d, "inbox-approval-phone")
+            d.set_window_size(1280, 900)
+            d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
+            status, body = held.wait()
+            out(agent_status=status, agent_body=body)
+        elif SCENARIO == "decline":
+            sign_in(d, "dba2")
+            held = Held("db.query", {"sql": "delete from sessions"})
+            wait_rows(d, 1)[0].click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "decline-reason")))
+            # An empty reason is refused by the page and by the server.
+            d.find_element(By.ID, "decline-reason").send_keys("not during business hours")
+            d.find_element(By.CSS_SELECTOR, "form[action$='/decline'] button.decline").click()
+            status, body = held.wait()
+            out(agent_status=status, agent_body=body)
+        elif SCENARIO == "empty-decline":
+            sign_in(d, "dba2")
+            Held("db.query", {"sql": "update t set x = 1"})
+            wait_rows(d, 1)[0].click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "decline-reason")))
+            d.execute_script("document.getElementById('decline-reason').removeAttribute('required')")
+            d.find_element(By.CSS_SELECTOR, "form[action$='/decline'] button.decline").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.error")))
+            out(error=d.find_element(By.CSS_SELECTOR, "p.error").text, pending=len(pending_ids()))
+        elif SCENARIO == "edit":
+            sign_in(d, "dba1")
+            held = Held("db.query", {"sql": "select * from orders"})
+            wait_rows(d, 1)[0].click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "details.edit")))
+            d.find_element(By.CSS_SELECTOR, "details.edit summary").click()
+            area = d.find_element(By.ID, "edit-args")
+            area.clear()
+            area.send_keys('{"sql": "select * from orders limit 10"}')
+            d.find_element(By.ID, "preview-button").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "#preview p.decision")))
+            out(preview=d.find_element(By.CSS_SELECTOR, "#preview p.decision").text,
+                added=[e.text for e in d.find_elements(By.CSS_SELECTOR, "#preview ins")],
+                removed=[e.text for e in d.find_elements(By.CSS_SELECTOR, "#preview del")])
+            shot(d, "inbox-edit-preview")
+            d.find_element(By.CSS_SELECTOR, "#edit-form button.approve").click()
+            status, body = held.wait()
+            out(agent_status=status, agent_body=body)
+        elif SCENARIO == "forbidden":
+            sign_in(d, "fin1")
+            held = Held("db.query", {"sql": "select 1"})
+            wait_rows(d, 1)[0].click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "button.approve")))
+            d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.error")))
+            out(error=d.find_element(By.CSS_SELECTOR, "p.error").text, pending=len(pending_ids()))
+            held.join(0)
+        elif SCENARIO == "xss":
+            payloads = [
+                "<script>window.__xss=1</script>",
+                "\"><img src=x onerror=\"window.__xss=1\">",
+                "'><svg onload=window.__xss=1>",
+                "javascript:window.__xss=1",
+                "</pre><iframe src=javascript:window.__xss=1></iframe>",
+                "{{7*7}}<a href=javascript:window.__xss=1>x</a>",
+            ]
+            for i, p in enumerate(payloads):
+                s, b = api("POST", "/v1/calls", "token-agent1", {
+                    "tool": "db.query",
+                    "args": {"sql": p, p: p, "nested": [p, {"k": p}]},
+                    "context": {"run_id": p, "thread_id": p, "tool_call_id": p, "agent_id": p, "labels": {"x": p}},
+                }, prefer="respond-async")
+                assert s == 202, (s, b)
+            sign_in(d, "dba1")
+            rows = wait_rows(d, len(payloads))
+            ok = [no_xss(d)]
+            links = [r.get_attribute("href") for r in rows]
+            for href in links:
+                d.get(href)
+                WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "pre.args")))
+                d.find_element(By.CSS_SELECTOR, "details.edit summary").click()
+                d.find_element(By.ID, "preview-button").click()
+                time.sleep(0.3)
+                ok.append(no_xss(d))
+                texts = d.find_element(By.CSS_SELECTOR, "main").text
+                ok.append("window.__xss=1" in texts)  # shown as text
+            shot(d, "inbox-xss")
+            out(pages=len(links), all_safe=all(ok))
+        elif SCENARIO == "csrf":
+            sign_in(d, "dba1")
+            Held("db.query", {"sql": "select 2"})
+            wait_rows(d, 1)
+            approval = pending_ids()[0]
+            cookie = session_cookie(d)
+            path = f"/inbox/approvals/{approval}/approve"
+            csrf = d.find_element(By.CSS_SELECTOR, "input[name=csrf]").get_attribute("value")
+            results = {
+                "no_token": raw_post(path, cookie, {}, {"origin": BASE}),
+                "wrong_token": raw_post(path, cookie, {"csrf": "0" * 64}, {"origin": BASE}),
+                "other_origin": raw_post(path, cookie, {"csrf": csrf}, {"origin": "http://evil.example"}),
+                "no_origin": raw_post(path, cookie, {"csrf": csrf}, {}),
+                "cross_site": raw_post(path, cookie, {"csrf": csrf}, {"sec-fetch-site": "cross-site"}),
+                "bearer_on_inbox": raw_post(path, "", {"csrf": csrf}, {"origin": BASE, "authorization": "Bearer token-dba1"}),
+            }
+            # The /v1 API takes bearer tokens only, never the session cookie.
+            req = urllib.request.Request(BASE + f"/v1/approvals/{approval}", method="GET")
+            req.add_header("cookie", f"airlock_session={cookie}")
+            try:
+                urllib.request.urlopen(req, timeout=10)
+                results["cookie_on_api"] = 200
+            except urllib.error.HTTPError as e:
+                results["cookie_on_api"] = e.code
+            out(results=results, still_pending=approval in pending_ids())
+        elif SCENARIO == "signout":
+            sign_in(d, "dba1")
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "pending")))
+            cookie = session_cookie(d)
+            csrf = d.find_element(By.CSS_SELECTOR, "input[name=csrf]").get_attribute("value")
+            d.find_element(By.CSS_SELECTOR, "form[action='/inbox/logout'] button").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "token")))
+            Held("db.query", {"sql": "select 3"})
+            time.sleep(0.5)
+            approval = pending_ids()[0]
+            stale = raw_post(f"/inbox/approvals/{approval}/approve", cookie, {"csrf": csrf}, {"origin": BASE})
+            out(stale_post=stale, still_pending=approval in pending_ids())
+        elif SCENARIO == "agent-signin":
+            sign_in(d, "agent1")
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.error")))
+            out(error=d.find_element(By.CSS_SELECTOR, "p.error").text, cookie=session_cookie(d))
+            shot(d, "inbox-login-refused")
+        else:
+            raise SystemExit(f"unknown scenario {SCENARIO}")
+    finally:
+        d.quit()
+
+
+main()

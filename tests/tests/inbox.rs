@@ -1,0 +1,165 @@
+//! The approver inbox in a real browser (Debian's headless Chromium, driven by Selenium from
+//! PyPI; both installed by scripts/test.sh), against the real gateway and backend processes.
+//! The browser script (`peers/inbox_browser.py`) plays the approver and, over the JSON API,
+//! the agent whose call is held. Screenshots land in `target/inbox-screenshots/`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+use support::*;
+
+fn shots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/inbox-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs one browser scenario against a fresh gateway; returns the JSON lines it printed,
+/// merged into one object.
+fn scenario(name: &str) -> (Value, Backend) {
+    let backend = Backend::start();
+    let gw = Gateway::start(&backend);
+    let out = Command::new("python3")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/inbox_browser.py"))
+        .args([gw.base.as_str(), shots().to_str().unwrap(), name])
+        .output()
+        .expect("python3 with selenium (installed by scripts/test.sh)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut merged = serde_json::Map::new();
+    for line in stdout.lines() {
+        if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line) {
+            merged.extend(m);
+        }
+    }
+    drop(gw);
+    (Value::Object(merged), backend)
+}
+
+#[test]
+fn an_approver_sees_a_held_call_appear_live_and_approves_it() {
+    let (r, backend) = scenario("approve");
+    assert_eq!(r["live_row"], true, "{r}");
+    assert!(
+        r["title_before"].as_str().unwrap().starts_with("(0)"),
+        "{r}"
+    );
+    assert!(r["title_after"].as_str().unwrap().starts_with("(1)"), "{r}");
+    assert!(r["fingerprint"].as_str().unwrap().starts_with("sha256:"));
+    assert!(r["args"]
+        .as_str()
+        .unwrap()
+        .contains("select * from users limit 5"));
+    assert_eq!(r["agent_status"], 200, "{r}");
+    assert_eq!(r["agent_body"]["status"], "completed");
+    assert_eq!(backend.count(), 1);
+    for shot in ["inbox-list", "inbox-approval", "inbox-approval-phone"] {
+        assert!(shots().join(format!("{shot}.png")).exists(), "{shot}");
+    }
+}
+
+#[test]
+fn a_decline_with_a_reason_reaches_the_agent_and_an_empty_one_is_refused() {
+    let (r, backend) = scenario("decline");
+    assert_eq!(r["agent_status"], 403, "{r}");
+    assert_eq!(code(&r["agent_body"]), "approval.declined");
+    assert_eq!(
+        r["agent_body"]["error"]["details"]["reason"],
+        "not during business hours"
+    );
+    assert_eq!(backend.count(), 0);
+
+    let (r, backend) = scenario("empty-decline");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("A decline needs a reason"),
+        "{r}"
+    );
+    assert_eq!(r["pending"], 1, "nothing was decided");
+    assert_eq!(backend.count(), 0);
+}
+
+#[test]
+fn an_edit_shows_its_decision_and_diff_and_the_agent_gets_the_edited_result() {
+    let (r, backend) = scenario("edit");
+    assert!(
+        r["preview"].as_str().unwrap().contains("require_approval"),
+        "{r}"
+    );
+    assert!(r["added"].to_string().contains("limit 10"), "{r}");
+    assert!(r["removed"].to_string().contains("from orders"), "{r}");
+    assert_eq!(r["agent_status"], 200, "{r}");
+    assert_eq!(r["agent_body"]["edited"], true);
+    assert_eq!(
+        r["agent_body"]["args"]["sql"],
+        "select * from orders limit 10"
+    );
+    let (_, bodies) = backend.seen();
+    assert_eq!(bodies, vec![r#"{"sql":"select * from orders limit 10"}"#]);
+}
+
+#[test]
+fn an_approver_outside_the_group_is_refused_in_words() {
+    let (r, backend) = scenario("forbidden");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("You are not one of the approvers this call needs"),
+        "{r}"
+    );
+    assert_eq!(r["pending"], 1);
+    assert_eq!(backend.count(), 0);
+}
+
+#[test]
+fn hostile_args_render_as_text_and_run_nothing() {
+    let (r, backend) = scenario("xss");
+    assert_eq!(r["pages"], 6, "{r}");
+    assert_eq!(r["all_safe"], true, "{r}");
+    assert_eq!(backend.count(), 0);
+}
+
+#[test]
+fn forged_stale_and_cross_origin_requests_decide_nothing() {
+    let (r, backend) = scenario("csrf");
+    let res = &r["results"];
+    for k in [
+        "no_token",
+        "wrong_token",
+        "other_origin",
+        "no_origin",
+        "cross_site",
+    ] {
+        assert_eq!(res[k], 403, "{k}: {r}");
+    }
+    assert_eq!(res["bearer_on_inbox"], 401, "{r}");
+    assert_eq!(res["cookie_on_api"], 401, "{r}");
+    assert_eq!(r["still_pending"], true);
+
+    let (r, _) = scenario("signout");
+    assert_eq!(r["stale_post"], 401, "{r}");
+    assert_eq!(r["still_pending"], true);
+
+    let (r, _) = scenario("agent-signin");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("Agents cannot sign in"),
+        "{r}"
+    );
+    assert_eq!(r["cookie"], Value::Null);
+    assert_eq!(backend.count(), 0);
+}
