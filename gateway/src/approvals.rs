@@ -51,3 +51,15 @@ pub fn approval_event(config: &Config, a: &Approval) -> Value {
     });
     v
 }
+
+/// The inbox page of an approval: `<public_url>/inbox/approvals/{id}`.
+pub fn inbox_link(config: &Config, approval_id: &str) -> String {
+    let base = config
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", config.listen));
+    format!(
+        "{}/inbox/approvals/{approval_id}",
+        base.trim_end_matches('/')
+    )
+}

@@ -761,12 +761,16 @@ fn call(args: CallArgs) -> u8 {
         match first {
             Ok((202, body)) if !args.respond_async => {
                 let call_id = body["call_id"].as_str().unwrap_or("").to_owned();
+                let approval = body
+                    .pointer("/approval/id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
                 eprintln!(
-                    "held for approval: call {call_id}, approval {}\n\
-                     approve with: airlock approvals approve {} --token \"$AIRLOCK_APPROVER_TOKEN\"\n\
+                    "held for approval: call {call_id}, approval {approval}\n\
+                     decide in the inbox: {}\n\
+                     or approve with: airlock approvals approve {approval} --token \"$AIRLOCK_APPROVER_TOKEN\"\n\
                      waiting up to {}s for a decision…",
-                    body.pointer("/approval/id").and_then(Value::as_str).unwrap_or(""),
-                    body.pointer("/approval/id").and_then(Value::as_str).unwrap_or(""),
+                    body.pointer("/approval/link").and_then(Value::as_str).unwrap_or(""),
                     args.wait.unwrap_or(DEFAULT_WAIT),
                 );
                 resume(&call_id, Some(args.wait.unwrap_or(DEFAULT_WAIT)))

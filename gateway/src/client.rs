@@ -217,9 +217,10 @@ pub fn call_summary(status: u16, body: &Value) -> String {
             body.pointer("/error/message").and_then(Value::as_str).unwrap_or("")
         ),
         (202, None) => format!(
-            "202 held for approval\ncall      {}\napproval  {}\napprovers {} (quorum {})\nexpires   {}\nresume with: airlock call --resume {}",
+            "202 held for approval\ncall      {}\napproval  {}\ninbox     {}\napprovers {} (quorum {})\nexpires   {}\nresume with: airlock call --resume {}",
             body["call_id"].as_str().unwrap_or(""),
             body.pointer("/approval/id").and_then(Value::as_str).unwrap_or(""),
+            body.pointer("/approval/link").and_then(Value::as_str).unwrap_or(""),
             body.pointer("/approval/approvers").map(|v| v.to_string()).unwrap_or_default(),
             body.pointer("/approval/quorum").map(|v| v.to_string()).unwrap_or_default(),
             body.pointer("/approval/expires_at").and_then(Value::as_str).unwrap_or(""),

@@ -156,6 +156,32 @@ def main():
             d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
             status, body = held.wait()
             out(agent_status=status, agent_body=body)
+        elif SCENARIO == "link":
+            # An approver follows the link a webhook or an MCP client gave, on a phone.
+            d.set_window_size(375, 812)
+            held = Held("db.query", {"sql": "select 7"})
+            time.sleep(0.3)
+            s, b = api("GET", "/v1/approvals?status=pending", "token-admin")
+            link = b["approvals"][0]["links"]["inbox"] if "links" in b["approvals"][0] else None
+            approval = b["approvals"][0]["id"]
+            link = link or f"{BASE}/inbox/approvals/{approval}"
+            start = time.time()
+            d.get(link)
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "token")))
+            d.find_element(By.ID, "token").send_keys("token-dba1")
+            d.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "button.approve")))
+            landed = d.current_url
+            d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
+            status, body = held.wait()
+            seconds = time.time() - start
+            d.set_window_size(1280, 900)
+            d.get(BASE + "/inbox/history")
+            history = d.find_element(By.CSS_SELECTOR, "main").text
+            d.get(BASE + "/inbox/audit")
+            audit = d.find_element(By.CSS_SELECTOR, "main").text
+            out(landed=landed, approval=approval, seconds=seconds, agent_status=status,
+                history_has_it="approved" in history, chain_ok="The chain verifies" in audit)
         elif SCENARIO == "decline":
             sign_in(d, "dba2")
             held = Held("db.query", {"sql": "delete from sessions"})

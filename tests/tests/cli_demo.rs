@@ -286,6 +286,15 @@ fn a_held_call_prints_its_ids_at_once_then_the_result() {
         .and_then(|r| r.split_once(", approval "))
         .unwrap_or_else(|| panic!("{first}"));
     assert!(call_id.starts_with("call_") && approval.starts_with("apr_"));
+    let mut second = String::new();
+    err.read_line(&mut second).unwrap();
+    assert_eq!(
+        second.trim(),
+        format!(
+            "decide in the inbox: {}/inbox/approvals/{approval}",
+            demo.base
+        )
+    );
     let r = reqwest::blocking::Client::new()
         .post(format!("{}/v1/approvals/{approval}/approve", demo.base))
         .bearer_auth(&demo.approver)

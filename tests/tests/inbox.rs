@@ -163,3 +163,21 @@ fn forged_stale_and_cross_origin_requests_decide_nothing() {
     assert_eq!(r["cookie"], Value::Null);
     assert_eq!(backend.count(), 0);
 }
+
+#[test]
+fn a_link_from_a_webhook_or_mcp_client_signs_in_once_and_decides_on_a_phone() {
+    let (r, backend) = scenario("link");
+    let approval = r["approval"].as_str().unwrap();
+    assert!(
+        r["landed"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/inbox/approvals/{approval}")),
+        "after sign-in the approver lands on the linked approval: {r}"
+    );
+    assert_eq!(r["agent_status"], 200, "{r}");
+    assert!(r["seconds"].as_f64().unwrap() < 10.0, "{r}");
+    assert_eq!(r["history_has_it"], true, "{r}");
+    assert_eq!(r["chain_ok"], true, "{r}");
+    assert_eq!(backend.count(), 1);
+}

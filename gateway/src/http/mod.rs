@@ -171,19 +171,19 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                     audit_rejection(gw, &principal.id, e.code).await;
                 }
             }
-            result.map(outcome_response)
+            result.map(|o| outcome_response(gw, o))
         }
         (Method::GET, ["v1", "calls", id]) => {
             require(role, &[Role::Agent, Role::Admin])?;
             pipeline::call_outcome(gw, &principal, id, wait(&query), false)
                 .await
-                .map(outcome_response)
+                .map(|o| outcome_response(gw, o))
         }
         (Method::POST, ["v1", "calls", id, "resume"]) => {
             require(role, &[Role::Agent, Role::Admin])?;
             pipeline::call_outcome(gw, &principal, id, wait(&query), true)
                 .await
-                .map(outcome_response)
+                .map(|o| outcome_response(gw, o))
         }
         (Method::POST, ["v1", "calls", id, "cancel"]) => {
             require(role, &[Role::Agent, Role::Admin])?;
@@ -432,7 +432,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
 
 /// A call's outcome as the API answers it (DESIGN §6): 200 with the backend's answer, or 202
 /// with the approval to wait for.
-fn outcome_response(outcome: Outcome) -> Response<Body> {
+fn outcome_response(gw: &Gateway, outcome: Outcome) -> Response<Body> {
     match outcome {
         Outcome::Completed(c) => {
             let mut body = json!({
@@ -459,6 +459,7 @@ fn outcome_response(outcome: Outcome) -> Response<Body> {
                     "expires_at": rfc3339(p.expires_at),
                     "approvers": p.approvers,
                     "quorum": p.quorum,
+                    "link": crate::approvals::inbox_link(&gw.config, &p.approval_id),
                 },
             }),
         ),

@@ -335,15 +335,7 @@ fn text_of(v: &Value) -> String {
 
 /// The inbox page of an approval.
 pub fn link(gw: &Gateway, approval_id: &str) -> String {
-    let base = gw
-        .config
-        .public_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{}", gw.config.listen));
-    format!(
-        "{}/inbox/approvals/{approval_id}",
-        base.trim_end_matches('/')
-    )
+    crate::approvals::inbox_link(&gw.config, approval_id)
 }
 
 fn new_nonce() -> String {
