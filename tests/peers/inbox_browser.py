@@ -182,6 +182,25 @@ def main():
             audit = d.find_element(By.CSS_SELECTOR, "main").text
             out(landed=landed, approval=approval, seconds=seconds, agent_status=status,
                 history_has_it="approved" in history, chain_ok="The chain verifies" in audit)
+        elif SCENARIO == "run":
+            # Two calls of one run and one of another; the run is declined as a whole.
+            a = Held("db.query", {"sql": "select 11"}, {"run_id": "run-A"})
+            b = Held("db.query", {"sql": "select 12"}, {"run_id": "run-A"})
+            c = Held("db.query", {"sql": "select 13"}, {"run_id": "run-B"})
+            sign_in(d, "dba1")
+            wait_rows(d, 3)
+            d.get(BASE + "/inbox/?run=run-A")
+            rows = wait_rows(d, 2)
+            filtered = len(d.find_elements(By.CSS_SELECTOR, "a.row"))
+            rows[0].click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "details.run")))
+            d.find_element(By.CSS_SELECTOR, "details.run summary").click()
+            d.find_element(By.ID, "run-reason").send_keys("this whole run is wrong")
+            d.find_element(By.CSS_SELECTOR, "details.run button.decline").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "main ul li")))
+            out(filtered=filtered, decided=[x.text for x in d.find_elements(By.CSS_SELECTOR, "main ul li")],
+                a=a.wait()[0], b=b.wait()[0], pending=len(pending_ids()))
+            c.join(0)
         elif SCENARIO == "decline":
             sign_in(d, "dba2")
             held = Held("db.query", {"sql": "delete from sessions"})

@@ -181,3 +181,20 @@ fn a_link_from_a_webhook_or_mcp_client_signs_in_once_and_decides_on_a_phone() {
     assert_eq!(r["chain_ok"], true, "{r}");
     assert_eq!(backend.count(), 1);
 }
+
+#[test]
+fn a_whole_run_is_declined_from_the_inbox_and_other_runs_are_untouched() {
+    let (r, backend) = scenario("run");
+    assert_eq!(
+        r["filtered"], 2,
+        "the run filter shows the run's calls: {r}"
+    );
+    assert_eq!(r["decided"].as_array().unwrap().len(), 2, "{r}");
+    assert_eq!(
+        (r["a"].as_u64(), r["b"].as_u64()),
+        (Some(403), Some(403)),
+        "{r}"
+    );
+    assert_eq!(r["pending"], 1, "run-B still waits: {r}");
+    assert_eq!(backend.count(), 0);
+}
