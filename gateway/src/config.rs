@@ -105,6 +105,8 @@ struct RawServer {
     public_url: Option<String>,
     #[serde(default)]
     allowed_origins: Vec<String>,
+    durability: Option<String>,
+    flush_interval: Option<String>,
     header_timeout: Option<String>,
     tls_handshake_timeout: Option<String>,
     idle_timeout: Option<String>,
@@ -346,6 +348,11 @@ pub struct Config {
     pub mcp_servers: Vec<McpServerConfig>,
     /// Origins besides `public_url`'s that may call `/mcp` from a browser.
     pub allowed_origins: Vec<String>,
+    /// `sync`: an allowed call's decision and claim are fsynced before it runs; `batched`:
+    /// they are fsynced within `flush_interval`, not awaited (DESIGN §13).
+    pub batched: bool,
+    /// How soon writes not awaited for an fsync are fsynced.
+    pub flush_interval: Duration,
 }
 
 /// Resolves `env:VAR` to the variable's value.
@@ -744,7 +751,24 @@ impl Config {
                 .unwrap_or(max_connections.div_ceil(2))
                 .clamp(1, max_connections),
         };
+        let batched = match s.durability.as_deref().unwrap_or("sync") {
+            "sync" => false,
+            "batched" => true,
+            other => {
+                return Err(err(
+                    "server.durability",
+                    format!("`{other}` must be `sync` or `batched`"),
+                ))
+            }
+        };
+        let flush_interval = positive(
+            "server.flush_interval",
+            s.flush_interval.as_deref(),
+            Duration::from_millis(5),
+        )?;
         Ok(Config {
+            batched,
+            flush_interval,
             connections,
             mcp_servers,
             allowed_origins: s.allowed_origins,
@@ -841,6 +865,8 @@ impl Config {
             connections: ConnectionLimits::default(),
             mcp_servers: vec![],
             allowed_origins: vec![],
+            batched: false,
+            flush_interval: Duration::from_millis(5),
         }
     }
 

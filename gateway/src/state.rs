@@ -129,6 +129,7 @@ impl Gateway {
             &config.data_dir,
             StoreOptions {
                 redact: config.redact.clone(),
+                flush_interval: config.flush_interval,
             },
         )
         .map_err(|e| e.to_string())?;

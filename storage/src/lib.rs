@@ -34,6 +34,7 @@ pub use model::{
     Grant, GrantTerms, Millis, Principal,
 };
 pub use ops::{ApprovalFilter, Begin, NewDelivery, OutboxStats, Verdict, PARKED};
+pub use writer::Durability;
 
 use keys::{decode, Ks};
 use writer::{ChainHead, Shared, Writer};
@@ -47,10 +48,21 @@ const CACHE_BYTES: u64 = 16 << 20;
 const MEMTABLE_BYTES: u64 = 8 << 20;
 
 /// Settings the store needs from the gateway's config.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// JSON pointers into args, replaced by `"[redacted]"` in audit records.
     pub redact: Vec<String>,
+    /// How soon `Lazy` writes are fsynced.
+    pub flush_interval: std::time::Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            redact: Vec::new(),
+            flush_interval: std::time::Duration::from_millis(5),
+        }
+    }
 }
 
 /// A handle to the store; cheap to clone, shared by every request.
@@ -95,7 +107,7 @@ impl Store {
             poisoned: AtomicBool::new(false),
         });
         let head = chain_head(&shared)?;
-        let writer = Arc::new(Writer::start(shared.clone(), head)?);
+        let writer = Arc::new(Writer::start(shared.clone(), head, options.flush_interval)?);
         let store = Store {
             shared,
             writer,

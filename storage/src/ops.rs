@@ -17,7 +17,7 @@ use crate::model::{
     Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
     Grant, Millis, Principal,
 };
-use crate::writer::Tx;
+use crate::writer::{Durability, Tx};
 use crate::Store;
 
 /// Index fields in [`Ks::ApprovalIndex`].
@@ -126,12 +126,24 @@ impl Store {
     /// `begin`, an allowed call is also claimed for execution in the same batch (one fsync).
     pub fn record_call(
         &self,
-        mut call: CallRecord,
+        call: CallRecord,
         explanation: Map<String, Value>,
         begin: bool,
     ) -> Result<CallRecord, StoreError> {
+        self.record_call_with(call, explanation, begin, Durability::Durable)
+    }
+
+    /// [`Store::record_call`] with the durability the caller needs (`Lazy` for allowed calls in
+    /// `batched` mode).
+    pub fn record_call_with(
+        &self,
+        mut call: CallRecord,
+        explanation: Map<String, Value>,
+        begin: bool,
+        durability: Durability,
+    ) -> Result<CallRecord, StoreError> {
         let redact_ptrs = self.redact.clone();
-        self.writer.submit(move |tx| {
+        self.writer.submit_with(durability, move |tx| {
             if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
                 return Err(StoreError::CallExists(call.call_id.clone()));
             }
@@ -497,8 +509,21 @@ impl Store {
         outcome: CallOutcome,
         now: Millis,
     ) -> Result<CallRecord, StoreError> {
+        self.complete_call_with(call_id, outcome, now, Durability::Durable)
+    }
+
+    /// [`Store::complete_call`] with the durability the caller needs: the gateway writes an
+    /// outcome `Lazy` (a crash before its fsync leaves the call `call.interrupted`, never
+    /// re-run, because its claim to run was durable).
+    pub fn complete_call_with(
+        &self,
+        call_id: &str,
+        outcome: CallOutcome,
+        now: Millis,
+        durability: Durability,
+    ) -> Result<CallRecord, StoreError> {
         let call_id = call_id.to_owned();
-        self.writer.submit(move |tx| {
+        self.writer.submit_with(durability, move |tx| {
             let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
                 .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
             if call.status != CallStatus::Executing {

@@ -1,12 +1,15 @@
-//! The single writer: every state change runs here, one at a time, and is acknowledged only
-//! after its batch is fsynced.
+//! The single writer: every state change runs here, one at a time, and is acknowledged after
+//! its batch is written, and for a [`Durability::Durable`] one only after it is fsynced.
 //!
 //! Callers hand the writer a closure over a [`Tx`]. The writer takes whatever jobs are queued,
-//! runs them in order against the store plus the writes staged so far, commits all their writes
-//! and audit records as one atomic batch with `PersistMode::SyncAll`, and only then answers
-//! each job. That is group commit: concurrent writers share one fsync, nobody is answered
-//! before it, and read-modify-write (spending a grant use, chaining the audit log) is atomic
-//! because only this thread writes.
+//! runs them in order against the store plus the writes staged so far, and writes all their
+//! writes and audit records as one atomic batch to the journal (reaching the OS, so a process
+//! crash keeps it). It answers the [`Durability::Lazy`] jobs then; if the group holds a
+//! durable job it fsyncs the journal and only then answers those. That is group commit:
+//! concurrent writers share one fsync, no durable caller is answered before it, and
+//! read-modify-write (spending a grant use, chaining the audit log) is atomic because only
+//! this thread writes. Lazy writes are fsynced within the flush interval, or with the next
+//! durable group (the journal is one sequence, so an fsync covers everything before it).
 //!
 //! A job that fails leaves nothing behind: its staged writes are rolled back before the next
 //! job runs. A commit that fails poisons the store: every later call is `store.unavailable`.
@@ -28,6 +31,17 @@ const MAX_GROUP: usize = 512;
 
 /// How long the writer waits for company before an fsync, when the last group had some.
 const LINGER: Duration = Duration::from_micros(150);
+
+/// What a write promises when it is acknowledged (DESIGN §13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// On disk (fsynced) before the caller hears back: decisions, approvals, grant uses.
+    Durable,
+    /// Written (a process crash keeps it, a power loss may not) before the caller hears back,
+    /// fsynced within the flush interval: an allowed call's outcome, and in `batched` mode its
+    /// decision.
+    Lazy,
+}
 
 /// Where the audit chain ends: kept by the writer, the only one that extends it.
 #[derive(Debug, Clone)]
@@ -169,7 +183,7 @@ impl Tx<'_> {
 /// A queued job: runs against the group's [`Tx`], and returns what answers its caller once the
 /// group's commit result is known.
 type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
-type Job = Box<dyn FnOnce(&mut Tx<'_>) -> Finish + Send>;
+type Job = (Durability, Box<dyn FnOnce(&mut Tx<'_>) -> Finish + Send>);
 
 /// The handle callers submit jobs through. Dropping it stops the writer after the jobs
 /// already queued, and waits for it, so the database is closed when the last handle is gone.
@@ -189,13 +203,18 @@ impl Drop for Writer {
 }
 
 impl Writer {
-    /// Starts the writer thread, continuing the chain from `head`.
-    pub fn start(shared: Arc<Shared>, head: ChainHead) -> Result<Writer, StoreError> {
+    /// Starts the writer thread, continuing the chain from `head`; lazy writes are fsynced
+    /// within `flush_interval`.
+    pub fn start(
+        shared: Arc<Shared>,
+        head: ChainHead,
+        flush_interval: Duration,
+    ) -> Result<Writer, StoreError> {
         let (jobs, rx) = mpsc::sync_channel::<Job>(4096);
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("airlock-store-writer".into())
-            .spawn(move || run(&thread_shared, rx, head))
+            .spawn(move || run(&thread_shared, rx, head, flush_interval))
             .map_err(|e| StoreError::Unavailable(format!("cannot start the writer: {e}")))?;
         Ok(Writer {
             jobs: Some(jobs),
@@ -210,18 +229,31 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     {
+        self.submit_with(Durability::Durable, f)
+    }
+
+    /// Runs `f` on the writer and returns its result once it is as durable as `durability`
+    /// promises.
+    pub fn submit_with<T, F>(&self, durability: Durability, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
         self.shared.check()?;
         let (tx, rx) = mpsc::sync_channel(1);
-        let job: Job = Box::new(move |t: &mut Tx<'_>| {
-            let sp = t.savepoint();
-            let out = f(t);
-            if out.is_err() {
-                t.rollback(sp);
-            }
-            Box::new(move |commit: Result<(), StoreError>| {
-                let _ = tx.send(commit.and(out));
-            })
-        });
+        let job: Job = (
+            durability,
+            Box::new(move |t: &mut Tx<'_>| {
+                let sp = t.savepoint();
+                let out = f(t);
+                if out.is_err() {
+                    t.rollback(sp);
+                }
+                Box::new(move |commit: Result<(), StoreError>| {
+                    let _ = tx.send(commit.and(out));
+                }) as Finish
+            }),
+        );
         self.jobs
             .as_ref()
             .ok_or_else(|| StoreError::Unavailable("the writer has stopped".into()))?
@@ -232,9 +264,30 @@ impl Writer {
     }
 }
 
-fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead) {
+fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: Duration) {
     let mut last_group = 1;
-    while let Ok(first) = rx.recv() {
+    // Lazy writes not yet fsynced, and since when.
+    let mut unsynced: Option<Instant> = None;
+    loop {
+        let first = match unsynced {
+            None => match rx.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            },
+            Some(since) => {
+                let wait = (since + flush_interval).saturating_duration_since(Instant::now());
+                match rx.recv_timeout(wait) {
+                    Ok(job) => job,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if sync(shared).is_ok() {
+                            unsynced = None;
+                        }
+                        continue;
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        };
         let mut group = vec![first];
         // Writers that were answered together come back together: when the last group had
         // company, wait a moment for as many, so they share one fsync instead of splitting
@@ -262,25 +315,52 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead) {
             staged: Vec::new(),
             head: head.clone(),
         };
-        let finishers: Vec<Finish> = group.into_iter().map(|job| job(&mut tx)).collect();
-        let result = commit(shared, std::mem::take(&mut tx.staged));
-        if result.is_ok() {
+        let mut lazy = Vec::new();
+        let mut durable = Vec::new();
+        for (d, job) in group {
+            let finish = job(&mut tx);
+            match d {
+                Durability::Lazy => lazy.push(finish),
+                Durability::Durable => durable.push(finish),
+            }
+        }
+        let written = commit(shared, std::mem::take(&mut tx.staged));
+        if written.is_ok() {
             head = tx.head;
         } else {
             shared.poisoned.store(true, Ordering::Release);
         }
-        for finish in finishers {
-            finish(result.clone());
+        for finish in lazy {
+            finish(written.clone());
         }
+        let synced = if durable.is_empty() {
+            unsynced = unsynced.or(Some(Instant::now()));
+            written
+        } else {
+            // INVARIANT: a durable caller hears back only after this fsync, which also covers
+            // every lazy write before it in the journal.
+            let r = written.and_then(|()| sync(shared));
+            if r.is_ok() {
+                unsynced = None;
+            }
+            r
+        };
+        for finish in durable {
+            finish(synced.clone());
+        }
+    }
+    if unsynced.is_some() {
+        let _ = sync(shared);
     }
 }
 
+/// Writes the staged batch to the journal, flushed to the OS (no fsync).
 fn commit(shared: &Shared, staged: Vec<Staged>) -> Result<(), StoreError> {
     shared.check()?;
     if staged.is_empty() {
         return Ok(());
     }
-    let mut batch = shared.db.batch().durability(Some(PersistMode::SyncAll));
+    let mut batch = shared.db.batch().durability(Some(PersistMode::Buffer));
     for s in staged {
         match s.value {
             Some(v) => batch.insert(shared.ks(s.ks), s.key, v),
@@ -288,4 +368,13 @@ fn commit(shared: &Shared, staged: Vec<Staged>) -> Result<(), StoreError> {
         }
     }
     batch.commit().map_err(StoreError::from)
+}
+
+/// Fsyncs the journal; a failure poisons the store.
+fn sync(shared: &Shared) -> Result<(), StoreError> {
+    shared.check()?;
+    shared.db.persist(PersistMode::SyncAll).map_err(|e| {
+        shared.poisoned.store(true, Ordering::Release);
+        StoreError::from(e)
+    })
 }

@@ -16,6 +16,7 @@ fn open(dir: &tempfile::TempDir) -> Store {
         dir.path(),
         StoreOptions {
             redact: vec!["/password".into()],
+            ..Default::default()
         },
     )
     .unwrap()

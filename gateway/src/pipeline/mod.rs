@@ -21,8 +21,8 @@ use airlock_policy::{
     evaluate, ClassifierOutcome, Decision, DecisionKind, GrantScope, Input, ToolCall,
 };
 use airlock_storage::{
-    Approval, ApprovalStatus, Begin, CallOutcome, CallRecord, CallStatus, GrantTerms, Principal,
-    Verdict,
+    Approval, ApprovalStatus, Begin, CallOutcome, CallRecord, CallStatus, Durability, GrantTerms,
+    Principal, Verdict,
 };
 use serde_json::{json, Map, Value};
 use tokio::time::Instant as TokioInstant;
@@ -292,8 +292,15 @@ async fn decide_and_run(
         DecisionKind::Allow => {
             let expl = explanation(&decision, &classified);
             // The decision and the claim to run are durable, in one fsync, before forwarding.
+            // `sync`: fsynced before it runs; `batched`: written now, fsynced within the
+            // flush interval, not awaited.
+            let durability = if gw.config.batched {
+                Durability::Lazy
+            } else {
+                Durability::Durable
+            };
             let record = gw
-                .store_op(move |s| s.record_call(record, expl, true))
+                .store_op(move |s| s.record_call_with(record, expl, true, durability))
                 .await?;
             run_claimed(gw, record).await
         }
@@ -686,7 +693,9 @@ async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, Api
     };
     let id = call.call_id.clone();
     let record = gw
-        .store_op(move |s| s.complete_call(&id, stored, now_ms()))
+        // The outcome is not awaited for an fsync: a crash before it leaves the call
+        // `call.interrupted` (its claim was durable), never re-run.
+        .store_op(move |s| s.complete_call_with(&id, stored, now_ms(), Durability::Lazy))
         .await?;
     gw.metrics.call(
         &decision,
