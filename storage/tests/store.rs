@@ -631,3 +631,40 @@ fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
     assert!(!store.spend_once("tok-2", 8).unwrap());
     assert!(store.verify_audit().is_ok());
 }
+
+#[test]
+fn lazy_writes_are_visible_at_once_and_kept_across_a_reopen() {
+    use airlock_storage::{CallStatus, Durability};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(&dir);
+        let mut c = call("lazy-1", "sha256:aa", &agent("a1"), "allow", 100);
+        c.status = CallStatus::Allowed;
+        let c = store
+            .record_call_with(c, no_fields(), true, Durability::Lazy)
+            .unwrap();
+        assert_eq!(c.status, CallStatus::Executing);
+        let outcome = CallOutcome {
+            upstream_status: Some(200),
+            result: Some(serde_json::json!({"ok": true})),
+            error: None,
+            message: None,
+        };
+        store
+            .complete_call_with("lazy-1", outcome, 101, Durability::Lazy)
+            .unwrap();
+        // Readers see a lazy write as soon as it is acknowledged.
+        assert_eq!(
+            store.call("lazy-1").unwrap().unwrap().status,
+            CallStatus::Completed
+        );
+        // A durable write after it, then close.
+        store.append_audit("test.marker", no_fields(), 102).unwrap();
+    }
+    let store = open(&dir);
+    assert_eq!(
+        store.call("lazy-1").unwrap().unwrap().status,
+        CallStatus::Completed
+    );
+    assert!(store.verify_audit().unwrap().is_ok());
+}
