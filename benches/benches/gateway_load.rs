@@ -8,6 +8,7 @@
 //! - memory: the gateway's RSS idle and with 10,000 pending approvals.
 //!
 //! Run: `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench gateway_load`
+//! (`AIRLOCK_BENCH_DURABILITY=batched` for the batched mode).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -88,6 +89,8 @@ impl Drop for GatewayProcess {
 }
 
 fn start_gateway(backend: u16) -> GatewayProcess {
+    // `AIRLOCK_BENCH_DURABILITY=batched` measures the batched mode.
+    let durability = std::env::var("AIRLOCK_BENCH_DURABILITY").unwrap_or_else(|_| "sync".into());
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().unwrap().parent().unwrap().join("airlock");
     assert!(
@@ -102,12 +105,12 @@ fn start_gateway(backend: u16) -> GatewayProcess {
     )
     .unwrap();
     let config = format!(
-        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nmax_held = 20000\n\
+        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nmax_held = 20000\ndurability = \"{durability}\"\n\
          [[principals]]\nid = \"agent\"\nrole = \"agent\"\ntoken_sha256 = \"{}\"\n\
          [[principals]]\nid = \"approver\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n\
          [[tools]]\nname = \"bench.*\"\nupstream = \"http://127.0.0.1:{backend}/echo\"\n",
         hash(AGENT),
-        hash(APPROVER)
+        hash(APPROVER),
     );
     std::fs::write(dir.path().join("airlock.toml"), config).unwrap();
     let mut child = Command::new(bin)
