@@ -208,6 +208,15 @@ pub enum AuditCommand {
         #[arg(long)]
         file: Option<PathBuf>,
     },
+    /// Drop the records before SEQ from a stopped gateway's store, keeping a checkpoint so
+    /// `verify` still proves the rest; refused for records not exported yet.
+    Prune {
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Records with a seq below this are dropped.
+        #[arg(long)]
+        before: u64,
+    },
     /// Write the records after SEQ as JSONL, to stdout or --out.
     Export {
         #[arg(long)]
@@ -278,6 +287,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Webhooks(cmd) => webhooks(cmd),
         Command::Mcp(McpCommand::Stdio { url, token }) => mcp_stdio(url, token),
         Command::Audit(AuditCommand::Verify { data_dir, file }) => audit_verify(data_dir, file),
+        Command::Audit(AuditCommand::Prune { data_dir, before }) => audit_prune(&data_dir, before),
         Command::Audit(AuditCommand::Export {
             data_dir,
             after,
@@ -486,12 +496,29 @@ fn audit_verify(data_dir: Option<PathBuf>, file: Option<PathBuf>) -> u8 {
                 "ok: {} records (seq {}..{}), last hash {}",
                 s.records, s.first_seq, s.last_seq, s.last_hash
             );
+            if s.first_seq > 1 {
+                println!("(the chain starts after seq {}: a prune's checkpoint, or an export made with --after)", s.first_seq - 1);
+            }
             0
         }
         Err(e) => {
             println!("FAILED: {e}");
             1
         }
+    }
+}
+
+fn audit_prune(data_dir: &std::path::Path, before: u64) -> u8 {
+    let store = match open_store(data_dir) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    match store.prune_audit(before, crate::clock::now_ms()) {
+        Ok((dropped, checkpoint)) => {
+            println!("pruned {dropped} records; verify now starts from the checkpoint at seq {checkpoint}");
+            0
+        }
+        Err(e) => bad_input(e.code(), e),
     }
 }
 

@@ -126,3 +126,79 @@ fn a_store_held_by_a_running_gateway_is_refused_with_its_code() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error[store.unavailable]"));
 }
+
+#[test]
+fn prune_keeps_a_checkpoint_refuses_what_was_not_exported_and_tampering_still_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    fill(&data, 40);
+    let data_s = data.to_str().unwrap();
+
+    // Nothing exported yet: a prune is refused, and drops nothing.
+    let p = airlock(&["audit", "prune", "--data-dir", data_s, "--before", "11"]);
+    assert_eq!(p.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&p.stderr).contains("error[audit.not_exported]"));
+    let v = airlock(&["audit", "verify", "--data-dir", data_s]);
+    assert!(
+        stdout(&v).starts_with("ok: 40 records (seq 1..40)"),
+        "{}",
+        stdout(&v)
+    );
+
+    // Export, then prune what was exported; verify proves the rest from the checkpoint.
+    let export = dir.path().join("audit.jsonl");
+    assert!(airlock(&[
+        "audit",
+        "export",
+        "--data-dir",
+        data_s,
+        "--out",
+        export.to_str().unwrap()
+    ])
+    .status
+    .success());
+    let p = airlock(&["audit", "prune", "--data-dir", data_s, "--before", "21"]);
+    assert_eq!(
+        p.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&p.stderr)
+    );
+    assert!(stdout(&p).contains("pruned 20 records"), "{}", stdout(&p));
+    let v = airlock(&["audit", "verify", "--data-dir", data_s]);
+    assert_eq!(v.status.code(), Some(0), "{}", stdout(&v));
+    // 20 remaining plus the `audit.pruned` record.
+    assert!(
+        stdout(&v).starts_with("ok: 21 records (seq 21..41)"),
+        "{}",
+        stdout(&v)
+    );
+    // The export still verifies on its own: nothing in it changed.
+    assert!(
+        airlock(&["audit", "verify", "--file", export.to_str().unwrap()])
+            .status
+            .success()
+    );
+    // Past the export (which ended at seq 40) is refused.
+    let p = airlock(&["audit", "prune", "--data-dir", data_s, "--before", "42"]);
+    assert_eq!(p.status.code(), Some(2), "{}", stdout(&p));
+
+    // Tampering after a prune is still caught: removing the first remaining record, or
+    // editing one.
+    {
+        // Straight into the database, as an attacker with the disk would.
+        let db = fjall::Database::builder(&data).open().unwrap();
+        let audit = db
+            .keyspace("audit", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        audit.remove(21u64.to_be_bytes()).unwrap();
+        db.persist(fjall::PersistMode::SyncAll).unwrap();
+    }
+    let v = airlock(&["audit", "verify", "--data-dir", data_s]);
+    assert_eq!(v.status.code(), Some(1), "{}", stdout(&v));
+    assert!(
+        stdout(&v).contains("the chain must start at seq 21"),
+        "{}",
+        stdout(&v)
+    );
+}

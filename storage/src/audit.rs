@@ -136,6 +136,21 @@ where
     I: IntoIterator<Item = Result<Vec<u8>, E>>,
     E: std::fmt::Display,
 {
+    verify_from(records, None)
+}
+
+/// [`verify`], with the chain required to start right after `anchor` (the seq and hash of the
+/// record before the first one): the genesis `(0, 64 zeros)` for a whole store, or a prune's
+/// checkpoint. Without an anchor a chain may start at any seq (an export made with `--after`),
+/// and only a chain starting at seq 1 is tied to the genesis.
+pub fn verify_from<I, E>(
+    records: I,
+    anchor: Option<(u64, &str)>,
+) -> Result<ChainSummary, ChainError>
+where
+    I: IntoIterator<Item = Result<Vec<u8>, E>>,
+    E: std::fmt::Display,
+{
     const CHUNK: usize = 8192;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -186,6 +201,19 @@ where
             let c = c?;
             summary = Some(match summary {
                 None => {
+                    if let Some((seq, hash)) = anchor {
+                        if c.seq != seq + 1 || c.prev_hash != hash {
+                            return Err(ChainError {
+                                seq: seq + 1,
+                                reason: format!(
+                                    "the chain must start at seq {} after {}; found seq {} (records were removed or the checkpoint does not match)",
+                                    seq + 1,
+                                    if seq == 0 { "the genesis".to_owned() } else { format!("the checkpoint at seq {seq}") },
+                                    c.seq
+                                ),
+                            });
+                        }
+                    }
                     if c.seq == 1 && c.prev_hash != GENESIS {
                         return Err(ChainError {
                             seq: 1,

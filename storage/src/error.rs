@@ -33,6 +33,8 @@ pub enum StoreError {
     DeliveryNotFound(String),
     #[error("{0}")]
     NoStore(String),
+    #[error("{0}")]
+    NotExported(String),
 }
 
 impl StoreError {
@@ -51,6 +53,7 @@ impl StoreError {
             StoreError::GrantGone => "approval.expired",
             StoreError::DeliveryNotFound(_) => "delivery.not_found",
             StoreError::NoStore(_) => "store.not_found",
+            StoreError::NotExported(_) => "audit.not_exported",
         }
     }
 }

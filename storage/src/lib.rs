@@ -27,7 +27,10 @@ use std::sync::Arc;
 use fjall::{Database, KeyspaceCreateOptions};
 use serde_json::Value;
 
-pub use audit::{redact, verify as verify_chain, ChainError, ChainSummary, GENESIS};
+pub use audit::{
+    redact, verify as verify_chain, verify_from as verify_chain_from, ChainError, ChainSummary,
+    GENESIS,
+};
 pub use error::StoreError;
 pub use model::{
     Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
@@ -197,13 +200,44 @@ impl Store {
             .map(|guard| guard.value().map(|v| v.to_vec()).map_err(StoreError::from))
     }
 
-    /// Verifies the whole audit chain as stored.
+    /// Verifies the whole audit chain as stored: from the genesis, or from the checkpoint a
+    /// prune left, so a removed first record is caught like any other.
     pub fn verify_audit(&self) -> Result<Result<ChainSummary, ChainError>, StoreError> {
         self.shared.check()?;
-        Ok(audit::verify(self.audit_records(0)))
+        let checkpoint = self.audit_checkpoint()?;
+        let anchor = match &checkpoint {
+            Some((seq, hash)) => (*seq, hash.as_str()),
+            None => (0, GENESIS),
+        };
+        let summary = audit::verify_from(self.audit_records(0), Some(anchor));
+        // An empty chain after a prune is still anchored at the checkpoint.
+        Ok(summary.map(|s| match (&checkpoint, s.records) {
+            (Some((seq, hash)), 0) => ChainSummary {
+                records: 0,
+                first_seq: 0,
+                last_seq: *seq,
+                last_hash: hash.clone(),
+            },
+            _ => s,
+        }))
     }
 
-    /// Writes the records with seq > `after` as JSONL; returns how many.
+    /// The seq and hash of the last record a prune dropped, if any.
+    pub fn audit_checkpoint(&self) -> Result<Option<(u64, String)>, StoreError> {
+        let v: Option<Value> = self.read(Ks::Settings, b"audit.checkpoint")?;
+        Ok(v.and_then(|v| Some((v.get("seq")?.as_u64()?, v.get("hash")?.as_str()?.to_owned()))))
+    }
+
+    /// Up to which seq the audit log was exported (`export_audit` to its end).
+    pub fn audit_exported_through(&self) -> Result<u64, StoreError> {
+        let v: Option<Value> = self.read(Ks::Settings, b"audit.exported_through")?;
+        Ok(v.and_then(|v| v.get("seq").and_then(Value::as_u64))
+            .unwrap_or(0))
+    }
+
+    /// Writes the records with seq > `after` as JSONL; returns how many. Once they are all
+    /// written (and `out` flushed), the store notes how far the log has been exported, which
+    /// is as far as a prune may go.
     pub fn export_audit(
         &self,
         after: u64,
@@ -211,14 +245,84 @@ impl Store {
     ) -> Result<u64, StoreError> {
         self.shared.check()?;
         let mut n = 0;
+        let mut last = None;
         for record in self.audit_records(after) {
             let record = record?;
             out.write_all(&record)
                 .and_then(|_| out.write_all(b"\n"))
                 .map_err(|e| StoreError::Unavailable(format!("cannot write the export: {e}")))?;
+            if let Ok(v) = serde_json::from_slice::<Value>(&record) {
+                last = v.get("seq").and_then(Value::as_u64);
+            }
             n += 1;
         }
+        out.flush()
+            .map_err(|e| StoreError::Unavailable(format!("cannot write the export: {e}")))?;
+        // Only an export that starts where the last one ended (or at the start) extends what
+        // is covered: a gap would let a prune drop records nobody has.
+        let through = self.audit_exported_through()?;
+        if let Some(last) = last {
+            if after <= through.max(self.audit_checkpoint()?.map_or(0, |c| c.0)) && last > through {
+                self.writer.submit(move |tx| {
+                    tx.put(
+                        Ks::Settings,
+                        b"audit.exported_through".to_vec(),
+                        keys::encode(&serde_json::json!({"seq": last}))?,
+                    );
+                    Ok(())
+                })?;
+            }
+        }
         Ok(n)
+    }
+
+    /// Drops the audit records with seq < `before`, keeping the seq and hash of the last one
+    /// dropped as the checkpoint `verify` starts from. Refused for records not exported yet
+    /// (`audit.not_exported`).
+    pub fn prune_audit(&self, before: u64, now: Millis) -> Result<(u64, u64), StoreError> {
+        self.shared.check()?;
+        let through = self.audit_exported_through()?;
+        let last_dropped = before.saturating_sub(1);
+        if last_dropped > through {
+            return Err(StoreError::NotExported(format!(
+                "records up to seq {last_dropped} would be dropped, but the log was exported only through seq {through}: export first (`airlock audit export`)"
+            )));
+        }
+        self.writer.submit(move |tx| {
+            if last_dropped == 0 {
+                return Ok((0, 0));
+            }
+            let Some(bytes) = tx.get(Ks::Audit, &last_dropped.to_be_bytes())? else {
+                return Err(StoreError::NotExported(format!(
+                    "no audit record {last_dropped} to keep as the checkpoint (already pruned?)"
+                )));
+            };
+            let record: Value =
+                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let hash = record
+                .get("hash")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let keys =
+                tx.committed_keys_until(Ks::Audit, &last_dropped.to_be_bytes(), usize::MAX)?;
+            let dropped = keys.len() as u64;
+            for k in keys {
+                tx.delete(Ks::Audit, k);
+            }
+            tx.put(
+                Ks::Settings,
+                b"audit.checkpoint".to_vec(),
+                keys::encode(&serde_json::json!({"seq": last_dropped, "hash": hash}))?,
+            );
+            let mut f = serde_json::Map::new();
+            f.insert("before".into(), Value::from(before));
+            f.insert("dropped".into(), Value::from(dropped));
+            f.insert("checkpoint_seq".into(), Value::from(last_dropped));
+            f.insert("checkpoint_hash".into(), Value::from(hash));
+            tx.audit(now, "audit.pruned", f);
+            Ok((dropped, last_dropped))
+        })
     }
 
     /// The last audit seq and hash.

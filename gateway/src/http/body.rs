@@ -77,6 +77,7 @@ pub fn status_for(code: &str) -> StatusCode {
         | "call.invalid_state"
         | "call.cancelled"
         | "call.exists" => StatusCode::CONFLICT,
+        "audit.not_exported" => StatusCode::CONFLICT,
         "approval.not_found" | "call.not_found" | "tool.unknown" | "route.not_found"
         | "delivery.not_found" | "webhook.not_found" => StatusCode::NOT_FOUND,
         "route.method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,

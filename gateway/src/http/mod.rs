@@ -398,6 +398,44 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 &json!({"delivery_id": queued.first().map(|d| d.id.clone())}),
             ))
         }
+        (Method::GET, ["v1", "audit", "export"]) => {
+            require(role, &[Role::Admin])?;
+            // The online `airlock audit export`: JSONL of the records after `after`; once it
+            // is all written, the store notes how far the log is exported (what a prune may
+            // drop).
+            let after = query_param(&query, "after")
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(0u64);
+            let bytes = gw
+                .store_op(move |s| {
+                    let mut out = Vec::new();
+                    s.export_audit(after, &mut out)?;
+                    Ok(out)
+                })
+                .await?;
+            let mut r = Response::new(full(bytes));
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/x-ndjson"),
+            );
+            Ok(r)
+        }
+        (Method::POST, ["v1", "audit", "prune"]) => {
+            require(role, &[Role::Admin])?;
+            let body = body_json(&read_body(req.into_body(), limit).await?)?;
+            let before = body.get("before").and_then(Value::as_u64).ok_or_else(|| {
+                ApiError::new(
+                    "request.invalid_field",
+                    "`before` must be a seq (an integer)",
+                )
+            })?;
+            let now = now_ms();
+            let (dropped, checkpoint) = gw.store_op(move |s| s.prune_audit(before, now)).await?;
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"dropped": dropped, "checkpoint_seq": checkpoint}),
+            ))
+        }
         (Method::GET, ["v1", "audit"]) => {
             require(role, &[Role::Admin])?;
             let after = query_param(&query, "after")
@@ -517,6 +555,7 @@ fn is_known_path(segments: &[&str]) -> bool {
             | ["v1", "policy"]
             | ["v1", "policy", "evaluate" | "reload"]
             | ["v1", "audit"]
+            | ["v1", "audit", "prune" | "export"]
             | ["healthz" | "readyz" | "metrics"]
     )
 }
