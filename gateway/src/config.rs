@@ -875,6 +875,15 @@ impl Config {
         self.tools.iter().find(|t| t.pattern.matches(tool))
     }
 
+    /// Whether a browser `Origin` may call: `public_url`'s own, or one of `allowed_origins`.
+    pub fn origin_allowed(&self, origin: &str) -> bool {
+        let own = self.public_url.as_deref().map(|url| {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+            format!("{scheme}://{}", rest.split('/').next().unwrap_or(""))
+        });
+        own.as_deref() == Some(origin) || self.allowed_origins.iter().any(|o| o == origin)
+    }
+
     /// The configured tool names and patterns, nearest to `tool` first (by edit distance),
     /// for the message of `tool.unknown`.
     pub fn tools_nearest(&self, tool: &str) -> Vec<&str> {

@@ -131,6 +131,60 @@ pub async fn read_body(body: Incoming, limits: BodyLimits) -> Result<Bytes, ApiE
     }
 }
 
+/// A `text/event-stream` response fed by `rx`, one chunk per event.
+pub fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
+    let mut r = Response::new(ChannelBody::new(rx).boxed());
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-cache"),
+    );
+    r
+}
+
+/// A server-sent event stream of the gateway's events, as `chunk` renders each (`None`
+/// skips it), with a keep-alive comment every 15 seconds, until the client leaves or
+/// `shutdown` is cancelled. A client too slow to keep up gets `lagged(n)`.
+pub fn event_stream(
+    mut events: tokio::sync::broadcast::Receiver<crate::state::Event>,
+    shutdown: tokio_util::sync::CancellationToken,
+    chunk: impl Fn(&crate::state::Event) -> Option<Bytes> + Send + 'static,
+    lagged: impl Fn(u64) -> Bytes + Send + 'static,
+) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        if tx
+            .send(Bytes::from_static(b": connected\n\n"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut keepalive = tokio::time::interval(std::time::Duration::from_secs(15));
+        loop {
+            let next = tokio::select! {
+                e = events.recv() => match e {
+                    Ok(e) => match chunk(&e) {
+                        Some(c) => c,
+                        None => continue,
+                    },
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => lagged(n),
+                    Err(_) => break,
+                },
+                _ = keepalive.tick() => Bytes::from_static(b": keep-alive\n\n"),
+                _ = shutdown.cancelled() => break,
+            };
+            if tx.send(next).await.is_err() {
+                break;
+            }
+        }
+    });
+    sse_response(rx)
+}
+
 /// A body fed by a channel: server-sent events, one chunk per message.
 pub struct ChannelBody {
     rx: mpsc::Receiver<Bytes>,

@@ -12,18 +12,16 @@ use airlock_policy::cases::{decision_json, fixed_classifiers, EvalRequest};
 use airlock_policy::{evaluate, json as strict_json, ToolCall};
 use airlock_storage::{ApprovalFilter, ApprovalStatus};
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
 use crate::approvals::approval_json;
 use crate::auth::{require, Role};
 use crate::clock::{now_ms, rfc3339, to_system_time};
 use crate::connections::CloseReason;
 use crate::error::ApiError;
-use crate::http::body::{full, json_response, read_body, Body, BodyLimits, ChannelBody};
+use crate::http::body::{full, json_response, read_body, Body, BodyLimits};
 use crate::pipeline::{self, parse_prefer, Outcome};
 use crate::state::Gateway;
 use crate::urlencoded::decode_component;
@@ -572,44 +570,17 @@ async fn audit_rejection(gw: &Arc<Gateway>, principal: &str, code: &'static str)
     }
 }
 
-/// `GET /v1/events`: server-sent events of approvals and completed calls, with a keep-alive
-/// comment every 15 seconds.
+/// `GET /v1/events`: server-sent events of approvals and completed calls.
 fn event_stream(gw: &Arc<Gateway>) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let mut events = gw.events.subscribe();
-    let shutdown = gw.shutdown.clone();
-    tokio::spawn(async move {
-        if tx
-            .send(Bytes::from_static(b": connected\n\n"))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let mut keepalive = tokio::time::interval(Duration::from_secs(15));
-        loop {
-            let chunk = tokio::select! {
-                e = events.recv() => match e {
-                    Ok(e) => Bytes::from(format!("event: {}\ndata: {}\n\n", e.kind, e.data)),
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => Bytes::from(format!(": {n} events dropped, the client is too slow\n\n")),
-                    Err(_) => break,
-                },
-                _ = keepalive.tick() => Bytes::from_static(b": keep-alive\n\n"),
-                _ = shutdown.cancelled() => break,
-            };
-            if tx.send(chunk).await.is_err() {
-                break;
-            }
-        }
-    });
-    let mut r = Response::new(ChannelBody::new(rx).boxed());
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/event-stream"),
-    );
-    r.headers_mut().insert(
-        hyper::header::CACHE_CONTROL,
-        hyper::header::HeaderValue::from_static("no-cache"),
-    );
-    r
+    crate::http::body::event_stream(
+        gw.events.subscribe(),
+        gw.shutdown.clone(),
+        |e| {
+            Some(Bytes::from(format!(
+                "event: {}\ndata: {}\n\n",
+                e.kind, e.data
+            )))
+        },
+        |n| Bytes::from(format!(": {n} events dropped, the client is too slow\n\n")),
+    )
 }

@@ -15,22 +15,19 @@
 mod pages;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use airlock_storage::{ApprovalFilter, ApprovalStatus, Principal};
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
 
 use crate::auth::Role;
 use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::http::body::{full, read_body, Body, BodyLimits, ChannelBody};
+use crate::http::body::{full, read_body, Body, BodyLimits};
 use crate::state::{audit_fields, Gateway};
 use crate::urlencoded;
 
@@ -373,40 +370,13 @@ async fn audit(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
 /// Pending-list changes, for the page's live refresh: one `changed` event per approval
 /// event (the page then fetches its rows again).
 fn events(gw: &Arc<Gateway>) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let mut events = gw.events.subscribe();
-    let shutdown = gw.shutdown.clone();
-    tokio::spawn(async move {
-        if tx
-            .send(Bytes::from_static(b": connected\n\n"))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let mut keepalive = tokio::time::interval(Duration::from_secs(15));
-        loop {
-            let chunk = tokio::select! {
-                e = events.recv() => match e {
-                    Ok(e) if e.kind.starts_with("approval.") => Bytes::from_static(b"event: changed\ndata: {}\n\n"),
-                    Ok(_) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => Bytes::from_static(b"event: changed\ndata: {}\n\n"),
-                    Err(_) => break,
-                },
-                _ = keepalive.tick() => Bytes::from_static(b": keep-alive\n\n"),
-                _ = shutdown.cancelled() => break,
-            };
-            if tx.send(chunk).await.is_err() {
-                break;
-            }
-        }
-    });
-    let mut r = Response::new(ChannelBody::new(rx).boxed());
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    r.headers_mut()
-        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
+    let changed = || Bytes::from_static(b"event: changed\ndata: {}\n\n");
+    crate::http::body::event_stream(
+        gw.events.subscribe(),
+        gw.shutdown.clone(),
+        move |e| e.kind.starts_with("approval.").then(changed),
+        move |_| changed(),
+    )
 }
 
 /// `POST /inbox/login`: an approver's or admin's token becomes a session.
@@ -539,24 +509,14 @@ fn random_hex(bytes: usize) -> String {
 }
 
 /// A state change must come from this inbox's own pages: the `Origin` is ours, or, when a
-/// browser sends none, `Sec-Fetch-Site` says same-origin. Neither: refused.
+/// browser sends none (or `null`, as it does for some same-origin form posts and for any
+/// sandboxed frame), `Sec-Fetch-Site` says same-origin. Neither: refused.
 fn same_origin(gw: &Gateway, headers: &HeaderMap) -> bool {
     let get = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
-    // A browser says `Origin: null` for some same-origin form posts (and a sandboxed frame
-    // for any): then only `Sec-Fetch-Site` can tell.
     match get("origin").filter(|o| *o != "null") {
-        Some(origin) => {
-            let own = gw.config.public_url.as_deref().map(origin_of);
-            own.as_deref() == Some(origin) || gw.config.allowed_origins.iter().any(|o| o == origin)
-        }
+        Some(origin) => gw.config.origin_allowed(origin),
         None => get("sec-fetch-site") == Some("same-origin"),
     }
-}
-
-fn origin_of(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
-    let host = rest.split('/').next().unwrap_or("");
-    format!("{scheme}://{host}")
 }
 
 fn clear_cookie(gw: &Gateway) -> String {

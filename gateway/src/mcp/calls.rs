@@ -18,7 +18,6 @@ use std::time::Duration;
 use airlock_policy::{json as strict_json, ToolCall, MAX_ARGS_DEPTH};
 use airlock_storage::Principal;
 use bytes::Bytes;
-use http_body_util::BodyExt;
 use hyper::{Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
@@ -28,7 +27,7 @@ use super::wire::{self, Message, RpcError};
 use super::{rpc_error, Exchange, McpFront};
 use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::http::body::{json_response, Body, ChannelBody};
+use crate::http::body::{json_response, Body};
 use crate::pipeline::{self, Front, Hold, Outcome};
 use crate::state::{audit_fields, Gateway};
 
@@ -415,16 +414,7 @@ fn stream_with_progress(
         let result = tool_result(&gw, &front, &principal, &exchange, &call, outcome);
         let _ = relay.tx.send(sse(&wire::result(id, result))).await;
     });
-    let mut r = Response::new(ChannelBody::new(rx).boxed());
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/event-stream"),
-    );
-    r.headers_mut().insert(
-        hyper::header::CACHE_CONTROL,
-        hyper::header::HeaderValue::from_static("no-cache"),
-    );
-    r
+    crate::http::body::sse_response(rx)
 }
 
 /// What a call's event stream relays while the call runs.

@@ -109,7 +109,7 @@ pub async fn handle(
         );
     };
     if let Some(origin) = req.headers().get("origin").and_then(|v| v.to_str().ok()) {
-        if !origin_allowed(&gw, origin) {
+        if !gw.config.origin_allowed(origin) {
             return http_refusal(
                 StatusCode::FORBIDDEN,
                 "auth.forbidden_origin",
@@ -169,18 +169,6 @@ fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
-}
-
-fn origin_allowed(gw: &Gateway, origin: &str) -> bool {
-    let own = gw.config.public_url.as_deref().map(origin_of);
-    own.as_deref() == Some(origin) || gw.config.allowed_origins.iter().any(|o| o == origin)
-}
-
-/// `scheme://host[:port]` of a URL.
-fn origin_of(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
-    let host = rest.split('/').next().unwrap_or("");
-    format!("{scheme}://{host}")
 }
 
 fn empty(status: StatusCode) -> Response<Body> {
@@ -606,35 +594,16 @@ async fn aggregate(
 ) -> Value {
     let mut items = Vec::new();
     for s in &gw.mcp.servers {
-        let mut cursor: Option<String> = None;
-        for _ in 0..100 {
-            let p = match &cursor {
-                Some(c) => json!({"cursor": c}),
-                None => json!({}),
-            };
-            let Ok(page) = s.request(method, p, None).await else {
-                break;
-            };
-            for mut item in page
-                .get(field)
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-            {
-                if prefix_names {
-                    if let Some(n) = item.get("name").and_then(Value::as_str) {
-                        item["name"] = Value::String(format!("{}{n}", s.config.prefix));
-                    }
+        let Ok(listed) = s.list_all(method, field).await else {
+            continue;
+        };
+        for mut item in listed {
+            if prefix_names {
+                if let Some(n) = item.get("name").and_then(Value::as_str) {
+                    item["name"] = Value::String(format!("{}{n}", s.config.prefix));
                 }
-                items.push(item);
             }
-            cursor = page
-                .get("nextCursor")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            if cursor.is_none() {
-                break;
-            }
+            items.push(item);
         }
     }
     paginate(items, field, params)

@@ -167,7 +167,8 @@ impl Server {
         Ok(())
     }
 
-    async fn list_all(&self, method: &str, field: &str) -> Result<Vec<Value>, Failure> {
+    /// Every item of a paginated list method (following `nextCursor`, 100 pages at most).
+    pub async fn list_all(&self, method: &str, field: &str) -> Result<Vec<Value>, Failure> {
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..100 {
