@@ -1,8 +1,12 @@
-//! airlock's gateway: the HTTP front end, the call pipeline, and the command line.
+//! airlock's gateway: the front ends, the call pipeline, and the command line.
 //!
-//! Start at [`server::run`]; a request goes through [`http::handle`] (routing and roles) into
-//! [`pipeline`] (authenticate → parse → fingerprint → decide → grant or hold → forward → audit).
-//! [`state`] holds what requests share; [`config`] reads `airlock.toml`; [`cli`] is the
+//! Start at [`server::run`]: the accept loop and its connection guards ([`connections`])
+//! send each request to one front end by path — [`http::handle`] (the JSON API),
+//! [`mcp::handle`] (`/mcp`, both MCP revisions, with the upstream MCP clients in
+//! [`mcp::upstream`]) or [`inbox::handle`] (the approvers' web pages). Every front end feeds
+//! [`pipeline`] (parse → fingerprint → decide → grant or hold → forward → audit), whose
+//! answer is a protocol-neutral [`pipeline::Outcome`] or an [`error::ApiError`] with a stable
+//! code. [`state`] holds what requests share; [`config`] reads `airlock.toml`; [`cli`] is the
 //! command line, including the client of a running gateway in [`client`].
 
 pub mod approvals;
