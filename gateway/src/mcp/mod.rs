@@ -53,7 +53,15 @@ const PAGE: usize = 100;
 struct Session {
     principal: String,
     capabilities: Value,
+    /// When it was last used (a session idle for [`SESSION_IDLE`] is forgotten).
+    used: std::time::Instant,
 }
+
+/// How long an unused 2025 session is kept.
+const SESSION_IDLE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Sessions one principal may hold; opening one more forgets its least recently used.
+const SESSIONS_PER_PRINCIPAL: usize = 256;
 
 /// What the MCP front end keeps between requests.
 pub struct McpFront {
@@ -68,6 +76,45 @@ impl McpFront {
             sessions: Mutex::new(HashMap::new()),
             state_key,
         }
+    }
+
+    /// Opens a session for `principal`. Sessions are memory: idle ones are forgotten, and a
+    /// principal past its share loses its least recently used one, so `initialize` in a loop
+    /// cannot grow the gateway without bound. A forgotten session is answered 404, and the
+    /// client initializes again.
+    fn open_session(&self, principal: &str, capabilities: Value) -> String {
+        let sid = new_session_id();
+        let now = std::time::Instant::now();
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|_, s| now.duration_since(s.used) < SESSION_IDLE);
+        let mut mine: Vec<(String, std::time::Instant)> = sessions
+            .iter()
+            .filter(|(_, s)| s.principal == principal)
+            .map(|(k, s)| (k.clone(), s.used))
+            .collect();
+        if mine.len() >= SESSIONS_PER_PRINCIPAL {
+            mine.sort_by_key(|(_, used)| *used);
+            for (k, _) in mine.iter().take(mine.len() + 1 - SESSIONS_PER_PRINCIPAL) {
+                sessions.remove(k);
+            }
+        }
+        sessions.insert(
+            sid.clone(),
+            Session {
+                principal: principal.to_owned(),
+                capabilities,
+                used: now,
+            },
+        );
+        sid
+    }
+
+    /// The session `sid` if `principal` opened it, marked as used.
+    fn session(&self, sid: &str, principal: &str) -> Option<Session> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let s = sessions.get_mut(sid).filter(|s| s.principal == principal)?;
+        s.used = std::time::Instant::now();
+        Some(s.clone())
     }
 }
 
@@ -243,14 +290,8 @@ async fn post(
             accepts_sse,
         }
     } else if let Some(sid) = get("mcp-session-id") {
-        let session = front
-            .sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&sid)
-            .cloned();
         // Another principal's session is as unknown as a made-up one.
-        match session.filter(|s| s.principal == principal.id) {
+        match front.session(&sid, &principal.id) {
             Some(s) => Exchange {
                 revision: LEGACY,
                 session: Some(sid),
@@ -302,18 +343,7 @@ async fn post(
     let modern = exchange.modern();
     let answer = match method.as_str() {
         "initialize" => {
-            let sid = new_session_id();
-            front
-                .sessions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(
-                    sid.clone(),
-                    Session {
-                        principal: principal.id.clone(),
-                        capabilities: exchange.capabilities.clone(),
-                    },
-                );
+            let sid = front.open_session(&principal.id, exchange.capabilities.clone());
             let mut r = json_response(
                 StatusCode::OK,
                 &wire::result(
@@ -634,4 +664,30 @@ async fn pass(server: &upstream::Server, method: &str, params: Value) -> Result<
                 RpcError::new(Value::Null, -32603, e.message).with_data(json!({"code": e.code}))
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn sessions_belong_to_their_principal_and_are_bounded_per_principal() {
+        let front = McpFront::new(vec![1; 32]);
+        let first = front.open_session("a", Value::Null);
+        assert!(front.session(&first, "a").is_some());
+        assert!(front.session(&first, "b").is_none());
+        for _ in 0..SESSIONS_PER_PRINCIPAL {
+            front.open_session("a", Value::Null);
+        }
+        // The oldest went to make room; another principal's are untouched.
+        assert!(front.session(&first, "a").is_none());
+        let other = front.open_session("b", Value::Null);
+        assert!(front.session(&other, "b").is_some());
+        let sessions = front.sessions.lock().unwrap();
+        assert_eq!(
+            sessions.values().filter(|s| s.principal == "a").count(),
+            SESSIONS_PER_PRINCIPAL
+        );
+    }
 }
