@@ -733,3 +733,90 @@ fn a_2025_client_is_sent_the_url_elicitation_on_its_held_call_stream() {
     let log = upstream_log(&gw, "up");
     assert_eq!(log, vec![json!({"text": "elicited-2025", "n": 901})]);
 }
+
+#[test]
+fn a_2025_clients_cancel_ends_its_held_call() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "30s");
+    let url = format!("{}/mcp", gw.base);
+    let c = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(40))
+        .build()
+        .unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let resp = c
+        .post(&url)
+        .bearer_auth("token-agent1")
+        .json(&init)
+        .send()
+        .unwrap();
+    let sid = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for (n, accept) in [
+        (500, "application/json"),
+        (501, "application/json, text/event-stream"),
+    ] {
+        let (u, s, a, client) = (url.clone(), sid.clone(), accept.to_owned(), c.clone());
+        let held = std::thread::spawn(move || {
+            let t = Instant::now();
+            let r = client
+                .post(&u)
+                .bearer_auth("token-agent1")
+                .header("mcp-session-id", &s)
+                .header("mcp-protocol-version", "2025-11-25")
+                .header("accept", a)
+                .json(
+                    &json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+                    "name": "up.echo", "arguments": {"n": n}, "_meta": {"progressToken": "p"}}}),
+                )
+                .send()
+                .unwrap();
+            let status = r.status().as_u16();
+            let body = r.text().unwrap();
+            (status, body, t.elapsed())
+        });
+        pending_approval(&gw);
+        let r = c
+            .post(&url)
+            .bearer_auth("token-agent1")
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(
+                &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": n, "reason": "the user stopped it"}}),
+            )
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202);
+        let (status, body, took) = held.join().unwrap();
+        assert!(took < Duration::from_secs(10), "{accept}: {took:?}");
+        assert!(
+            !body.contains("\"result\""),
+            "{accept}: no answer after a cancel: {body}"
+        );
+        assert!(status == 202 || status == 200, "{accept}: {status}");
+        // The approval stays for an approver; this request no longer waits for it.
+        let (_, b) = gw.req(
+            "GET",
+            "/v1/approvals?status=pending",
+            Some("ops"),
+            None,
+            None,
+        );
+        for a in b["approvals"].as_array().unwrap() {
+            let (s, _) = gw.req(
+                "POST",
+                &format!("/v1/approvals/{}/decline", a["id"].as_str().unwrap()),
+                Some("ops"),
+                Some(r#"{"reason":"cleanup"}"#),
+                None,
+            );
+            assert_eq!(s, 200);
+        }
+    }
+    assert!(gw.metrics().contains("airlock_held_requests 0"));
+    assert!(upstream_log(&gw, "up").is_empty());
+}

@@ -87,6 +87,10 @@ pub async fn call(
         Hold::Wait(gw.config.hold_timeout)
     };
     let progress_token = msg.params.pointer("/_meta/progressToken").cloned();
+    let cancel = exchange
+        .session
+        .as_deref()
+        .map(|sid| (sid.to_owned(), front.cancellable(sid, &id)));
     match progress_token {
         token if exchange.accepts_sse && !mrtr => stream_with_progress(
             gw.clone(),
@@ -98,10 +102,25 @@ pub async fn call(
             hold,
             front_tag,
             token,
+            cancel,
         ),
         _ => {
-            let outcome =
-                pipeline::run_call(gw, principal.clone(), call.clone(), hold, front_tag).await;
+            let run = pipeline::run_call(gw, principal.clone(), call.clone(), hold, front_tag);
+            let outcome = match &cancel {
+                Some((sid, token)) => {
+                    let o = tokio::select! {
+                        o = run => Some(o),
+                        _ = token.cancelled() => None,
+                    };
+                    front.done(sid, &id);
+                    match o {
+                        Some(o) => o,
+                        // Cancelled: the client expects no answer to this request.
+                        None => return super::empty(StatusCode::ACCEPTED),
+                    }
+                }
+                None => run.await,
+            };
             answer(gw, front, &principal, &exchange, id, &call, outcome)
         }
     }
@@ -359,6 +378,7 @@ fn stream_with_progress(
     hold: Hold,
     front_tag: Front,
     token: Option<Value>,
+    cancel: Option<(String, tokio_util::sync::CancellationToken)>,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
@@ -368,7 +388,13 @@ fn stream_with_progress(
             up_rx,
             token,
             ticks: 0,
+            cancel: cancel.as_ref().map(|(_, t)| t.clone()),
         };
+        let _done = cancel.map(|(sid, _)| Done {
+            front: front.clone(),
+            sid,
+            id: id.clone(),
+        });
         let elicit = !exchange.modern() && exchange.url_elicitation();
         let first = pipeline::UPSTREAM_NOTIFICATIONS.scope(
             up_tx.clone(),
@@ -424,6 +450,21 @@ struct Relay {
     /// The client's progress token, if it gave one.
     token: Option<Value>,
     ticks: u64,
+    /// A 2025 client's `notifications/cancelled` for this request.
+    cancel: Option<tokio_util::sync::CancellationToken>,
+}
+
+/// Forgets a request's cancellation handle when its stream ends, however it ends.
+struct Done {
+    front: Arc<McpFront>,
+    sid: String,
+    id: Value,
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.front.done(&self.sid, &self.id);
+    }
 }
 
 impl Relay {
@@ -436,9 +477,14 @@ impl Relay {
         tokio::pin!(fut);
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
         tick.tick().await;
+        let cancel = self.cancel.clone().unwrap_or_default();
         loop {
             let note = tokio::select! {
                 o = &mut fut => return Some(o),
+                // The client cancelled, or closed the stream: drop the call's future (its
+                // hold ends; an upstream request in flight is dropped with it).
+                _ = cancel.cancelled() => return None,
+                _ = self.tx.closed() => return None,
                 Some(mut up) = self.up_rx.recv() => {
                     let method = up.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
                     match (method.as_str(), &self.token) {

@@ -66,6 +66,9 @@ const SESSIONS_PER_PRINCIPAL: usize = 256;
 /// What the MCP front end keeps between requests.
 pub struct McpFront {
     sessions: Mutex<HashMap<String, Session>>,
+    /// In-flight `tools/call`s of 2025 sessions, by session and request id, for
+    /// `notifications/cancelled`.
+    cancels: Mutex<HashMap<String, tokio_util::sync::CancellationToken>>,
     /// The key sealing `requestState` (kept in the store, so it survives restarts).
     state_key: Vec<u8>,
 }
@@ -74,6 +77,7 @@ impl McpFront {
     pub fn new(state_key: Vec<u8>) -> McpFront {
         McpFront {
             sessions: Mutex::new(HashMap::new()),
+            cancels: Mutex::new(HashMap::new()),
             state_key,
         }
     }
@@ -107,6 +111,28 @@ impl McpFront {
             },
         );
         sid
+    }
+
+    /// A cancellation handle for request `id` of session `sid`, until [`McpFront::done`].
+    pub fn cancellable(&self, sid: &str, id: &Value) -> tokio_util::sync::CancellationToken {
+        let token = tokio_util::sync::CancellationToken::new();
+        let mut c = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        c.insert(format!("{sid}\0{id}"), token.clone());
+        token
+    }
+
+    pub fn done(&self, sid: &str, id: &Value) {
+        let mut c = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        c.remove(&format!("{sid}\0{id}"));
+    }
+
+    /// `notifications/cancelled` from session `sid`: the call stops waiting (its hold ends,
+    /// an upstream request in flight is dropped).
+    fn cancel(&self, sid: &str, id: &Value) {
+        let mut c = self.cancels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = c.remove(&format!("{sid}\0{id}")) {
+            t.cancel();
+        }
     }
 
     /// The session `sid` if `principal` opened it, marked as used.
@@ -336,7 +362,13 @@ async fn post(
         return empty(StatusCode::ACCEPTED);
     };
     if msg.id.is_none() {
-        // Notifications (initialized, cancelled, progress): acknowledged.
+        // Notifications (initialized, cancelled, progress): acknowledged. A 2025 client's
+        // cancel stops its call (a 2026 client cancels by closing the response stream).
+        if method == "notifications/cancelled" {
+            if let (Some(sid), Some(rid)) = (&exchange.session, msg.params.get("requestId")) {
+                front.cancel(sid, rid);
+            }
+        }
         return empty(StatusCode::ACCEPTED);
     }
     let id = msg.id();

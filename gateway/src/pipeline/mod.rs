@@ -489,9 +489,11 @@ async fn wait_for_decision(
     wait: Duration,
 ) -> Result<CallRecord, ApiError> {
     let deadline = TokioInstant::now() + wait;
-    let notify = gw.holds.watch(call_id);
-    gw.metrics.held_requests.inc();
-    let result = async {
+    // Released however the wait ends: answered, or dropped because the client went away or
+    // cancelled.
+    let held = Held::new(gw, call_id);
+    let notify = held.notify.clone();
+    async {
         loop {
             let notified = notify.notified();
             tokio::pin!(notified);
@@ -519,10 +521,34 @@ async fn wait_for_decision(
             }
         }
     }
-    .await;
-    gw.metrics.held_requests.dec();
-    gw.holds.release(call_id, notify);
-    result
+    .await
+}
+
+/// A request held on a call: counted in `airlock_held_requests` and registered for wake-ups
+/// until it is dropped.
+struct Held {
+    gw: Arc<Gateway>,
+    call_id: String,
+    notify: Arc<tokio::sync::Notify>,
+}
+
+impl Held {
+    fn new(gw: &Arc<Gateway>, call_id: &str) -> Held {
+        gw.metrics.held_requests.inc();
+        Held {
+            gw: gw.clone(),
+            call_id: call_id.to_owned(),
+            notify: gw.holds.watch(call_id),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.gw.metrics.held_requests.dec();
+        let notify = std::mem::replace(&mut self.notify, Arc::new(tokio::sync::Notify::new()));
+        self.gw.holds.release(&self.call_id, notify);
+    }
 }
 
 /// Answers for a call in whatever state it is in, executing it when it may run.
