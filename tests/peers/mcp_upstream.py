@@ -3,19 +3,22 @@
 Usage: mcp_upstream.py http PORT | stdio
 
 Tools: `echo` (returns its arguments, counting calls), `count` (how many calls reached
-this process), `crash` (exits the process mid-call), `slow` (sleeps). A resource and a prompt
+this process, and how many `wait`s were cancelled), `crash` (exits the process mid-call),
+`slow` (sleeps), `wait` (sleeps without blocking; counts a cancel). A resource and a prompt
 exercise the pass-through methods.
 """
 
 import json
 import os
+
+import anyio
 import sys
 import time
 
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("airlock-test-upstream")
-calls = {"n": 0, "log": []}
+calls = {"n": 0, "log": [], "cancelled": 0}
 
 
 @server.tool()
@@ -29,13 +32,24 @@ def echo(text: str = "", n: int = 0) -> dict:
 @server.tool()
 def count() -> dict:
     """How many echo calls reached this server, and their arguments."""
-    return {"calls": calls["n"], "log": calls["log"]}
+    return {"calls": calls["n"], "log": calls["log"], "cancelled": calls["cancelled"]}
 
 
 @server.tool()
 def crash() -> str:
     """Exit the process in the middle of the call."""
     os._exit(3)
+
+
+@server.tool()
+async def wait(ms: int = 10000) -> str:
+    """Wait without blocking; a cancelled wait is counted."""
+    try:
+        await anyio.sleep(ms / 1000)
+    except anyio.get_cancelled_exc_class():
+        calls["cancelled"] += 1
+        raise
+    return "waited"
 
 
 @server.tool()

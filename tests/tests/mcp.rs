@@ -164,7 +164,13 @@ fn both_revisions_list_call_deny_and_refuse_bad_input() {
             .iter()
             .map(|t| t.as_str().unwrap())
             .collect();
-        for t in ["up.echo", "up.count", "local.echo", "local.crash"] {
+        for t in [
+            "up.echo",
+            "up.count",
+            "up.wait",
+            "local.echo",
+            "local.crash",
+        ] {
             assert!(names.contains(&t), "{mode}: {names:?}");
         }
 
@@ -819,4 +825,82 @@ fn a_2025_clients_cancel_ends_its_held_call() {
     }
     assert!(gw.metrics().contains("airlock_held_requests 0"));
     assert!(upstream_log(&gw, "up").is_empty());
+}
+
+/// How many `wait` calls an upstream saw cancelled.
+fn upstream_cancelled(gw: &Gateway, server: &str) -> u64 {
+    let r = call(
+        gw,
+        "agent2",
+        "legacy",
+        &format!("{server}.count"),
+        json!({}),
+    );
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    serde_json::from_str::<Value>(text).unwrap()["cancelled"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn a_clients_cancel_reaches_the_upstream_over_http_and_stdio() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "5s");
+    let url = format!("{}/mcp", gw.base);
+    let c = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(40))
+        .build()
+        .unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let sid = c
+        .post(&url)
+        .bearer_auth("token-agent1")
+        .json(&init)
+        .send()
+        .unwrap()
+        .headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for (n, server) in [(10, "up"), (11, "local")] {
+        let (u, s, client, tool) = (
+            url.clone(),
+            sid.clone(),
+            c.clone(),
+            format!("{server}.wait"),
+        );
+        let running = std::thread::spawn(move || {
+            let t = Instant::now();
+            let _ = client
+                .post(&u)
+                .bearer_auth("token-agent1")
+                .header("mcp-session-id", &s)
+                .header("mcp-protocol-version", "2025-11-25")
+                .header("accept", "application/json")
+                .json(&json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                    "params": {"name": tool, "arguments": {"ms": 20000}}}))
+                .send();
+            t.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let r = c
+            .post(&url)
+            .bearer_auth("token-agent1")
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(
+                &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": n}}),
+            )
+            .send()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 202);
+        assert!(running.join().unwrap() < Duration::from_secs(10));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while upstream_cancelled(&gw, server) < 1 {
+            assert!(Instant::now() < deadline, "{server} never saw the cancel");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }

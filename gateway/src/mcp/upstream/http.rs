@@ -207,87 +207,108 @@ impl HttpConn {
             params
         };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let mut resp = self
-            .builder(mode, method, &params)
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(|e| Failure::Unavailable(format!("cannot reach {}: {e}", self.url)))?;
-        let status = resp.status().as_u16();
-        if status == 404 && matches!(mode, Mode::Legacy { session: Some(_) }) {
-            return Err(Failure::Unavailable("session expired".into()));
-        }
-        let session = resp
-            .headers()
-            .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let is_sse = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.starts_with("text/event-stream"));
-        if is_sse {
-            let mut buf: Vec<u8> = Vec::new();
-            loop {
-                let chunk = resp
-                    .chunk()
-                    .await
-                    .map_err(|e| Failure::Unavailable(format!("the event stream broke: {e}")))?;
-                let Some(chunk) = chunk else {
-                    return Err(Failure::Unavailable(
-                        "the event stream ended without an answer".into(),
-                    ));
-                };
-                buf.extend_from_slice(&chunk);
-                if buf.len() > MAX_ANSWER_BYTES {
-                    return Err(Failure::Unavailable("the answer is too large".into()));
+        // Dropped before the answer (the client cancelled, or the request timed out), a
+        // 2025 upstream is told `notifications/cancelled`; a 2026 one reads the closed
+        // response stream as the cancel.
+        let mut guard = CancelOnDrop {
+            request: match mode {
+                Mode::Legacy { session: Some(_) } if method != "initialize" => {
+                    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": id, "reason": "cancelled by airlock's client"}});
+                    Some(
+                        self.builder(mode, "notifications/cancelled", &note["params"])
+                            .body(note.to_string()),
+                    )
                 }
-                while let Some((event, rest)) = split_event(&buf) {
-                    buf = rest;
-                    let Some(data) = event_data(&event) else {
-                        continue;
+                _ => None,
+            },
+        };
+        let answer = async move {
+            let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+            let mut resp = self
+                .builder(mode, method, &params)
+                .body(body.to_string())
+                .send()
+                .await
+                .map_err(|e| Failure::Unavailable(format!("cannot reach {}: {e}", self.url)))?;
+            let status = resp.status().as_u16();
+            if status == 404 && matches!(mode, Mode::Legacy { session: Some(_) }) {
+                return Err(Failure::Unavailable("session expired".into()));
+            }
+            let session = resp
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let is_sse = resp
+                .headers()
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|c| c.starts_with("text/event-stream"));
+            if is_sse {
+                let mut buf: Vec<u8> = Vec::new();
+                loop {
+                    let chunk = resp
+                        .chunk()
+                        .await
+                        .map_err(|e| Failure::Unavailable(format!("the event stream broke: {e}")))?;
+                    let Some(chunk) = chunk else {
+                        return Err(Failure::Unavailable(
+                            "the event stream ended without an answer".into(),
+                        ));
                     };
-                    let Ok(msg) = serde_json::from_str::<Value>(&data) else {
-                        continue;
-                    };
-                    match classify(&msg, Some(id)) {
-                        Incoming::Answer(r) => return r.map(|v| (v, session)),
-                        Incoming::Notification(n) => {
-                            if let Some(tx) = &notify {
-                                let _ = tx.send(n);
+                    buf.extend_from_slice(&chunk);
+                    if buf.len() > MAX_ANSWER_BYTES {
+                        return Err(Failure::Unavailable("the answer is too large".into()));
+                    }
+                    while let Some((event, rest)) = split_event(&buf) {
+                        buf = rest;
+                        let Some(data) = event_data(&event) else {
+                            continue;
+                        };
+                        let Ok(msg) = serde_json::from_str::<Value>(&data) else {
+                            continue;
+                        };
+                        match classify(&msg, Some(id)) {
+                            Incoming::Answer(r) => return r.map(|v| (v, session)),
+                            Incoming::Notification(n) => {
+                                if let Some(tx) = &notify {
+                                    let _ = tx.send(n);
+                                }
                             }
+                            Incoming::Request(r) => {
+                                let asked = r.get("method").and_then(Value::as_str).unwrap_or("");
+                                tracing::warn!(
+                                    url = %self.url,
+                                    asked,
+                                    "an MCP server asked its client something; airlock does not relay that yet"
+                                )
+                            }
+                            Incoming::Other => {}
                         }
-                        Incoming::Request(r) => {
-                            let asked = r.get("method").and_then(Value::as_str).unwrap_or("");
-                            tracing::warn!(
-                                url = %self.url,
-                                asked,
-                                "an MCP server asked its client something; airlock does not relay that yet"
-                            )
-                        }
-                        Incoming::Other => {}
                     }
                 }
             }
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| Failure::Unavailable(format!("cannot read the answer: {e}")))?;
+            let msg: Value = serde_json::from_slice(&bytes).map_err(|_| {
+                Failure::Unavailable(format!(
+                    "HTTP {status} with a body that is not JSON-RPC: {}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+                ))
+            })?;
+            match classify(&msg, Some(id)) {
+                Incoming::Answer(r) => r.map(|v| (v, session)),
+                _ => Err(Failure::Unavailable(format!(
+                    "HTTP {status} without an answer to the request"
+                ))),
+            }
         }
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| Failure::Unavailable(format!("cannot read the answer: {e}")))?;
-        let msg: Value = serde_json::from_slice(&bytes).map_err(|_| {
-            Failure::Unavailable(format!(
-                "HTTP {status} with a body that is not JSON-RPC: {}",
-                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-            ))
-        })?;
-        match classify(&msg, Some(id)) {
-            Incoming::Answer(r) => r.map(|v| (v, session)),
-            _ => Err(Failure::Unavailable(format!(
-                "HTTP {status} without an answer to the request"
-            ))),
-        }
+        .await;
+        guard.request = None;
+        answer
     }
 
     async fn notify_upstream(&self, mode: &Mode, method: &str, params: Value) {
@@ -328,6 +349,21 @@ fn event_data(event: &str) -> Option<String> {
         .map(|l| l.strip_prefix(' ').unwrap_or(l))
         .collect();
     (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
+/// Sends a prepared `notifications/cancelled` when dropped with one still set.
+struct CancelOnDrop {
+    request: Option<reqwest::RequestBuilder>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let (Some(req), Ok(rt)) = (self.request.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(async move {
+                let _ = req.send().await;
+            });
+        }
+    }
 }
 
 #[cfg(test)]

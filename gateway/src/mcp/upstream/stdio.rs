@@ -101,6 +101,12 @@ impl StdioConn {
                 }
             }
         }
+        let mut guard = InFlight {
+            conn: self.clone(),
+            id,
+            token,
+            answered: false,
+        };
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let sent = self.write(&msg).await;
         let result = match sent {
@@ -109,11 +115,7 @@ impl StdioConn {
                 .unwrap_or_else(|_| Err(Failure::Unavailable("the MCP server exited".into()))),
             Err(e) => Err(e),
         };
-        let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        w.answers.remove(&id);
-        if let Some(t) = token {
-            w.progress.remove(&t);
-        }
+        guard.answered = true;
         result
     }
 
@@ -305,6 +307,42 @@ impl StdioConn {
                 }
             }
             Incoming::Other => {}
+        }
+    }
+}
+
+/// A request sent to the child and not yet answered. Dropped unanswered (the client
+/// cancelled, or the request timed out), it tells the child `notifications/cancelled`.
+/// Either way it forgets the request's waiting entries.
+struct InFlight {
+    conn: Arc<StdioConn>,
+    id: u64,
+    token: Option<String>,
+    answered: bool,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        {
+            let mut w = self.conn.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            w.answers.remove(&self.id);
+            if let Some(t) = &self.token {
+                w.progress.remove(t);
+            }
+        }
+        if self.answered {
+            return;
+        }
+        let (conn, id) = (self.conn.clone(), self.id);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": id, "reason": "cancelled by airlock's client"}});
+                let mut running = conn.running.lock().await;
+                if let Some(r) = running.as_mut() {
+                    let _ = write_line(&mut r.stdin, &cancel).await;
+                }
+            });
         }
     }
 }
