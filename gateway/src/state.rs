@@ -394,9 +394,17 @@ impl Gateway {
         let gw = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));
+            // Spent single-use tokens and ended inbox sessions are dropped once a minute.
+            let mut sweep = tokio::time::interval(Duration::from_secs(60));
             loop {
                 tokio::select! {
                     _ = tick.tick() => gw.expire().await,
+                    _ = sweep.tick() => {
+                        let now = now_ms();
+                        if let Err(e) = gw.store_op(move |s| s.sweep_settings(now)).await {
+                            tracing::error!(code = e.code, "settings sweep failed: {}", e.message);
+                        }
+                    }
                     _ = gw.shutdown.cancelled() => break,
                 }
             }

@@ -882,14 +882,52 @@ impl Store {
     }
 
     /// Spends a single-use token (durably): true the first time, false ever after.
-    pub fn spend_once(&self, token: &str, now: Millis) -> Result<bool, StoreError> {
+    /// The mark is kept until `keep_until` (when what the token unlocks has expired anyway),
+    /// then [`Store::sweep_settings`] drops it.
+    pub fn spend_once(
+        &self,
+        token: &str,
+        keep_until: Millis,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
         let key = format!("spent.{token}");
         self.writer.submit(move |tx| {
             if get::<Value>(tx, Ks::Settings, key.as_bytes())?.is_some() {
                 return Ok(false);
             }
-            put(tx, Ks::Settings, key.as_bytes(), &json!({"at": now}))?;
+            put(
+                tx,
+                Ks::Settings,
+                key.as_bytes(),
+                &json!({"at": now, "keep_until": keep_until}),
+            )?;
             Ok(true)
+        })
+    }
+
+    /// Drops what has outlived its use from the settings: spent tokens past their
+    /// `keep_until` and sessions past their `expires_at`. Returns how many went.
+    pub fn sweep_settings(&self, now: Millis) -> Result<usize, StoreError> {
+        self.writer.submit(move |tx| {
+            let mut gone = 0;
+            for (prefix, field) in [("session.", "expires_at"), ("spent.", "keep_until")] {
+                for key in tx.committed_keys_from(Ks::Settings, prefix.as_bytes(), 10_000)? {
+                    if !key.starts_with(prefix.as_bytes()) {
+                        break;
+                    }
+                    let Some(v) = get::<Value>(tx, Ks::Settings, &key)? else {
+                        continue;
+                    };
+                    if v.get(field)
+                        .and_then(Value::as_u64)
+                        .is_some_and(|t| t < now)
+                    {
+                        tx.delete(Ks::Settings, key);
+                        gone += 1;
+                    }
+                }
+            }
+            Ok(gone)
         })
     }
 

@@ -618,17 +618,45 @@ fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
             store.secret("mcp.state", vec![9; 32], 2).unwrap(),
             vec![7; 32]
         );
-        assert!(store.spend_once("tok-1", 3).unwrap());
-        assert!(!store.spend_once("tok-1", 4).unwrap());
-        assert!(store.spend_once("tok-2", 5).unwrap());
+        assert!(store.spend_once("tok-1", 1000, 3).unwrap());
+        assert!(!store.spend_once("tok-1", 1000, 4).unwrap());
+        assert!(store.spend_once("tok-2", 50, 5).unwrap());
     }
     let store = open(&dir);
     assert_eq!(
         store.secret("mcp.state", vec![1; 32], 6).unwrap(),
         vec![7; 32]
     );
-    assert!(!store.spend_once("tok-1", 7).unwrap());
-    assert!(!store.spend_once("tok-2", 8).unwrap());
+    assert!(!store.spend_once("tok-1", 1000, 7).unwrap());
+    assert!(!store.spend_once("tok-2", 1000, 8).unwrap());
+    // The sweep drops marks past their time, and expired sessions, and nothing else.
+    store
+        .put_session(
+            "s-old",
+            serde_json::json!({"expires_at": 90}),
+            "test.session",
+            no_fields(),
+            9,
+        )
+        .unwrap();
+    store
+        .put_session(
+            "s-new",
+            serde_json::json!({"expires_at": 5000}),
+            "test.session",
+            no_fields(),
+            9,
+        )
+        .unwrap();
+    assert_eq!(store.sweep_settings(100).unwrap(), 2);
+    assert!(store.session("s-old").unwrap().is_none());
+    assert!(store.session("s-new").unwrap().is_some());
+    assert!(!store.spend_once("tok-1", 1000, 101).unwrap());
+    assert!(store.spend_once("tok-2", 1000, 102).unwrap());
+    assert_eq!(
+        store.secret("mcp.state", vec![1; 32], 103).unwrap(),
+        vec![7; 32]
+    );
     assert!(store.verify_audit().is_ok());
 }
 

@@ -199,9 +199,9 @@ async fn redeem(
     let result = match check() {
         Ok(s) => {
             let nonce = s.nonce.clone();
-            let now = now_ms();
+            let (now, keep_until) = (now_ms(), s.expires_at);
             match gw
-                .store_op(move |st| st.spend_once(&format!("mcp.state.{nonce}"), now))
+                .store_op(move |st| st.spend_once(&format!("mcp.state.{nonce}"), keep_until, now))
                 .await
             {
                 Ok(true) => Ok(s),
