@@ -107,6 +107,15 @@ impl Auth {
     }
 }
 
+/// `bytes` random bytes from the OS, hex-encoded: session secrets, CSRF tokens, session ids
+/// and nonces. If the OS has no randomness to give, it is an error, never a guessable value.
+pub fn random_hex(bytes: usize) -> Result<String, ApiError> {
+    let mut b = vec![0u8; bytes];
+    getrandom::fill(&mut b)
+        .map_err(|e| ApiError::new("internal", format!("no randomness from the OS: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
 /// Refuses a principal whose role is not among `allowed`.
 pub fn require(role: Role, allowed: &[Role]) -> Result<(), ApiError> {
     if allowed.contains(&role) {

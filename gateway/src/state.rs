@@ -92,8 +92,14 @@ pub struct Gateway {
     pub limits: PrincipalLimits,
     /// The MCP servers airlock fronts, and their tools.
     pub mcp: Arc<McpRegistry>,
-    /// Pending calls by [`crate::pipeline::attach_key`]: an identical call joins them.
+    /// Pending calls by [`attach_key`]: an identical call joins them.
     attached: Mutex<HashMap<String, String>>,
+}
+
+/// What makes two calls identical for attaching (DESIGN §10): principal, fingerprint and run
+/// id (both absent counts as the same).
+pub fn attach_key(principal: &str, fingerprint: &str, run_id: Option<&str>) -> String {
+    format!("{principal}\0{fingerprint}\0{}", run_id.unwrap_or(""))
 }
 
 /// Where a tool's calls go.
@@ -155,23 +161,16 @@ impl Gateway {
         let attached = pending
             .iter()
             .map(|a| {
-                let run = a
-                    .context
-                    .get("run_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
+                let run = a.context.get("run_id").and_then(Value::as_str);
                 (
-                    format!("{}\0{}\0{run}", a.requester.id, a.fingerprint),
+                    attach_key(&a.requester.id, &a.fingerprint, run),
                     a.call_id.clone(),
                 )
             })
             .collect();
-        for p in config.principals.iter().filter(|p| p.max_pending.is_some()) {
+        for p in &config.principals {
             let n = by_principal.get(&p.id).copied().unwrap_or(0);
-            metrics
-                .principal_pending
-                .with_label_values(&[p.id.as_str()])
-                .set(n as i64);
+            principal_pending_gauge(&metrics, &limits, &p.id, n);
         }
         let gw = Gateway {
             upstreams: Upstreams::new(&config)?,
@@ -236,12 +235,7 @@ impl Gateway {
     pub fn approval_opening(&self, requester: &str) -> Result<(), crate::limits::Refusal> {
         let n = self.limits.reserve_pending(requester)?;
         self.metrics.pending_approvals.inc();
-        if self.limits.has_pending_limit(requester) {
-            self.metrics
-                .principal_pending
-                .with_label_values(&[requester])
-                .set(n as i64);
-        }
+        principal_pending_gauge(&self.metrics, &self.limits, requester, n);
         Ok(())
     }
 
@@ -250,12 +244,7 @@ impl Gateway {
     pub fn approval_closed(&self, requester: &str) {
         self.metrics.pending_approvals.dec();
         let n = self.limits.release_pending(requester);
-        if self.limits.has_pending_limit(requester) {
-            self.metrics
-                .principal_pending
-                .with_label_values(&[requester])
-                .set(n as i64);
-        }
+        principal_pending_gauge(&self.metrics, &self.limits, requester, n);
     }
 
     /// A per-principal limit refused a request: counted, audited once at the start of each
@@ -452,6 +441,17 @@ fn stamp(path: &std::path::Path) -> Vec<(std::path::PathBuf, Option<SystemTime>,
     }
     out.sort();
     out
+}
+
+/// `airlock_principal_pending_approvals{principal}`, for principals that have `max_pending`
+/// (the label stays bounded to configured ids with a limit).
+fn principal_pending_gauge(metrics: &Metrics, limits: &PrincipalLimits, principal: &str, n: usize) {
+    if limits.has_pending_limit(principal) {
+        metrics
+            .principal_pending
+            .with_label_values(&[principal])
+            .set(n as i64);
+    }
 }
 
 pub fn audit_fields(v: Value) -> Map<String, Value> {

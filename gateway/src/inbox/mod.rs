@@ -24,7 +24,7 @@ use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::auth::Role;
+use crate::auth::{random_hex, Role};
 use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::http::body::{full, read_body, Body, BodyLimits};
@@ -439,8 +439,10 @@ async fn login(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             .store_op(move |s| s.delete_session(&key, fields, now))
             .await;
     }
-    let secret = random_hex(32);
-    let csrf = random_hex(32);
+    let (secret, csrf) = match (random_hex(32), random_hex(32)) {
+        (Ok(s), Ok(c)) => (s, c),
+        (Err(e), _) | (_, Err(e)) => return refusal_page(&e),
+    };
     let now = now_ms();
     let key = session_key(&secret);
     let value = json!({"principal": principal.id, "csrf": csrf, "created_at": now, "expires_at": now + SESSION_MS});
@@ -500,12 +502,6 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
 
 fn session_key(secret: &str) -> String {
     airlock_policy::hex(&Sha256::digest(secret.as_bytes()))
-}
-
-fn random_hex(bytes: usize) -> String {
-    let mut b = vec![0u8; bytes];
-    let _ = getrandom::fill(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// A state change must come from this inbox's own pages: the `Origin` is ours, or, when a

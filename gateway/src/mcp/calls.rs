@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_policy::{json as strict_json, ToolCall, MAX_ARGS_DEPTH};
+use airlock_policy::{ToolCall, MAX_ARGS_DEPTH};
 use airlock_storage::Principal;
 use bytes::Bytes;
 use hyper::{Response, StatusCode};
@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use super::seal::{self, State};
 use super::wire::{self, Message, RpcError};
 use super::{rpc_error, Exchange, McpFront};
+use crate::auth::random_hex;
 use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::http::body::{json_response, Body};
@@ -138,6 +139,9 @@ fn intake(gw: &Gateway, principal: &Principal, msg: &Message) -> Result<ToolCall
             "`name` is required",
         ));
     };
+    // The whole message went through the strict parser ([`wire::parse`]: duplicate keys,
+    // unsafe numbers); what is left of §3's intake is the depth counted from `arguments`, and
+    // what `ToolCall::new` checks (an object, a valid tool name).
     let args = p.get("arguments").cloned().unwrap_or_else(|| json!({}));
     if wire::depth(&args) > MAX_ARGS_DEPTH {
         return Err(RpcError::intake(
@@ -148,10 +152,6 @@ fn intake(gw: &Gateway, principal: &Principal, msg: &Message) -> Result<ToolCall
             },
         ));
     }
-    // The message was parsed strictly already; re-reading `arguments` alone keeps one
-    // intake path for every front end.
-    let args = strict_json::parse(args.to_string().as_bytes(), MAX_ARGS_DEPTH)
-        .map_err(|e| RpcError::intake(id.clone(), wire::INVALID_PARAMS, &e))?;
     let meta = p.get("_meta");
     let text = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str);
     let mut context = Map::new();
@@ -272,9 +272,13 @@ fn tool_result(
         },
         Ok(Outcome::Pending(p)) if modern && exchange.url_elicitation() => {
             let link = link(gw, &p.approval_id);
+            let nonce = match random_hex(16) {
+                Ok(n) => n,
+                Err(e) => return error_result(e.code, &e.message, json!({})),
+            };
             let state = State {
                 v: 1,
-                nonce: new_nonce(),
+                nonce,
                 approval_id: p.approval_id.clone(),
                 call_id: p.call_id.clone(),
                 principal: principal.id.clone(),
@@ -354,12 +358,6 @@ fn text_of(v: &Value) -> String {
 /// The inbox page of an approval.
 pub fn link(gw: &Gateway, approval_id: &str) -> String {
     crate::approvals::inbox_link(&gw.config, approval_id)
-}
-
-fn new_nonce() -> String {
-    let mut bytes = [0u8; 16];
-    let _ = getrandom::fill(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Runs the call on an event stream: the upstream's progress and log notifications are

@@ -25,8 +25,9 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
-use crate::auth::Role;
+use crate::auth::{random_hex, Role};
 use crate::config::Upstream;
+use crate::error::ApiError;
 use crate::http::body::{json_response, read_body, Body, BodyLimits};
 use crate::state::Gateway;
 use upstream::{LEGACY, MODERN};
@@ -86,8 +87,8 @@ impl McpFront {
     /// principal past its share loses its least recently used one, so `initialize` in a loop
     /// cannot grow the gateway without bound. A forgotten session is answered 404, and the
     /// client initializes again.
-    fn open_session(&self, principal: &str, capabilities: Value) -> String {
-        let sid = new_session_id();
+    fn open_session(&self, principal: &str, capabilities: Value) -> Result<String, ApiError> {
+        let sid = random_hex(16)?;
         let now = std::time::Instant::now();
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|_, s| now.duration_since(s.used) < SESSION_IDLE);
@@ -110,7 +111,7 @@ impl McpFront {
                 used: now,
             },
         );
-        sid
+        Ok(sid)
     }
 
     /// A cancellation handle for request `id` of session `sid`, until [`McpFront::done`].
@@ -375,7 +376,10 @@ async fn post(
     let modern = exchange.modern();
     let answer = match method.as_str() {
         "initialize" => {
-            let sid = front.open_session(&principal.id, exchange.capabilities.clone());
+            let sid = match front.open_session(&principal.id, exchange.capabilities.clone()) {
+                Ok(s) => s,
+                Err(e) => return e.into_response(),
+            };
             let mut r = json_response(
                 StatusCode::OK,
                 &wire::result(
@@ -575,12 +579,6 @@ fn unsupported(id: Value, requested: &str) -> RpcError {
     .with_data(json!({"supported": SUPPORTED, "requested": requested}))
 }
 
-fn new_session_id() -> String {
-    let mut bytes = [0u8; 16];
-    let _ = getrandom::fill(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn capabilities() -> Value {
     json!({
         "tools": {"listChanged": false},
@@ -706,15 +704,15 @@ mod tests {
     #[test]
     fn sessions_belong_to_their_principal_and_are_bounded_per_principal() {
         let front = McpFront::new(vec![1; 32]);
-        let first = front.open_session("a", Value::Null);
+        let first = front.open_session("a", Value::Null).unwrap();
         assert!(front.session(&first, "a").is_some());
         assert!(front.session(&first, "b").is_none());
         for _ in 0..SESSIONS_PER_PRINCIPAL {
-            front.open_session("a", Value::Null);
+            front.open_session("a", Value::Null).unwrap();
         }
         // The oldest went to make room; another principal's are untouched.
         assert!(front.session(&first, "a").is_none());
-        let other = front.open_session("b", Value::Null);
+        let other = front.open_session("b", Value::Null).unwrap();
         assert!(front.session(&other, "b").is_some());
         let sessions = front.sessions.lock().unwrap();
         assert_eq!(

@@ -4,8 +4,9 @@
 //!
 //! [`handle_call`] is that flow for `POST /v1/calls`; [`call_outcome`] finishes a call later
 //! (`GET /v1/calls/{id}`, `resume`), and [`decide`] is how an approver's word reaches a held
-//! call. Every path writes its audit record through the store, errors included. Protocol code
-//! (HTTP here, MCP later) only translates in and out of these functions.
+//! call. Every path writes its audit record through the store, errors included. The front
+//! ends (`http`, `mcp`, `inbox`) only translate in and out of these functions; their answer is
+//! an [`Outcome`] or an [`ApiError`] with a stable code.
 
 mod outcome;
 
@@ -31,8 +32,8 @@ use tracing::Instrument;
 use crate::clock::{now_ms, to_system_time};
 use crate::error::ApiError;
 use crate::state::Route;
-use crate::state::{audit_fields, Gateway};
-use crate::upstream::{Answer, CallHeaders};
+use crate::state::{attach_key, audit_fields, Gateway};
+use crate::upstream::CallHeaders;
 
 /// How long the caller is willing to wait for a decision (`Prefer`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -333,7 +334,7 @@ async fn decide_and_run(
             }
             // An identical call of this principal in this run already waits for an approval
             // (or has one and has not run): join it instead of opening another (DESIGN §10).
-            let attach_key = attach_key(&principal, &call);
+            let attach_key = attach_key(&principal.id, call.fingerprint.as_str(), call.run_id());
             if let Some(existing) = gw.attached(&attach_key) {
                 let id = existing.clone();
                 let found = gw.store_op(move |s| s.call(&id)).await?;
@@ -431,17 +432,6 @@ async fn decide_and_run(
             }
         }
     }
-}
-
-/// What makes two calls identical for attaching: principal, fingerprint and run id (both
-/// absent counts as the same).
-pub fn attach_key(principal: &Principal, call: &ToolCall) -> String {
-    format!(
-        "{}\0{}\0{}",
-        principal.id,
-        call.fingerprint,
-        call.run_id().unwrap_or("")
-    )
 }
 
 /// `GET /v1/calls/{id}?wait=N` and `POST /v1/calls/{id}/resume`: the call's outcome, running an
@@ -677,10 +667,8 @@ async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, Api
                     .upstream_seconds
                     .with_label_values(&[tool.server.config.name.as_str()])
                     .observe(start.elapsed().as_secs_f64());
-                r.map(|result| Answer {
-                    status: 0,
-                    body: result,
-                })
+                // An MCP upstream has no HTTP status: its result says `isError` itself.
+                r.map(|result| (None, result))
             }
             Some(Route::Http(route)) => {
                 let headers = CallHeaders {
@@ -698,15 +686,14 @@ async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, Api
                         .with_label_values(&[route.pattern.as_str()])
                         .observe(elapsed.as_secs_f64());
                 }
-                r.map(|(a, _)| a)
+                r.map(|(a, _)| (Some(a.status), a.body))
             }
         }
     };
     let stored = match &outcome {
-        Ok(answer) => CallOutcome {
-            // An MCP upstream has no HTTP status: its result says `isError` itself.
-            upstream_status: (answer.status != 0).then_some(answer.status),
-            result: Some(answer.body.clone()),
+        Ok((status, body)) => CallOutcome {
+            upstream_status: *status,
+            result: Some(body.clone()),
             error: None,
             message: None,
         },
