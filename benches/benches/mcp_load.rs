@@ -14,9 +14,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,13 +24,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
+use support::{client, pct, GatewayProcess, HttpClient};
 
 const AGENT: &str = "bench-agent-token";
 
@@ -99,71 +97,17 @@ fn start_upstream() -> (u16, Arc<AtomicU64>) {
     (rx.recv().unwrap(), calls)
 }
 
-struct GatewayProcess {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_gateway(upstream: u16) -> GatewayProcess {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().unwrap().parent().unwrap().join("airlock");
-    assert!(
-        bin.exists(),
-        "build the release binary first: cargo build --release -p airlock-gateway"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("policy")).unwrap();
-    std::fs::write(
-        dir.path().join("policy/policy.toml"),
-        "version = 1\n[defaults]\ndecision = \"deny\"\n[[rules]]\nid = \"allow\"\ntools = [\"bench.echo\"]\ndecision = \"allow\"\n",
-    )
-    .unwrap();
     let config = format!(
         "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\n\
          [[principals]]\nid = \"agent\"\nrole = \"agent\"\ntoken_sha256 = \"{}\"\n\
          [[mcp_servers]]\nname = \"bench\"\nurl = \"http://127.0.0.1:{upstream}/mcp\"\n",
         airlock_policy::hex(&Sha256::digest(AGENT.as_bytes()))
     );
-    std::fs::write(dir.path().join("airlock.toml"), config).unwrap();
-    let mut child = Command::new(bin)
-        .args([
-            "serve",
-            "--config",
-            dir.path().join("airlock.toml").to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env("AIRLOCK_LOG", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    let port = loop {
-        line.clear();
-        reader.read_line(&mut line).unwrap();
-        if let Some(rest) = line
-            .trim()
-            .strip_prefix("airlock listening on http://127.0.0.1:")
-        {
-            break rest.split(' ').next().unwrap().parse().unwrap();
-        }
-    };
-    std::thread::spawn(move || for _ in reader.lines() {});
-    GatewayProcess {
-        child,
-        port,
-        _dir: dir,
-    }
+    GatewayProcess::start(
+        &config,
+        "version = 1\n[defaults]\ndecision = \"deny\"\n[[rules]]\nid = \"allow\"\ntools = [\"bench.echo\"]\ndecision = \"allow\"\n",
+    )
 }
 
 /// How a call is sent: to the gateway (2026-07-28) or to the upstream (2025-11-25 session).
@@ -211,18 +155,6 @@ async fn call(client: &HttpClient, target: &Target, n: u64) {
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["result"]["isError"], false, "{v}");
-}
-
-fn client() -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    Client::builder(TokioExecutor::new())
-        .pool_max_idle_per_host(256)
-        .build(connector)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 async fn sequential(client: &HttpClient, target: &Target, count: u64) -> Vec<Duration> {

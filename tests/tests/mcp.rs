@@ -38,18 +38,6 @@ when = 'has(args.n) && args.n > 100'
 decision = "require_approval"
 "#;
 
-fn peers() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The Python SDK's server as an HTTP upstream.
 struct Upstream {
     child: Child,
@@ -740,6 +728,22 @@ fn a_2025_client_is_sent_the_url_elicitation_on_its_held_call_stream() {
     assert_eq!(log, vec![json!({"text": "elicited-2025", "n": 901})]);
 }
 
+/// `initialize` for agent1 by hand; the 2025-11-25 session id.
+fn open_2025_session(c: &reqwest::blocking::Client, url: &str) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let resp = c
+        .post(url)
+        .bearer_auth("token-agent1")
+        .json(&init)
+        .send()
+        .unwrap();
+    resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
 #[test]
 fn a_2025_clients_cancel_ends_its_held_call() {
     let up = Upstream::start();
@@ -749,18 +753,7 @@ fn a_2025_clients_cancel_ends_its_held_call() {
         .timeout(Duration::from_secs(40))
         .build()
         .unwrap();
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let resp = c
-        .post(&url)
-        .bearer_auth("token-agent1")
-        .json(&init)
-        .send()
-        .unwrap();
-    let sid = resp.headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let sid = open_2025_session(&c, &url);
     for (n, accept) in [
         (500, "application/json"),
         (501, "application/json, text/event-stream"),
@@ -851,18 +844,7 @@ fn a_clients_cancel_reaches_the_upstream_over_http_and_stdio() {
         .timeout(Duration::from_secs(40))
         .build()
         .unwrap();
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
-    let sid = c
-        .post(&url)
-        .bearer_auth("token-agent1")
-        .json(&init)
-        .send()
-        .unwrap()
-        .headers()["mcp-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let sid = open_2025_session(&c, &url);
     for (n, server) in [(10, "up"), (11, "local")] {
         let (u, s, client, tool) = (
             url.clone(),

@@ -17,20 +17,8 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 use support::*;
 
-fn peers() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")
-}
-
 fn node_peers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/peers/node")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Kill(Child);

@@ -11,6 +11,20 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+/// The programs the tests drive besides the gateway (`tests/peers/`).
+pub fn peers() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")
+}
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// The `airlock` binary cargo built next to this test.
 pub fn airlock_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
