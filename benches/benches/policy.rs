@@ -137,6 +137,7 @@ fn bench_decisions(c: &mut Criterion) {
             fingerprint: call.fingerprint.as_str(),
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000),
             classifiers: &classifiers,
+            resume: None,
         };
         group.bench_with_input(BenchmarkId::new("airlock", name), &input, |b, input| {
             b.iter(|| evaluate(&set, black_box(input)))
@@ -184,6 +185,7 @@ fn bench_scaling(c: &mut Criterion) {
         fingerprint: "sha256:00",
         now: SystemTime::UNIX_EPOCH,
         classifiers: &classifiers,
+        resume: None,
     };
     let mut group = c.benchmark_group("scaling");
     for n in [10usize, 100, 1000] {

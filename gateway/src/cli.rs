@@ -263,6 +263,9 @@ pub struct EvalArgs {
     /// The evaluation time (RFC 3339); defaults to now.
     #[arg(long)]
     pub now: Option<String>,
+    /// Evaluate a resume of a suspended call with this JSON as `resume` (DESIGN §11).
+    #[arg(long)]
+    pub resume: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -442,11 +445,17 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
         Some(n) => cases::parse_now(n).map_err(|e| bad_input("request.invalid_time", e))?,
         None => SystemTime::now(),
     };
+    let resume = args
+        .resume
+        .as_deref()
+        .map(|r| parse_json_flag(r, "resume"))
+        .transpose()?;
     Ok(EvalRequest {
         call,
         principal,
         classifiers,
         now,
+        resume,
     })
 }
 

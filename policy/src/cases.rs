@@ -37,6 +37,8 @@ pub struct EvalRequest {
     pub principal: Value,
     pub classifiers: BTreeMap<String, ClassifierOutcome>,
     pub now: SystemTime,
+    /// The resume data when evaluating a resume (DESIGN §11); `None` binds `resume` to null.
+    pub resume: Option<Value>,
 }
 
 impl EvalRequest {
@@ -49,6 +51,7 @@ impl EvalRequest {
             fingerprint: self.call.fingerprint.as_str(),
             now: self.now,
             classifiers: &self.classifiers,
+            resume: self.resume.as_ref(),
         }
     }
 }
@@ -174,6 +177,8 @@ struct RawCase {
     principal: Option<toml::Table>,
     classifier: Option<toml::Table>,
     now: Option<String>,
+    /// Resume data: the case evaluates a resume of a suspended call.
+    resume: Option<toml::Table>,
     expect: DecisionKind,
     expect_rules: Option<Vec<String>>,
     expect_errors: Option<Vec<String>>,
@@ -366,11 +371,18 @@ fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
     };
     fill_with_builtin(set, &call, &mut classifiers);
     let now = parse_now(case.now.as_deref().unwrap_or(DEFAULT_NOW)).map_err(|e| bad("now", e))?;
+    let resume = case
+        .resume
+        .as_ref()
+        .map(toml_to_json)
+        .transpose()
+        .map_err(|e| bad("resume", e.to_string()))?;
     let request = EvalRequest {
         call,
         principal,
         classifiers,
         now,
+        resume,
     };
     let decision = evaluate(set, &request.input());
 

@@ -24,7 +24,7 @@ use cel::{Env, ExecutionError, Program};
 use serde_json::Value;
 
 /// The variables a rule may use (DESIGN §4).
-pub(crate) const VARIABLES: [&str; 7] = [
+pub(crate) const VARIABLES: [&str; 8] = [
     "tool",
     "args",
     "context",
@@ -32,6 +32,7 @@ pub(crate) const VARIABLES: [&str; 7] = [
     "fingerprint",
     "now",
     "classifier",
+    "resume",
 ];
 
 /// The internal function `matches` is rewritten into.

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use cel::common::types::{CelDouble, CelList, CelMap, CelMapKey, CelString, CelTimestamp};
+use cel::common::types::{CelDouble, CelList, CelMap, CelMapKey, CelNull, CelString, CelTimestamp};
 use cel::common::value::Val;
 use cel::{Context, Value as CelValue};
 
@@ -154,6 +154,10 @@ fn bind<'v>(ctx: &mut Context<'_, 'v>, uses: u8, input: &Input<'v>, args_fields:
                 let now: chrono::DateTime<chrono::Utc> = input.now.into();
                 Box::new(CelTimestamp::from(now.fixed_offset()))
             }
+            "resume" => match input.resume {
+                Some(data) => json_to_val(data),
+                None => Box::new(CelNull),
+            },
             _ => classifier_val(input.classifiers),
         };
         ctx.add_variable_as_val(*name, value);

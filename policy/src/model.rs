@@ -126,6 +126,9 @@ pub struct Input<'a> {
     /// Results for the classifiers named by rules that may match (see
     /// [`crate::PolicySet::classifiers_for`]).
     pub classifiers: &'a BTreeMap<String, ClassifierOutcome>,
+    /// The data a suspended call is resumed with (DESIGN §11); `None` binds `resume` to
+    /// `null`, as on every call that is not a resume.
+    pub resume: Option<&'a Value>,
 }
 
 /// A rule that could not be evaluated, and why.

@@ -127,6 +127,7 @@ fn decide(
             fingerprint: "sha256:00",
             now: SystemTime::UNIX_EPOCH,
             classifiers,
+            resume: None,
         },
     )
 }
@@ -202,4 +203,39 @@ fn unknown_classifiers_are_refused_against_the_configured_ones() {
     let e = set.check_classifiers(&known).unwrap_err();
     assert_eq!(e.code(), "policy.unknown_classifier");
     assert_eq!(e.0[0].rule.as_deref(), Some("r"));
+}
+
+#[test]
+fn resume_is_null_on_a_call_and_bound_on_a_resume() {
+    let set = load(&format!(
+        "{DEFAULTS}[[rules]]\nid = \"big-resume\"\ntools = [\"pay\"]\nwhen = 'resume != null && resume.amount > 1000'\ndecision = \"deny\"\n\n[[rules]]\nid = \"pay\"\ntools = [\"pay\"]\nwhen = 'true'\ndecision = \"allow\"\n"
+    ))
+    .unwrap();
+    let args = json!({"to": "acme"});
+    let ctx = json!({});
+    let principal = json!({"id": "a", "role": "agent", "groups": []});
+    let none = BTreeMap::new();
+    let eval = |resume: Option<&serde_json::Value>| {
+        evaluate(
+            &set,
+            &Input {
+                tool: "pay",
+                args: &args,
+                context: &ctx,
+                principal: &principal,
+                fingerprint: "sha256:00",
+                now: SystemTime::UNIX_EPOCH,
+                classifiers: &none,
+                resume,
+            },
+        )
+    };
+    assert_eq!(eval(None).decision, DecisionKind::Allow);
+    assert_eq!(
+        eval(Some(&json!({"amount": 10}))).decision,
+        DecisionKind::Allow
+    );
+    let big = eval(Some(&json!({"amount": 5000})));
+    assert_eq!(big.decision, DecisionKind::Deny);
+    assert!(big.rules.contains(&"big-resume".to_owned()));
 }

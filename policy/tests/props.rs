@@ -365,6 +365,7 @@ fn run(set: &PolicySet, tool: &str, agent: &str) -> Expected {
             fingerprint: "sha256:00",
             now: SystemTime::UNIX_EPOCH,
             classifiers: &classifiers,
+            resume: None,
         },
     );
     assert_eq!(

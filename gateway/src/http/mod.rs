@@ -338,6 +338,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 principal,
                 classifiers,
                 now: to_system_time(now_ms()),
+                resume: body.get("resume").cloned().filter(|r| !r.is_null()),
             };
             let decision = evaluate(&gw.policy.load(), &request.input());
             Ok(json_response(

@@ -101,6 +101,7 @@ pub async fn decide_policy(
             fingerprint: call.fingerprint.as_str(),
             now: to_system_time(now_ms()),
             classifiers: &classifiers,
+            resume: None,
         },
     );
     gw.metrics
