@@ -31,6 +31,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
         edited: false,
         run_by: None,
         outcome: None,
+        suspension: None,
         created_at: now,
         updated_at: now,
     };

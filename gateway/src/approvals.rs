@@ -54,12 +54,18 @@ pub fn approval_event(config: &Config, a: &Approval) -> Value {
 
 /// The inbox page of an approval: `<public_url>/inbox/approvals/{id}`.
 pub fn inbox_link(config: &Config, approval_id: &str) -> String {
+    format!("{}/inbox/approvals/{approval_id}", public_base(config))
+}
+
+/// The inbox page where a suspended call's resume form is (DESIGN §11).
+pub fn resume_link(config: &Config, call_id: &str) -> String {
+    format!("{}/inbox/calls/{call_id}", public_base(config))
+}
+
+fn public_base(config: &Config) -> String {
     let base = config
         .public_url
         .clone()
         .unwrap_or_else(|| format!("http://{}", config.listen));
-    format!(
-        "{}/inbox/approvals/{approval_id}",
-        base.trim_end_matches('/')
-    )
+    base.trim_end_matches('/').to_owned()
 }

@@ -94,6 +94,7 @@ struct RawServer {
     policy: Option<PathBuf>,
     hold_timeout: Option<String>,
     max_hold: Option<String>,
+    suspend_ttl: Option<String>,
     max_body_bytes: Option<usize>,
     max_header_bytes: Option<usize>,
     max_held: Option<usize>,
@@ -322,6 +323,8 @@ pub struct Config {
     pub policy: PolicySource,
     pub hold_timeout: Duration,
     pub max_hold: Duration,
+    /// How long a suspended call waits for resume data (DESIGN §11).
+    pub suspend_ttl: Duration,
     pub max_body_bytes: usize,
     pub max_header_bytes: usize,
     /// Held requests at once; beyond it a call that would wait gets 429.
@@ -419,6 +422,11 @@ impl Config {
             "server.max_hold",
             s.max_hold.as_deref(),
             Duration::from_secs(300),
+        )?;
+        let suspend_ttl = duration(
+            "server.suspend_ttl",
+            s.suspend_ttl.as_deref(),
+            Duration::from_secs(24 * 3600),
         )?;
         let log_format = s.log_format.unwrap_or_else(|| "text".into());
         if log_format != "text" && log_format != "json" {
@@ -779,6 +787,7 @@ impl Config {
             )),
             hold_timeout,
             max_hold,
+            suspend_ttl,
             max_body_bytes: s.max_body_bytes.unwrap_or(1 << 20),
             max_header_bytes: s.max_header_bytes.unwrap_or(16 << 10),
             max_held: s.max_held.unwrap_or(10_000),
@@ -837,6 +846,7 @@ impl Config {
             )]),
             hold_timeout: Duration::from_secs(30),
             max_hold: Duration::from_secs(300),
+            suspend_ttl: Duration::from_secs(24 * 3600),
             max_body_bytes: 1 << 20,
             max_header_bytes: 16 << 10,
             max_held: 10_000,

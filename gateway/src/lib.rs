@@ -24,6 +24,7 @@ pub mod limits;
 pub mod mcp;
 pub mod metrics;
 pub mod pipeline;
+pub mod runs;
 pub mod server;
 pub mod signing;
 pub mod state;

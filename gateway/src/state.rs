@@ -72,7 +72,7 @@ pub struct Gateway {
     /// The current policy set; a reload swaps in a new one or changes nothing.
     pub policy: ArcSwap<PolicySet>,
     pub store: Store,
-    pub holds: Holds,
+    pub holds: Arc<Holds>,
     /// Approval and call events, for `GET /v1/events`.
     pub events: broadcast::Sender<Event>,
     pub metrics: Metrics,
@@ -94,6 +94,8 @@ pub struct Gateway {
     pub mcp: Arc<McpRegistry>,
     /// Pending calls by [`attach_key`]: an identical call joins them.
     attached: Mutex<HashMap<String, String>>,
+    /// Resume schemas, compiled once per suspension.
+    pub schemas: crate::pipeline::suspend::Schemas,
 }
 
 /// What makes two calls identical for attaching (DESIGN §10): principal, fingerprint and run
@@ -172,6 +174,14 @@ impl Gateway {
             let n = by_principal.get(&p.id).copied().unwrap_or(0);
             principal_pending_gauge(&metrics, &limits, &p.id, n);
         }
+        // Run streams wait on the hold registry; the store tells it which runs got records.
+        let holds = Arc::new(Holds::default());
+        let told = holds.clone();
+        store.on_run_events(Box::new(move |runs| {
+            for run in runs {
+                told.notify(&crate::runs::run_key(run));
+            }
+        }));
         let gw = Gateway {
             upstreams: Upstreams::new(&config)?,
             auth: Auth::new(&config.principals, config.banner.is_some()),
@@ -179,7 +189,7 @@ impl Gateway {
             webhooks: Webhooks::new(config.webhooks.clone(), config.redact.clone())?,
             policy: ArcSwap::from_pointee(policy),
             store,
-            holds: Holds::default(),
+            holds,
             events: broadcast::channel(1024).0,
             metrics,
             shutdown,
@@ -189,6 +199,7 @@ impl Gateway {
             limits,
             mcp: Arc::new(McpRegistry::new(&config.mcp_servers)?),
             attached: Mutex::new(attached),
+            schemas: Default::default(),
             config,
         };
         let version = gw.policy.load().version().to_owned();
@@ -365,7 +376,13 @@ impl Gateway {
         let now = now_ms();
         match self.store_op(move |s| s.expire_due(now)).await {
             Ok(expired) => {
-                for a in expired {
+                for call in expired.suspended {
+                    tracing::info!(call_id = %call.call_id, "a suspended call expired");
+                    self.mcp.drop_live(&call.call_id);
+                    self.metrics.call(&call.decision, "expired");
+                    self.holds.notify(&call.call_id);
+                }
+                for a in expired.approvals {
                     self.approval_closed(&a.requester.id);
                     self.metrics.call("require_approval", "expired");
                     self.holds.notify(&a.call_id);

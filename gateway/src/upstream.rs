@@ -30,6 +30,8 @@ pub struct CallHeaders<'a> {
     pub call_id: &'a str,
     pub fingerprint: &'a str,
     pub approval_id: Option<&'a str>,
+    /// A resume of a suspended call: sent as `airlock-resume: <call id>` (DESIGN §11).
+    pub resume: bool,
 }
 
 pub struct Upstreams {
@@ -92,6 +94,9 @@ impl Upstreams {
             .body(body.to_owned());
         if let Some(a) = h.approval_id {
             req = req.header("airlock-approval-id", a);
+        }
+        if h.resume {
+            req = req.header("airlock-resume", h.call_id);
         }
         let classify = |e: reqwest::Error| {
             if e.is_timeout() {

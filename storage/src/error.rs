@@ -35,6 +35,10 @@ pub enum StoreError {
     NoStore(String),
     #[error("{0}")]
     NotExported(String),
+    #[error("the call is {0}, not suspended: there is nothing to resume")]
+    NotSuspended(&'static str),
+    #[error("the call's suspension expired: it can no longer be resumed")]
+    SuspensionExpired,
 }
 
 impl StoreError {
@@ -54,6 +58,8 @@ impl StoreError {
             StoreError::DeliveryNotFound(_) => "delivery.not_found",
             StoreError::NoStore(_) => "store.not_found",
             StoreError::NotExported(_) => "audit.not_exported",
+            StoreError::NotSuspended(_) => "call.not_suspended",
+            StoreError::SuspensionExpired => "call.expired",
         }
     }
 }

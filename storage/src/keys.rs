@@ -18,8 +18,9 @@ pub const FORMAT_VERSION: u64 = 1;
 pub enum Ks {
     /// approval id → [`crate::Approval`]
     Approvals,
-    /// `{field}\0{value}\0{approval id}` → empty: listing indexes (`a`ll, `s`tatus, `t`ool,
-    /// `r`un id, `p`rincipal).
+    /// `{field}\0{value}\0{id}` → empty: approval listing indexes (`a`ll, `s`tatus, `t`ool,
+    /// `r`un id, `p`rincipal), calls e`x`ecuting, calls `S`uspended by run, and a run's audit
+    /// records (`e`, by seq).
     ApprovalIndex,
     /// `{fingerprint}\0{scope key}` → [`crate::Grant`]
     Grants,
@@ -135,6 +136,16 @@ pub fn split_timed(key: &[u8]) -> Option<(u64, &[u8])> {
 /// Kinds of entries in the expiry index.
 pub const EXPIRE_APPROVAL: u8 = b'a';
 pub const EXPIRE_GRANT: u8 = b'g';
+/// A suspended call (by call id).
+pub const EXPIRE_SUSPENDED: u8 = b's';
+
+/// Index field of a run's audit records: `e\0{run id}\0{seq, 20 digits}`.
+pub const IDX_RUN_EVENT: u8 = b'e';
+
+/// The index entry of audit record `seq` under run `run`; seqs sort as numbers.
+pub fn run_event_key(run: &str, seq: u64) -> Vec<u8> {
+    index_key(IDX_RUN_EVENT, run, &format!("{seq:020}"))
+}
 
 pub fn expiry_key(at: u64, kind: u8, id: &[u8]) -> Vec<u8> {
     let mut tail = Vec::with_capacity(1 + id.len());

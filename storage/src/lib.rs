@@ -34,10 +34,10 @@ pub use audit::{
 pub use error::StoreError;
 pub use model::{
     Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
-    Grant, GrantTerms, Millis, Principal,
+    Grant, GrantTerms, Millis, Principal, Suspension,
 };
-pub use ops::{ApprovalFilter, Begin, NewDelivery, OutboxStats, Verdict, PARKED};
-pub use writer::Durability;
+pub use ops::{ApprovalFilter, Begin, Expired, NewDelivery, OutboxStats, Suspend, Verdict, PARKED};
+pub use writer::{Durability, RunListener};
 
 use keys::{decode, Ks};
 use writer::{ChainHead, Shared, Writer};
@@ -108,6 +108,7 @@ impl Store {
             db,
             keyspaces,
             poisoned: AtomicBool::new(false),
+            run_listener: std::sync::OnceLock::new(),
         });
         let head = chain_head(&shared)?;
         let writer = Arc::new(Writer::start(shared.clone(), head, options.flush_interval)?);
@@ -190,6 +191,64 @@ impl Store {
             );
         }
         Ok(out)
+    }
+
+    /// Up to `limit` audit records of run `run_id` with seq > `after`, oldest first (records
+    /// a prune dropped are skipped).
+    pub fn run_events(
+        &self,
+        run_id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Value>, StoreError> {
+        self.shared.check()?;
+        let prefix = keys::index_prefix(keys::IDX_RUN_EVENT, run_id);
+        let start = keys::run_event_key(run_id, after.saturating_add(1));
+        let mut out = Vec::new();
+        for guard in self.shared.ks(Ks::ApprovalIndex).range(start..) {
+            let key = guard.key()?;
+            let Some(seq) = key
+                .strip_prefix(prefix.as_slice())
+                .and_then(|s| std::str::from_utf8(s).ok())
+                .and_then(|s| s.parse::<u64>().ok())
+            else {
+                break;
+            };
+            if let Some(bytes) = self.shared.ks(Ks::Audit).get(seq.to_be_bytes())? {
+                out.push(
+                    serde_json::from_slice(&bytes)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                );
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The calls of run `run_id` that are suspended, oldest first.
+    pub fn suspended_in_run(&self, run_id: &str) -> Result<Vec<CallRecord>, StoreError> {
+        self.shared.check()?;
+        let prefix = keys::index_prefix(ops::IDX_SUSPENDED, run_id);
+        let mut out = Vec::new();
+        for guard in self.shared.ks(Ks::ApprovalIndex).prefix(&prefix) {
+            let key = guard.key()?;
+            let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            if let Some(call) = self.call(&id)? {
+                if call.status == CallStatus::Suspended {
+                    out.push(call);
+                }
+            }
+        }
+        out.sort_by_key(|c| c.created_at);
+        Ok(out)
+    }
+
+    /// Sets who is told, after each commit, which runs got new audit records. Set once; later
+    /// calls are ignored.
+    pub fn on_run_events(&self, listener: RunListener) {
+        let _ = self.shared.run_listener.set(listener);
     }
 
     /// The raw audit records with seq > `after`, oldest first.

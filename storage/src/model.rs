@@ -165,6 +165,8 @@ pub enum CallStatus {
     /// Approved: executes once when its requester asks.
     Approved,
     Executing,
+    /// Its upstream suspended it mid-call (DESIGN §11): waits for resume data.
+    Suspended,
     Completed,
     Failed,
     Denied,
@@ -180,6 +182,7 @@ impl CallStatus {
             CallStatus::PendingApproval => "pending_approval",
             CallStatus::Approved => "approved",
             CallStatus::Executing => "executing",
+            CallStatus::Suspended => "suspended",
             CallStatus::Completed => "completed",
             CallStatus::Failed => "failed",
             CallStatus::Denied => "denied",
@@ -225,8 +228,28 @@ pub struct CallRecord {
     #[serde(default)]
     pub run_by: Option<Millis>,
     pub outcome: Option<CallOutcome>,
+    /// The call's latest suspension (kept after it is resumed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<Suspension>,
     pub created_at: Millis,
     pub updated_at: Millis,
+}
+
+/// Why and until when a call is suspended (DESIGN §11).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Suspension {
+    /// What the upstream said when it suspended (shown to the agent and approvers).
+    pub payload: Value,
+    /// The JSON Schema (2020-12) resume data must satisfy.
+    pub resume_schema: Value,
+    pub suspended_at: Millis,
+    pub expires_at: Millis,
+    /// How many times the call has suspended, this one included.
+    pub count: u32,
+    /// What the upstream needs to continue, when it keeps no state of its own (an MCP
+    /// upstream's `requestState` and input key); `None` for HTTP backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_state: Option<Value>,
 }
 
 /// A webhook delivery in the outbox.

@@ -12,10 +12,10 @@ use serde_json::{json, Map, Value};
 
 use crate::audit::redact;
 use crate::error::StoreError;
-use crate::keys::{self, decode, encode, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT};
+use crate::keys::{self, decode, encode, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT, EXPIRE_SUSPENDED};
 use crate::model::{
     Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
-    Grant, Millis, Principal,
+    Grant, Millis, Principal, Suspension,
 };
 use crate::writer::{Durability, Tx};
 use crate::Store;
@@ -28,6 +28,8 @@ const IDX_RUN: u8 = b'r';
 const IDX_PRINCIPAL: u8 = b'p';
 /// Calls that are executing: what a crash leaves with an unknown outcome.
 const IDX_EXECUTING: u8 = b'x';
+/// Suspended calls, by run id (empty for calls without one).
+pub(crate) const IDX_SUSPENDED: u8 = b'S';
 
 /// The due time of parked deliveries (a disabled endpoint's): never, until enabled.
 pub const PARKED: Millis = u64::MAX >> 1;
@@ -76,6 +78,25 @@ pub struct NewDelivery {
     pub webhook: String,
     pub event: String,
     pub payload: String,
+}
+
+/// What one expiry sweep ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Expired {
+    /// Pending approvals past their ttl (their calls are `expired`).
+    pub approvals: Vec<Approval>,
+    /// Suspended calls past `suspend_ttl` (now `expired`).
+    pub suspended: Vec<CallRecord>,
+}
+
+/// A new suspension, as the upstream asked for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suspend {
+    pub payload: Value,
+    pub resume_schema: Value,
+    pub upstream_state: Option<Value>,
+    /// How long it may wait for resume data.
+    pub ttl_ms: u64,
 }
 
 /// The outbox at a glance, for metrics.
@@ -392,6 +413,7 @@ impl Store {
             }
             match call.status {
                 CallStatus::PendingApproval | CallStatus::Approved | CallStatus::Allowed => {}
+                CallStatus::Suspended => unindex_suspended(tx, &call),
                 other => return Err(StoreError::CallState(other.as_str(), "be cancelled")),
             }
             if let Some(approval_id) = &call.approval_id {
@@ -429,11 +451,12 @@ impl Store {
 
     /// Expires pending approvals and grants whose time has come; returns the approvals that
     /// expired. Costs work in proportion to what expires (the expiry index is time-ordered).
-    pub fn expire_due(&self, now: Millis) -> Result<Vec<Approval>, StoreError> {
+    pub fn expire_due(&self, now: Millis) -> Result<Expired, StoreError> {
         let redact_ptrs = self.redact.clone();
         self.writer.submit(move |tx| {
             let end = keys::timed_key(now, &[0xff]);
             let mut expired = Vec::new();
+            let mut suspended = Vec::new();
             for key in tx.committed_keys_until(Ks::Expiry, &end, SWEEP_LIMIT)? {
                 if !tx.exists(Ks::Expiry, &key)? {
                     continue;
@@ -470,11 +493,147 @@ impl Store {
                         let f = fields(json!({"approval_id": g.approval_id, "fingerprint": g.fingerprint, "scope_key": g.scope_key, "uses_left": g.uses_left}));
                         tx.audit(now, "grant.expired", f);
                     }
+                    EXPIRE_SUSPENDED => {
+                        let Some(mut call) = get::<CallRecord>(tx, Ks::Calls, id)? else { continue };
+                        if call.status != CallStatus::Suspended
+                            || call.suspension.as_ref().is_some_and(|s| s.expires_at > now)
+                        {
+                            continue;
+                        }
+                        call.status = CallStatus::Expired;
+                        call.updated_at = now;
+                        unindex_suspended(tx, &call);
+                        let mut f = Self::call_fields(&redact_ptrs, &call);
+                        f.insert("suspended".into(), Value::from(true));
+                        tx.audit(now, "call.expired", f);
+                        put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+                        suspended.push(call);
+                    }
                     _ => {}
                 }
             }
-            Ok(expired)
+            Ok(Expired {
+                approvals: expired,
+                suspended,
+            })
         })
+    }
+
+    /// An executing call's upstream asked to suspend it: the call waits, durably, for resume
+    /// data until `ttl_ms` from `now` (audited `call.suspended`).
+    pub fn suspend_call(
+        &self,
+        call_id: &str,
+        suspend: Suspend,
+        now: Millis,
+    ) -> Result<CallRecord, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let call_id = call_id.to_owned();
+        self.writer.submit(move |tx| {
+            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+                .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+            if call.status != CallStatus::Executing {
+                return Err(StoreError::CallState(call.status.as_str(), "suspend"));
+            }
+            let count = call.suspension.as_ref().map_or(0, |s| s.count) + 1;
+            let expires_at = now.saturating_add(suspend.ttl_ms);
+            call.status = CallStatus::Suspended;
+            call.updated_at = now;
+            call.suspension = Some(Suspension {
+                payload: suspend.payload,
+                resume_schema: suspend.resume_schema,
+                suspended_at: now,
+                expires_at,
+                count,
+                upstream_state: suspend.upstream_state,
+            });
+            tx.delete(
+                Ks::ApprovalIndex,
+                keys::index_key(IDX_EXECUTING, "", &call.call_id),
+            );
+            tx.put(
+                Ks::ApprovalIndex,
+                keys::index_key(
+                    IDX_SUSPENDED,
+                    run_id(&call.context).unwrap_or(""),
+                    &call.call_id,
+                ),
+                Vec::new(),
+            );
+            tx.put(
+                Ks::Expiry,
+                keys::expiry_key(expires_at, EXPIRE_SUSPENDED, call.call_id.as_bytes()),
+                Vec::new(),
+            );
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            if let Some(s) = &call.suspension {
+                f.insert("payload".into(), s.payload.clone());
+                f.insert("resume_schema".into(), s.resume_schema.clone());
+                f.insert("expires_at".into(), Value::from(s.expires_at));
+                f.insert("suspensions".into(), Value::from(s.count));
+            }
+            tx.audit(now, "call.suspended", f);
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(call)
+        })
+    }
+
+    /// Claims a suspended call to resume it with `resume_data` (already validated and allowed
+    /// by policy): `suspended` → `executing`, at most once, audited `call.resumed` with the
+    /// (redacted) data and `explanation`. Refused: `call.not_suspended`, `call.expired`.
+    pub fn resume_call(
+        &self,
+        call_id: &str,
+        by: &Principal,
+        resume_data: &Value,
+        explanation: Map<String, Value>,
+        now: Millis,
+    ) -> Result<CallRecord, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let call_id = call_id.to_owned();
+        let by = by.clone();
+        let data = redact(resume_data, &redact_ptrs);
+        self.writer.submit(move |tx| {
+            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+                .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+            if call.status != CallStatus::Suspended {
+                return Err(StoreError::NotSuspended(call.status.as_str()));
+            }
+            let Some(s) = &call.suspension else {
+                return Err(StoreError::Corrupt(
+                    "a suspended call without its suspension".into(),
+                ));
+            };
+            if now >= s.expires_at {
+                return Err(StoreError::SuspensionExpired);
+            }
+            unindex_suspended(tx, &call);
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("by".into(), Value::from(by.id.clone()));
+            f.insert("resume_data".into(), data);
+            f.extend(explanation);
+            tx.audit(now, "call.resumed", f);
+            claim(tx, &mut call, now);
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(call)
+        })
+    }
+
+    /// Audits a resume that policy denied; the call stays suspended.
+    pub fn resume_denied(
+        &self,
+        call: &CallRecord,
+        by: &Principal,
+        resume_data: &Value,
+        explanation: Map<String, Value>,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        let mut f = Self::call_fields(&self.redact, call);
+        f.insert("by".into(), Value::from(by.id.clone()));
+        f.insert("resume_data".into(), redact(resume_data, &self.redact));
+        f.extend(explanation);
+        self.writer
+            .submit(move |tx| Ok(tx.audit(now, "call.resume_denied", f)))
     }
 
     /// Claims a call for execution, at most once. An approved call is its grant's first use:
@@ -542,13 +701,16 @@ impl Store {
             tx.audit(
                 now,
                 kind,
-                fields(json!({
-                    "call_id": call.call_id,
-                    "tool": call.tool,
-                    "fingerprint": call.fingerprint,
-                    "upstream_status": outcome.upstream_status,
-                    "error": outcome.error,
-                })),
+                with_run(
+                    fields(json!({
+                        "call_id": call.call_id,
+                        "tool": call.tool,
+                        "fingerprint": call.fingerprint,
+                        "upstream_status": outcome.upstream_status,
+                        "error": outcome.error,
+                    })),
+                    &call,
+                ),
             );
             call.outcome = Some(outcome);
             call.updated_at = now;
@@ -1099,6 +1261,33 @@ fn spend_grant(
 
 /// Marks `call` executing (the caller writes it), indexes it so a crash can find it, and
 /// audits the start.
+/// Names the call's run in an audit record that carries no context, so the run's stream
+/// finds it.
+fn with_run(mut f: Map<String, Value>, call: &CallRecord) -> Map<String, Value> {
+    if let Some(run) = run_id(&call.context) {
+        f.insert("run_id".into(), Value::from(run));
+    }
+    f
+}
+
+/// Drops a suspended call's index and expiry entries (it is resumed, expired or cancelled).
+fn unindex_suspended(tx: &mut Tx<'_>, call: &CallRecord) {
+    tx.delete(
+        Ks::ApprovalIndex,
+        keys::index_key(
+            IDX_SUSPENDED,
+            run_id(&call.context).unwrap_or(""),
+            &call.call_id,
+        ),
+    );
+    if let Some(s) = &call.suspension {
+        tx.delete(
+            Ks::Expiry,
+            keys::expiry_key(s.expires_at, EXPIRE_SUSPENDED, call.call_id.as_bytes()),
+        );
+    }
+}
+
 fn claim(tx: &mut Tx<'_>, call: &mut CallRecord, now: Millis) {
     call.status = CallStatus::Executing;
     call.updated_at = now;

@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use fjall::{Database, Keyspace, PersistMode};
@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 
 use crate::audit;
 use crate::error::StoreError;
-use crate::keys::Ks;
+use crate::keys::{self, Ks};
 
 /// Jobs in one group commit at most.
 const MAX_GROUP: usize = 512;
@@ -50,12 +50,16 @@ pub(crate) struct ChainHead {
     pub hash: String,
 }
 
+/// Told the run ids that a committed group wrote audit records for (DESIGN §11 run streams).
+pub type RunListener = Box<dyn Fn(&[String]) + Send + Sync>;
+
 /// What the writer shares with readers.
 pub(crate) struct Shared {
     pub db: Database,
     pub keyspaces: Vec<Keyspace>,
     /// Set when a commit failed; then nothing is served.
     pub poisoned: AtomicBool,
+    pub run_listener: OnceLock<RunListener>,
 }
 
 impl Shared {
@@ -86,12 +90,15 @@ pub struct Tx<'a> {
     shared: &'a Shared,
     staged: Vec<Staged>,
     head: ChainHead,
+    /// Runs this group wrote audit records for.
+    runs: Vec<String>,
 }
 
 /// A point to roll a failed job back to.
 struct Savepoint {
     staged: usize,
     head: ChainHead,
+    runs: usize,
 }
 
 impl Tx<'_> {
@@ -159,10 +166,25 @@ impl Tx<'_> {
     }
 
     /// Appends an audit record in this same atomic batch; returns its seq.
+    /// A record that names a run (`run_id`, or `context.run_id`) is also indexed under it,
+    /// for the run's event stream.
     pub fn audit(&mut self, ts: u64, kind: &str, fields: Map<String, Value>) -> u64 {
         let seq = self.head.seq + 1;
+        let run = fields
+            .get("run_id")
+            .or_else(|| fields.get("context").and_then(|c| c.get("run_id")))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let (bytes, hash) = audit::seal(seq, &self.head.hash, ts, kind, fields);
         self.put(Ks::Audit, seq.to_be_bytes().to_vec(), bytes);
+        if let Some(run) = run {
+            self.put(
+                Ks::ApprovalIndex,
+                keys::run_event_key(&run, seq),
+                Vec::new(),
+            );
+            self.runs.push(run);
+        }
         self.head = ChainHead { seq, hash };
         seq
     }
@@ -171,12 +193,14 @@ impl Tx<'_> {
         Savepoint {
             staged: self.staged.len(),
             head: self.head.clone(),
+            runs: self.runs.len(),
         }
     }
 
     fn rollback(&mut self, sp: Savepoint) {
         self.staged.truncate(sp.staged);
         self.head = sp.head;
+        self.runs.truncate(sp.runs);
     }
 }
 
@@ -314,6 +338,7 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
             shared,
             staged: Vec::new(),
             head: head.clone(),
+            runs: Vec::new(),
         };
         let mut lazy = Vec::new();
         let mut durable = Vec::new();
@@ -325,6 +350,7 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
             }
         }
         let written = commit(shared, std::mem::take(&mut tx.staged));
+        let told = written.is_ok();
         if written.is_ok() {
             head = tx.head;
         } else {
@@ -347,6 +373,13 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
         };
         for finish in durable {
             finish(synced.clone());
+        }
+        if told && !tx.runs.is_empty() {
+            if let Some(listener) = shared.run_listener.get() {
+                tx.runs.sort_unstable();
+                tx.runs.dedup();
+                listener(&tx.runs);
+            }
         }
     }
     if unsynced.is_some() {

@@ -268,7 +268,7 @@ proptest! {
                     prop_assert_eq!(got, model.spend(&fp, now));
                 }
                 Op::Sweep => {
-                    let expired: BTreeSet<String> = store.expire_due(now).unwrap().into_iter().map(|a| a.id).collect();
+                    let expired: BTreeSet<String> = store.expire_due(now).unwrap().approvals.into_iter().map(|a| a.id).collect();
                     let mut want = BTreeSet::new();
                     for a in &mut model.approvals {
                         if a.status == ApprovalStatus::Pending && a.expires_at <= now {

@@ -265,7 +265,7 @@ fn expiry_is_a_deny_and_an_expired_grant_is_never_spent() {
     let a = store
         .create_approval(h.call, h.approval, no_fields())
         .unwrap();
-    assert!(store.expire_due(5_999).unwrap().is_empty());
+    assert!(store.expire_due(5_999).unwrap().approvals.is_empty());
     // Past expiry but before the sweep, a decision is still refused.
     assert_eq!(
         store
@@ -274,7 +274,7 @@ fn expiry_is_a_deny_and_an_expired_grant_is_never_spent() {
             .code(),
         "approval.not_pending"
     );
-    let expired = store.expire_due(6_000).unwrap();
+    let expired = store.expire_due(6_000).unwrap().approvals;
     assert_eq!(expired.len(), 1);
     assert_eq!(
         store.call("c1").unwrap().unwrap().status,

@@ -76,14 +76,19 @@ pub fn status_for(code: &str) -> StatusCode {
         | "call.in_progress"
         | "call.invalid_state"
         | "call.cancelled"
-        | "call.exists" => StatusCode::CONFLICT,
+        | "call.exists"
+        | "call.not_suspended"
+        | "call.ambiguous" => StatusCode::CONFLICT,
+        "call.expired" => StatusCode::GONE,
+        "request.invalid_resume_data" => StatusCode::UNPROCESSABLE_ENTITY,
         "audit.not_exported" => StatusCode::CONFLICT,
         "approval.not_found" | "call.not_found" | "tool.unknown" | "route.not_found"
         | "delivery.not_found" | "webhook.not_found" => StatusCode::NOT_FOUND,
         "route.method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
-        "upstream.unavailable" | "upstream.too_large" | "call.interrupted" => {
-            StatusCode::BAD_GATEWAY
-        }
+        "upstream.unavailable"
+        | "upstream.too_large"
+        | "upstream.invalid_suspend"
+        | "call.interrupted" => StatusCode::BAD_GATEWAY,
         "upstream.timeout" => StatusCode::GATEWAY_TIMEOUT,
         "gateway.too_many_held" | "principal.rate_limited" | "principal.too_many_pending" => {
             StatusCode::TOO_MANY_REQUESTS

@@ -178,27 +178,51 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 .map(|o| outcome_response(gw, o))
         }
         (Method::POST, ["v1", "calls", id, "resume"]) => {
+            let body = body_json(&read_body(req.into_body(), limit).await?)?;
+            // With `resume_data`: a suspended call continues (the requester, approvers and
+            // admins may); without: §6's resume, the call's outcome (the requester).
+            if let Some(data) = resume_data(&body) {
+                return pipeline::suspend::resume(gw, &principal, id, data)
+                    .await
+                    .map(|o| outcome_response(gw, o));
+            }
             require(role, &[Role::Agent, Role::Admin])?;
             pipeline::call_outcome(gw, &principal, id, wait(&query), true)
                 .await
                 .map(|o| outcome_response(gw, o))
         }
+        (Method::POST, ["v1", "runs", run_id, "resume"]) => {
+            let body = body_json(&read_body(req.into_body(), limit).await?)?;
+            let tool_call_id = optional_string(&body, "tool_call_id")?;
+            let data = resume_data(&body).ok_or_else(|| {
+                ApiError::new("request.missing_field", "a run resume needs `resume_data`")
+            })?;
+            let run_id = decode_component(run_id);
+            pipeline::suspend::resume_run(gw, &principal, &run_id, tool_call_id.as_deref(), data)
+                .await
+                .map(|o| outcome_response(gw, o))
+        }
+        (Method::GET, ["v1", "runs", run_id, "stream"]) => {
+            let run_id = decode_component(run_id);
+            let last = req
+                .headers()
+                .get("last-event-id")
+                .and_then(|v| v.to_str().ok())
+                .map(|v| {
+                    v.trim().parse::<u64>().map_err(|_| {
+                        ApiError::new(
+                            "request.invalid_header",
+                            "`Last-Event-ID` must be an event id from this stream (an integer)",
+                        )
+                    })
+                })
+                .transpose()?
+                .unwrap_or(0);
+            Ok(crate::runs::stream(gw, principal, run_id, last))
+        }
         (Method::POST, ["v1", "calls", id, "cancel"]) => {
             require(role, &[Role::Agent, Role::Admin])?;
-            let owned = id.to_string();
-            let found = gw.store_op(move |s| s.call(&owned)).await?;
-            // Another principal's call is reported as missing, not as forbidden.
-            if !found.is_some_and(|c| c.requester.id == principal.id || principal.is_admin()) {
-                return Err(pipeline::call_not_found(id));
-            }
-            let (id, by, now) = (id.to_string(), principal.clone(), now_ms());
-            let call = gw.store_op(move |s| s.cancel(&id, &by, now)).await?;
-            if call.approval_id.is_some() {
-                gw.approval_closed(&call.requester.id);
-            }
-            gw.metrics.call(&call.decision, "cancelled");
-            tracing::info!(call_id = %call.call_id, by = %principal.id, "call cancelled");
-            gw.holds.notify(&call.call_id);
+            let call = pipeline::cancel(gw, &principal, id).await?;
             Ok(json_response(
                 StatusCode::OK,
                 &json!({"call_id": call.call_id, "status": "cancelled"}),
@@ -500,7 +524,28 @@ fn outcome_response(gw: &Gateway, outcome: Outcome) -> Response<Body> {
                 },
             }),
         ),
+        Outcome::Suspended(v) => json_response(StatusCode::ACCEPTED, &suspended_json(gw, &v)),
     }
+}
+
+/// A suspended call as the API shows it (DESIGN §11).
+pub fn suspended_json(gw: &Gateway, v: &pipeline::Suspended) -> Value {
+    json!({
+        "call_id": v.call_id,
+        "status": "suspended",
+        "tool": v.tool,
+        "tool_call_id": v.tool_call_id,
+        "run_id": v.run_id,
+        "suspend": {"payload": v.payload, "resume_schema": v.resume_schema},
+        "expires_at": rfc3339(v.expires_at),
+        "suspensions": v.count,
+        "link": crate::approvals::resume_link(&gw.config, &v.call_id),
+    })
+}
+
+/// The `resume_data` of a resume body, if it has one (`null` counts as data).
+fn resume_data(body: &Value) -> Option<Value> {
+    body.as_object()?.get("resume_data").cloned()
 }
 
 /// The body of an approve or decline: who may send it (the agent role is refused as
@@ -549,7 +594,7 @@ fn is_known_path(segments: &[&str]) -> bool {
             | ["v1", "approvals"]
             | ["v1", "approvals", _]
             | ["v1", "approvals", _, "approve" | "decline"]
-            | ["v1", "runs", _, "approve" | "decline"]
+            | ["v1", "runs", _, "approve" | "decline" | "resume" | "stream"]
             | ["v1", "events"]
             | ["v1", "policy"]
             | ["v1", "policy", "evaluate" | "reload"]

@@ -236,7 +236,7 @@ async fn preview(gw: &Arc<Gateway>, id: &str, form: &[(String, String)]) -> Resp
         Ok(c) => c,
         Err(e) => return fragment(pages::preview_error(&format!("{e} ({})", e.code()))),
     };
-    let (decision, _) = crate::pipeline::decide_policy(gw, &call, &a.requester).await;
+    let (decision, _) = crate::pipeline::decide_policy(gw, &call, &a.requester, None).await;
     let old = serde_json::to_string_pretty(&a.args).unwrap_or_default();
     let new = serde_json::to_string_pretty(&call.args).unwrap_or_default();
     fragment(pages::preview(&decision, &old, &new))

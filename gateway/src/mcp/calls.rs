@@ -29,7 +29,7 @@ use crate::auth::random_hex;
 use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::http::body::{json_response, Body};
-use crate::pipeline::{self, Front, Hold, Outcome};
+use crate::pipeline::{self, suspend, Front, Hold, Outcome};
 use crate::state::{audit_fields, Gateway};
 
 /// How often a held call tells a client with a progress token that it still waits.
@@ -37,6 +37,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// The key of our one input request in an `input_required` result.
 const INPUT_KEY: &str = "airlock_approval";
+
+/// The key of a suspended call's input request (DESIGN §11).
+const SUSPEND_KEY: &str = "airlock_input";
 
 pub async fn call(
     gw: &Arc<Gateway>,
@@ -75,9 +78,20 @@ pub async fn call(
                 return rpc_error(&e, modern);
             }
         };
-        let outcome =
+        let outcome = if state.suspension.is_some() {
+            // A suspended call's input: the form's answer resumes it; after a URL (the
+            // inbox's resume form), the call is awaited while someone resumes it there.
+            match msg
+                .params
+                .pointer(&format!("/inputResponses/{SUSPEND_KEY}"))
+            {
+                Some(r) => suspend::answer_input(gw, &principal, &state.call_id, r).await,
+                None => suspend::wait_resumed(gw, &state.call_id, gw.config.hold_timeout).await,
+            }
+        } else {
             pipeline::call_outcome(gw, &principal, &state.call_id, gw.config.hold_timeout, true)
-                .await;
+                .await
+        };
         return answer(gw, front, &principal, &exchange, id, &call, outcome);
     }
 
@@ -286,6 +300,7 @@ fn tool_result(
                 fingerprint: call.fingerprint.to_string(),
                 // The approval's own expiry, plus time to come back once it is decided.
                 expires_at: p.expires_at + 15 * 60 * 1000,
+                suspension: None,
             };
             return json!({
                 "resultType": "input_required",
@@ -300,6 +315,42 @@ fn tool_result(
                 "requestState": seal::seal(&front.state_key, &state),
             });
         }
+        Ok(Outcome::Suspended(v))
+            if modern && (exchange.url_elicitation() || exchange.form_elicitation()) =>
+        {
+            let form = exchange.form_elicitation() && suspend::is_flat(&v.resume_schema);
+            let nonce = match random_hex(16) {
+                Ok(n) => n,
+                Err(e) => return error_result(e.code, &e.message, json!({})),
+            };
+            let state = State {
+                v: 1,
+                nonce,
+                approval_id: String::new(),
+                call_id: v.call_id.clone(),
+                principal: principal.id.clone(),
+                tool: call.tool.clone(),
+                fingerprint: call.fingerprint.to_string(),
+                expires_at: v.expires_at,
+                suspension: Some(v.count),
+            };
+            return json!({
+                "resultType": "input_required",
+                "inputRequests": {SUSPEND_KEY: input_request(gw, &v, form)},
+                "requestState": seal::seal(&front.state_key, &state),
+            });
+        }
+        Ok(Outcome::Suspended(v)) => error_result(
+            "call.suspended",
+            &format!(
+                "`{}` is suspended, waiting for input: {}. Resume it with data fitting `resume_schema` (POST /v1/calls/{}/resume, or the link).",
+                call.tool, text_of(&v.payload), v.call_id
+            ),
+            json!({
+                "call_id": v.call_id, "payload": v.payload, "resume_schema": v.resume_schema,
+                "link": crate::approvals::resume_link(&gw.config, &v.call_id),
+            }),
+        ),
         Ok(Outcome::Pending(p)) => error_result(
             "approval.pending",
             &format!(
@@ -346,6 +397,30 @@ fn error_result(code: &str, message: &str, extra: Value) -> Value {
         "structuredContent": {"error": error},
         "isError": true,
     })
+}
+
+/// The `elicitation/create` params asking for a suspended call's input: the form itself
+/// when `form`, else the link to the inbox's resume form.
+fn input_request(gw: &Gateway, v: &pipeline::Suspended, form: bool) -> Value {
+    let message = match v.payload.get("message").and_then(Value::as_str) {
+        Some(m) => m.to_owned(),
+        None => format!(
+            "`{}` needs input to continue: {}",
+            v.tool,
+            text_of(&v.payload)
+        ),
+    };
+    let params = if form {
+        json!({"mode": "form", "message": message, "requestedSchema": v.resume_schema})
+    } else {
+        json!({
+            "mode": "url",
+            "url": crate::approvals::resume_link(&gw.config, &v.call_id),
+            "elicitationId": format!("{}-{}", v.call_id, v.count),
+            "message": format!("{message} (open the link to answer)"),
+        })
+    };
+    json!({"method": "elicitation/create", "params": params})
 }
 
 fn text_of(v: &Value) -> String {
@@ -420,7 +495,7 @@ fn stream_with_progress(
                 return;
             }
             let wait = pipeline::UPSTREAM_NOTIFICATIONS.scope(
-                up_tx,
+                up_tx.clone(),
                 pipeline::call_outcome(&gw, &principal, &call_id, gw.config.hold_timeout, true),
             );
             let Some(next) = relay.drive(wait).await else {
@@ -433,6 +508,53 @@ fn stream_with_progress(
                     json!({"elicitationId": approval_id}),
                 );
                 let _ = relay.tx.send(sse(&done)).await;
+            }
+        }
+        // A suspended call asks the client for its input on this stream (2025-11-25): a
+        // form when the client fills forms and the schema is flat, else the inbox's resume
+        // form by URL. Each answer resumes it; it may suspend again.
+        while let Ok(Outcome::Suspended(v)) = &outcome {
+            let v = v.clone();
+            let form = exchange.form_elicitation() && suspend::is_flat(&v.resume_schema);
+            let (Some(sid), true) = (&exchange.session, form || exchange.url_elicitation()) else {
+                break;
+            };
+            let ask_id = format!("airlock-input-{}-{}", v.call_id, v.count);
+            let params = input_request(&gw, &v, form)["params"].clone();
+            let ask = json!({"jsonrpc": "2.0", "id": ask_id, "method": "elicitation/create", "params": params});
+            let reply = front.expect_reply(sid, &ask_id);
+            if relay.tx.send(sse(&ask)).await.is_err() {
+                front.forget_reply(sid, &ask_id);
+                return;
+            }
+            let (gw2, principal2, call_id) = (gw.clone(), principal.clone(), v.call_id.clone());
+            let wait = gw.config.max_hold;
+            let step = pipeline::UPSTREAM_NOTIFICATIONS.scope(up_tx.clone(), async move {
+                if !form {
+                    return suspend::wait_resumed(&gw2, &call_id, wait).await;
+                }
+                match tokio::time::timeout(wait, reply).await {
+                    Ok(Ok(answer)) => match answer.get("result") {
+                        Some(r) => suspend::answer_input(&gw2, &principal2, &call_id, r).await,
+                        None => Err(ApiError::new(
+                            "call.suspended",
+                            "the client could not show the form; the call stays suspended",
+                        )),
+                    },
+                    // No answer in time: the call stays suspended; say so.
+                    _ => {
+                        pipeline::call_outcome(&gw2, &principal2, &call_id, Duration::ZERO, false)
+                            .await
+                    }
+                }
+            });
+            let next = relay.drive(step).await;
+            front.forget_reply(sid, &ask_id);
+            let Some(next) = next else { return };
+            let same = matches!(&next, Ok(Outcome::Suspended(n)) if n.count == v.count);
+            outcome = next;
+            if same {
+                break;
             }
         }
         let result = tool_result(&gw, &front, &principal, &exchange, &call, outcome);

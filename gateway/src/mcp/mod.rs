@@ -70,6 +70,9 @@ pub struct McpFront {
     /// In-flight `tools/call`s of 2025 sessions, by session and request id, for
     /// `notifications/cancelled`.
     cancels: Mutex<HashMap<String, tokio_util::sync::CancellationToken>>,
+    /// Our requests to 2025 clients (form elicitations of suspended calls) waiting for the
+    /// client's response, by session and request id.
+    replies: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Value>>>,
     /// The key sealing `requestState` (kept in the store, so it survives restarts).
     state_key: Vec<u8>,
 }
@@ -79,6 +82,7 @@ impl McpFront {
         McpFront {
             sessions: Mutex::new(HashMap::new()),
             cancels: Mutex::new(HashMap::new()),
+            replies: Mutex::new(HashMap::new()),
             state_key,
         }
     }
@@ -136,6 +140,30 @@ impl McpFront {
         }
     }
 
+    /// Waits for session `sid`'s response to our request `id`; the receiver ends when it is
+    /// dropped unanswered (see [`McpFront::forget_reply`]).
+    pub fn expect_reply(&self, sid: &str, id: &str) -> tokio::sync::oneshot::Receiver<Value> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut r = self.replies.lock().unwrap_or_else(|e| e.into_inner());
+        r.insert(format!("{sid}\0{id}"), tx);
+        rx
+    }
+
+    pub fn forget_reply(&self, sid: &str, id: &str) {
+        let mut r = self.replies.lock().unwrap_or_else(|e| e.into_inner());
+        r.remove(&format!("{sid}\0{id}"));
+    }
+
+    /// A client's response to one of our requests: handed to whoever waits for it.
+    fn reply(&self, sid: &str, id: &Value, response: Value) -> bool {
+        let Some(id) = id.as_str() else { return false };
+        let mut r = self.replies.lock().unwrap_or_else(|e| e.into_inner());
+        match r.remove(&format!("{sid}\0{id}")) {
+            Some(tx) => tx.send(response).is_ok(),
+            None => false,
+        }
+    }
+
     /// The session `sid` if `principal` opened it, marked as used.
     fn session(&self, sid: &str, principal: &str) -> Option<Session> {
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
@@ -166,6 +194,15 @@ impl Exchange {
         self.capabilities
             .pointer("/elicitation/url")
             .is_some_and(Value::is_object)
+    }
+
+    /// The client fills in forms we send it (elicitation, `form` mode; an `elicitation`
+    /// capability naming no mode means form).
+    pub fn form_elicitation(&self) -> bool {
+        match self.capabilities.get("elicitation") {
+            Some(Value::Object(e)) => e.is_empty() || e.get("form").is_some_and(Value::is_object),
+            _ => false,
+        }
     }
 }
 
@@ -359,7 +396,13 @@ async fn post(
     };
 
     let Some(method) = msg.method.clone() else {
-        // A response to a request of ours: none is outstanding.
+        // A response to a request of ours (a form elicitation of a suspended call), within
+        // the session that was asked; anything else is dropped.
+        if let (Some(sid), Some(id), Some(response)) = (&exchange.session, &msg.id, msg.response) {
+            if !front.reply(sid, id, response) {
+                tracing::debug!(session = %sid, "a response to no outstanding request of ours");
+            }
+        }
         return empty(StatusCode::ACCEPTED);
     };
     if msg.id.is_none() {

@@ -24,6 +24,9 @@ pub struct State {
     pub fingerprint: String,
     /// Milliseconds since the epoch.
     pub expires_at: u64,
+    /// Set for a suspended call's input request: the suspension it answers (DESIGN §11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<u32>,
 }
 
 /// `base64url(json) "." base64url(hmac)`.
@@ -76,6 +79,7 @@ mod tests {
             tool: "db.query".into(),
             fingerprint: "sha256:ab".into(),
             expires_at: 99,
+            suspension: None,
         }
     }
 

@@ -63,6 +63,8 @@ pub struct Message {
     /// Absent for a response to one of our requests.
     pub method: Option<String>,
     pub params: Value,
+    /// A response's `{"result": …}` or `{"error": …}`.
+    pub response: Option<Value>,
 }
 
 impl Message {
@@ -154,6 +156,13 @@ pub fn parse(body: &[u8]) -> Result<Message, RpcError> {
             "a message needs a `method` (or is a response with `result` or `error`)",
         ));
     }
+    let response = if method.is_none() {
+        ["result", "error"]
+            .into_iter()
+            .find_map(|k| m.get(k).map(|v| json!({k: v})))
+    } else {
+        None
+    };
     let params = match m.remove("params") {
         None => json!({}),
         Some(p @ Value::Object(_)) => p,
@@ -165,7 +174,12 @@ pub fn parse(body: &[u8]) -> Result<Message, RpcError> {
             ))
         }
     };
-    Ok(Message { id, method, params })
+    Ok(Message {
+        id,
+        method,
+        params,
+        response,
+    })
 }
 
 /// A result message.

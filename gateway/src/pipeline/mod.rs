@@ -9,8 +9,9 @@
 //! an [`Outcome`] or an [`ApiError`] with a stable code.
 
 mod outcome;
+pub mod suspend;
 
-pub use outcome::{Completed, Outcome, Pending};
+pub use outcome::{tool_call_id, Completed, Outcome, Pending, Suspended};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,6 +82,7 @@ pub async fn decide_policy(
     gw: &Gateway,
     call: &ToolCall,
     principal: &Principal,
+    resume: Option<&Value>,
 ) -> (Decision, BTreeMap<String, ClassifierOutcome>) {
     let policy = gw.policy.load_full();
     let names = policy.classifiers_for(&call.tool);
@@ -101,7 +103,7 @@ pub async fn decide_policy(
             fingerprint: call.fingerprint.as_str(),
             now: to_system_time(now_ms()),
             classifiers: &classifiers,
-            resume: None,
+            resume,
         },
     );
     gw.metrics
@@ -153,6 +155,7 @@ fn new_call_record(
         edited: false,
         run_by: None,
         outcome: None,
+        suspension: None,
         created_at: now,
         updated_at: now,
     }
@@ -227,6 +230,7 @@ pub async fn run_call(
             Ok(Outcome::Pending(p)) => {
                 tracing::info!(approval_id = %p.approval_id, "call pending approval")
             }
+            Ok(Outcome::Suspended(_)) => tracing::info!("call suspended"),
             Err(e) => tracing::info!(code = e.code, "call refused"),
         }
         result
@@ -273,7 +277,7 @@ async fn decide_and_run(
     }
 
     // Decide.
-    let (decision, classified) = decide_policy(gw, &call, &principal).await;
+    let (decision, classified) = decide_policy(gw, &call, &principal, None).await;
     let explanation = |d: &Decision, c: &BTreeMap<String, ClassifierOutcome>| {
         let mut e = explanation(d, c);
         front.tag(&mut e);
@@ -304,7 +308,7 @@ async fn decide_and_run(
             let record = gw
                 .store_op(move |s| s.record_call_with(record, expl, true, durability))
                 .await?;
-            run_claimed(gw, record).await
+            run_claimed(gw, record, None).await
         }
         DecisionKind::RequireApproval => {
             let Some(settings) = decision.approval.clone() else {
@@ -329,7 +333,7 @@ async fn decide_and_run(
                     .store_op(move |s| s.call_with_grant(r, &k, expl, true))
                     .await?
                 {
-                    return run_claimed(gw, record).await;
+                    return run_claimed(gw, record, None).await;
                 }
                 record.status = CallStatus::PendingApproval;
             }
@@ -568,12 +572,49 @@ async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiErro
             "the call was denied by policy",
         )),
         CallStatus::Declined => Err(declined(&call)),
+        CallStatus::Suspended => match Suspended::of(&call) {
+            Some(v) => Ok(Outcome::Suspended(v)),
+            None => Err(ApiError::new(
+                "store.corrupt",
+                "a suspended call without its suspension",
+            )),
+        },
+        CallStatus::Expired if call.suspension.is_some() => Err(ApiError::new(
+            "call.expired",
+            "nobody resumed the suspended call in time; it has ended",
+        )
+        .with_details(json!({"call_id": call.call_id}))),
         CallStatus::Expired => Err(ApiError::new(
             "approval.expired",
             "nobody approved the call in time; it is denied",
         )),
         CallStatus::Cancelled => Err(ApiError::new("call.cancelled", "the call was cancelled")),
     }
+}
+
+/// `POST /v1/calls/{id}/cancel` and a declined input request over MCP: cancels a call that
+/// has not started executing (or is suspended), for its requester or an admin.
+pub async fn cancel(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    call_id: &str,
+) -> Result<CallRecord, ApiError> {
+    let owned = call_id.to_owned();
+    let found = gw.store_op(move |s| s.call(&owned)).await?;
+    // Another principal's call is reported as missing, not as forbidden.
+    if !found.is_some_and(|c| c.requester.id == principal.id || principal.is_admin()) {
+        return Err(call_not_found(call_id));
+    }
+    let (id, by, now) = (call_id.to_owned(), principal.clone(), now_ms());
+    let call = gw.store_op(move |s| s.cancel(&id, &by, now)).await?;
+    if call.approval_id.is_some() && call.suspension.is_none() {
+        gw.approval_closed(&call.requester.id);
+    }
+    gw.mcp.drop_live(&call.call_id);
+    gw.metrics.call(&call.decision, "cancelled");
+    tracing::info!(call_id = %call.call_id, by = %principal.id, "call cancelled");
+    gw.holds.notify(&call.call_id);
+    Ok(call)
 }
 
 /// `call.not_found`, saying so when the id is an approval's (they look alike otherwise).
@@ -639,59 +680,41 @@ async fn execute(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiErro
         }
         Begin::Pending(call) | Begin::Finished(call) => return Box::pin(respond(gw, call)).await,
     };
-    run_claimed(gw, call).await
+    run_claimed(gw, call, None).await
 }
 
 /// Forwards a call this request has claimed (it is `executing`), records the outcome, answers.
-async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiError> {
+/// `resume` carries the resume data of a suspended call being resumed.
+async fn run_claimed(
+    gw: &Arc<Gateway>,
+    call: CallRecord,
+    resume: Option<&Value>,
+) -> Result<Outcome, ApiError> {
     let decision = call.decision.clone();
     let canonical = airlock_policy::canonicalize(&call.args);
     // INVARIANT: what runs is what was approved. The bytes sent are re-fingerprinted and must
     // match the call's fingerprint; if they ever did not, nothing is sent.
     let fp = airlock_policy::fingerprint_canonical(&call.tool, canonical.as_bytes());
-    let outcome = if fp.as_str() != call.fingerprint {
+    let answer = if fp.as_str() != call.fingerprint {
         Err(ApiError::new(
             "call.fingerprint_mismatch",
             "the args to send do not match the approved fingerprint; nothing was sent",
         ))
     } else {
-        match gw.route(&call.tool) {
-            None => Err(unknown_tool(gw, &call.tool)),
-            Some(Route::Mcp(tool)) => {
-                let start = Instant::now();
-                let notify = UPSTREAM_NOTIFICATIONS.try_with(Clone::clone).ok();
-                let r = gw
-                    .mcp
-                    .call_tool(&tool, &canonical, Map::new(), notify)
-                    .await;
-                gw.metrics
-                    .upstream_seconds
-                    .with_label_values(&[tool.server.config.name.as_str()])
-                    .observe(start.elapsed().as_secs_f64());
-                // An MCP upstream has no HTTP status: its result says `isError` itself.
-                r.map(|result| (None, result))
-            }
-            Some(Route::Http(route)) => {
-                let headers = CallHeaders {
-                    call_id: &call.call_id,
-                    fingerprint: &call.fingerprint,
-                    approval_id: call.approval_id.as_deref(),
-                };
-                let r = gw
-                    .upstreams
-                    .forward(route, &call.tool, &canonical, headers)
-                    .await;
-                if let Ok((_, elapsed)) = &r {
-                    gw.metrics
-                        .upstream_seconds
-                        .with_label_values(&[route.pattern.as_str()])
-                        .observe(elapsed.as_secs_f64());
-                }
-                r.map(|(a, _)| (Some(a.status), a.body))
-            }
-        }
+        forward(gw, &call, &canonical, resume).await
     };
-    let stored = match &outcome {
+    let answer = match answer {
+        Ok(Answer::Suspend(s)) => match suspend::check_schema(&s.resume_schema) {
+            Ok(()) => return suspend::suspend(gw, &call, s).await,
+            Err(why) => Err(ApiError::new(
+                "upstream.invalid_suspend",
+                format!("the upstream suspended the call with a resume schema that is not valid JSON Schema 2020-12: {why}"),
+            )),
+        },
+        Ok(Answer::Result(status, body)) => Ok((status, body)),
+        Err(e) => Err(e),
+    };
+    let stored = match &answer {
         Ok((status, body)) => CallOutcome {
             upstream_status: *status,
             result: Some(body.clone()),
@@ -713,17 +736,83 @@ async fn run_claimed(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, Api
         .await?;
     gw.metrics.call(
         &decision,
-        if outcome.is_ok() {
+        if answer.is_ok() {
             "completed"
         } else {
             "failed"
         },
     );
+    // A request waiting for a suspended call resumed elsewhere learns it has ended.
+    gw.holds.notify(&record.call_id);
     // Told in the background: the agent's answer does not wait for the notification.
     let event = json!({"call_id": record.call_id, "tool": record.tool, "status": record.status.as_str(), "approval_id": record.approval_id, "upstream_status": record.outcome.as_ref().and_then(|o| o.upstream_status)});
     let announcer = gw.clone();
     tokio::spawn(async move { announcer.announce("call.completed", event).await });
     finished(&record)
+}
+
+/// What an upstream answered a forwarded call.
+pub enum Answer {
+    /// Its answer: the HTTP status (none for MCP) and body.
+    Result(Option<u16>, Value),
+    /// It asked to suspend the call.
+    Suspend(airlock_storage::Suspend),
+}
+
+/// Sends the call's canonical args (and resume data) to its upstream.
+async fn forward(
+    gw: &Arc<Gateway>,
+    call: &CallRecord,
+    canonical: &str,
+    resume: Option<&Value>,
+) -> Result<Answer, ApiError> {
+    let ttl_ms = gw.config.suspend_ttl.as_millis() as u64;
+    match gw.route(&call.tool) {
+        None => Err(unknown_tool(gw, &call.tool)),
+        Some(Route::Mcp(tool)) => {
+            let start = Instant::now();
+            let notify = UPSTREAM_NOTIFICATIONS.try_with(Clone::clone).ok();
+            let r = match resume {
+                None => gw.mcp.call_tool(&tool, canonical, Map::new(), notify).await,
+                Some(data) => suspend::resume_mcp(gw, &tool, call, canonical, data, notify).await,
+            };
+            gw.metrics
+                .upstream_seconds
+                .with_label_values(&[tool.server.config.name.as_str()])
+                .observe(start.elapsed().as_secs_f64());
+            // An MCP upstream has no HTTP status: its result says `isError` itself.
+            r.map(|answer| suspend::mcp_answer(gw, call, answer, ttl_ms))
+        }
+        Some(Route::Http(route)) => {
+            let headers = CallHeaders {
+                call_id: &call.call_id,
+                fingerprint: &call.fingerprint,
+                approval_id: call.approval_id.as_deref(),
+                resume: resume.is_some(),
+            };
+            // A resume sends `{"args", "resume_data"}`, both canonical: the keys are in JCS
+            // order, so the body is itself canonical JSON.
+            let body = match resume {
+                None => std::borrow::Cow::Borrowed(canonical),
+                Some(data) => std::borrow::Cow::Owned(format!(
+                    "{{\"args\":{canonical},\"resume_data\":{}}}",
+                    airlock_policy::canonicalize(data)
+                )),
+            };
+            let r = gw
+                .upstreams
+                .forward(route, &call.tool, &body, headers)
+                .await;
+            if let Ok((_, elapsed)) = &r {
+                gw.metrics
+                    .upstream_seconds
+                    .with_label_values(&[route.pattern.as_str()])
+                    .observe(elapsed.as_secs_f64());
+            }
+            let (answer, _) = r?;
+            suspend::http_answer(answer, ttl_ms)
+        }
+    }
 }
 
 /// The answer for a call that ran: 200 with the backend's answer, or its failure.
@@ -741,6 +830,7 @@ fn finished(call: &CallRecord) -> Result<Outcome, ApiError> {
             "tool.unknown" => "tool.unknown",
             "call.fingerprint_mismatch" => "call.fingerprint_mismatch",
             "call.interrupted" => "call.interrupted",
+            "upstream.invalid_suspend" => "upstream.invalid_suspend",
             _ => "upstream.unavailable",
         };
         return Err(
@@ -781,7 +871,7 @@ pub async fn decide(
                     })?;
                 let edited = ToolCall::new(&a.tool, args, Some(a.context.clone()))?;
                 // The edited call is evaluated as its requester's call: policy must not deny it.
-                let (d, _) = decide_policy(gw, &edited, &a.requester).await;
+                let (d, _) = decide_policy(gw, &edited, &a.requester, None).await;
                 if d.decision == DecisionKind::Deny {
                     return Err(ApiError::new(
                         "approval.edit_denied",

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use airlock_storage::Approval;
+use airlock_storage::{Approval, CallRecord};
 use serde_json::Value;
 
 /// How a call ended, or where it waits.
@@ -15,6 +15,8 @@ pub enum Outcome {
     Completed(Completed),
     /// An approval is pending; the call runs once it is approved and its requester asks.
     Pending(Pending),
+    /// The upstream suspended the call: it waits for resume data (DESIGN §11).
+    Suspended(Suspended),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -50,4 +52,51 @@ impl Pending {
             quorum: a.quorum,
         }
     }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suspended {
+    pub call_id: String,
+    pub tool: String,
+    /// `context.tool_call_id`, else the call id (what Mastra's chunks call `toolCallId`).
+    pub tool_call_id: String,
+    pub run_id: Option<String>,
+    /// What the upstream said when it suspended.
+    pub payload: Value,
+    /// The JSON Schema resume data must satisfy.
+    pub resume_schema: Value,
+    /// Milliseconds since the epoch.
+    pub expires_at: u64,
+    /// How many times the call has suspended, this one included.
+    pub count: u32,
+}
+
+impl Suspended {
+    /// The view of a suspended call; `None` when it has no suspension.
+    pub fn of(call: &CallRecord) -> Option<Suspended> {
+        let s = call.suspension.as_ref()?;
+        Some(Suspended {
+            call_id: call.call_id.clone(),
+            tool: call.tool.clone(),
+            tool_call_id: tool_call_id(call),
+            run_id: call
+                .context
+                .get("run_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            payload: s.payload.clone(),
+            resume_schema: s.resume_schema.clone(),
+            expires_at: s.expires_at,
+            count: s.count,
+        })
+    }
+}
+
+/// The id an agent framework knows a call by: `context.tool_call_id`, else the call id.
+pub fn tool_call_id(call: &CallRecord) -> String {
+    call.context
+        .get("tool_call_id")
+        .and_then(Value::as_str)
+        .unwrap_or(&call.call_id)
+        .to_owned()
 }

@@ -57,6 +57,7 @@ pub fn call(
         edited: false,
         run_by: None,
         outcome: None,
+        suspension: None,
         created_at: now,
         updated_at: now,
     }

@@ -3,8 +3,9 @@
 //! stateless requests that carry `_meta` and the routing headers (2026-07-28). Answers come as JSON or as a server-sent event stream; notifications on that
 //! stream (progress) are handed to the caller.
 //!
-//! Server-to-client requests on the stream (elicitation, sampling) are not relayed yet: they
-//! are logged and left unanswered.
+//! Server-to-client requests on a request's stream (elicitation, sampling) go to that
+//! request's [`Asks`]; their answers are posted back to the upstream. Without a place to go
+//! they are answered "not relayed".
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -13,7 +14,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{
-    classify, client_info, with_modern_meta, Failure, Incoming, Notifications, LEGACY, MODERN,
+    ask, classify, client_capabilities, client_info, with_modern_meta, Asks, Failure, Incoming,
+    Notifications, LEGACY, MODERN,
 };
 
 /// What the upstream was found to speak.
@@ -65,20 +67,22 @@ impl HttpConn {
         params: Value,
         timeout: Duration,
         notify: Option<Notifications>,
+        asks: Option<Asks>,
     ) -> Result<Value, Failure> {
         let fut = async {
             let mode = self.mode(timeout).await?;
             match self
-                .send(&mode, method, params.clone(), notify.clone())
+                .post(&mode, method, params.clone(), notify.clone(), asks.clone())
                 .await
             {
                 Err(Failure::Unavailable(why)) if why == "session expired" => {
                     *self.mode.lock().await = None;
                     let mode = self.mode(timeout).await?;
-                    self.send(&mode, method, params, notify).await
+                    self.post(&mode, method, params, notify, asks).await
                 }
                 other => other,
             }
+            .map(|(r, _)| r)
         };
         tokio::time::timeout(timeout, fut)
             .await
@@ -107,11 +111,17 @@ impl HttpConn {
     async fn negotiate(&self) -> Result<Mode, Failure> {
         let init = json!({
             "protocolVersion": LEGACY,
-            "capabilities": {},
+            "capabilities": client_capabilities(),
             "clientInfo": client_info(),
         });
         let legacy = self
-            .post(&Mode::Legacy { session: None }, "initialize", init, None)
+            .post(
+                &Mode::Legacy { session: None },
+                "initialize",
+                init,
+                None,
+                None,
+            )
             .await;
         let failure = match legacy {
             Ok((result, session)) => {
@@ -153,7 +163,7 @@ impl HttpConn {
         params: Value,
         notify: Option<Notifications>,
     ) -> Result<Value, Failure> {
-        self.post(mode, method, params, notify)
+        self.post(mode, method, params, notify, None)
             .await
             .map(|(r, _)| r)
     }
@@ -200,6 +210,7 @@ impl HttpConn {
         method: &str,
         params: Value,
         notify: Option<Notifications>,
+        asks: Option<Asks>,
     ) -> Result<(Value, Option<String>), Failure> {
         let params = if *mode == Mode::Modern {
             with_modern_meta(params)
@@ -248,10 +259,9 @@ impl HttpConn {
             if is_sse {
                 let mut buf: Vec<u8> = Vec::new();
                 loop {
-                    let chunk = resp
-                        .chunk()
-                        .await
-                        .map_err(|e| Failure::Unavailable(format!("the event stream broke: {e}")))?;
+                    let chunk = resp.chunk().await.map_err(|e| {
+                        Failure::Unavailable(format!("the event stream broke: {e}"))
+                    })?;
                     let Some(chunk) = chunk else {
                         return Err(Failure::Unavailable(
                             "the event stream ended without an answer".into(),
@@ -277,12 +287,20 @@ impl HttpConn {
                                 }
                             }
                             Incoming::Request(r) => {
-                                let asked = r.get("method").and_then(Value::as_str).unwrap_or("");
-                                tracing::warn!(
-                                    url = %self.url,
-                                    asked,
-                                    "an MCP server asked its client something; airlock does not relay that yet"
-                                )
+                                // Answered out of band: the reply is its own POST, and this
+                                // stream goes on until the request's answer.
+                                let reply = self.builder(mode, "", &Value::Null);
+                                let asks = asks.clone();
+                                tokio::spawn(async move {
+                                    let mut answer = ask(asks.as_ref(), &r).await;
+                                    answer["jsonrpc"] = json!("2.0");
+                                    answer["id"] = r["id"].clone();
+                                    if let Err(e) = reply.body(answer.to_string()).send().await {
+                                        tracing::warn!(
+                                            "cannot answer an MCP server's request: {e}"
+                                        );
+                                    }
+                                });
                             }
                             Incoming::Other => {}
                         }

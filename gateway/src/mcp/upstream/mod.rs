@@ -9,12 +9,13 @@
 mod http;
 mod stdio;
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 use crate::config::{McpServerConfig, McpTransport};
 use crate::error::ApiError;
@@ -76,6 +77,56 @@ impl Failure {
 /// relay to its client.
 pub type Notifications = mpsc::UnboundedSender<Value>;
 
+/// A request an upstream sent its client while one of our requests ran (elicitation,
+/// sampling), and where its answer goes: `{"result": …}` or `{"error": …}`.
+pub struct Ask {
+    pub method: String,
+    pub params: Value,
+    pub reply: oneshot::Sender<Value>,
+}
+
+/// Where a request's [`Ask`]s go; without one, they are answered "not relayed".
+pub type Asks = mpsc::UnboundedSender<Ask>;
+
+/// The answer to an ask airlock does not relay.
+pub fn not_relayed(method: &str) -> Value {
+    json!({"error": {"code": -32601, "message": format!("airlock does not relay `{method}` to its client")}})
+}
+
+/// Hands an upstream's request to `asks` (or refuses it), and returns the answer to send back.
+pub(crate) async fn ask(asks: Option<&Asks>, request: &Value) -> Value {
+    let method = request
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let Some(asks) = asks else {
+        return not_relayed(&method);
+    };
+    let (reply, answer) = oneshot::channel();
+    let ask = Ask {
+        method: method.clone(),
+        params: request.get("params").cloned().unwrap_or(Value::Null),
+        reply,
+    };
+    if asks.send(ask).is_err() {
+        return not_relayed(&method);
+    }
+    answer.await.unwrap_or_else(
+        |_| json!({"error": {"code": -32603, "message": "the request was abandoned"}}),
+    )
+}
+
+/// The capabilities airlock declares to upstreams: it takes form elicitations (they suspend
+/// the call, DESIGN §11).
+pub fn client_capabilities() -> Value {
+    json!({"elicitation": {"form": {}}})
+}
+
+/// How long a tool call may stay open at an upstream while it waits for resume data; each
+/// step of it (until the answer or the next ask) still has the server's own timeout.
+const LIVE_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// One transport to one upstream.
 enum Conn {
     Http(http::HttpConn),
@@ -89,10 +140,11 @@ impl Conn {
         params: Value,
         timeout: Duration,
         notify: Option<Notifications>,
+        asks: Option<Asks>,
     ) -> Result<Value, Failure> {
         match self {
-            Conn::Http(c) => c.request(method, params, timeout, notify).await,
-            Conn::Stdio(c) => c.request(method, params, timeout, notify).await,
+            Conn::Http(c) => c.request(method, params, timeout, notify, asks).await,
+            Conn::Stdio(c) => c.request(method, params, timeout, notify, asks).await,
         }
     }
 
@@ -127,7 +179,7 @@ impl Server {
         notify: Option<Notifications>,
     ) -> Result<Value, Failure> {
         self.conn
-            .request(method, params, self.config.timeout, notify)
+            .request(method, params, self.config.timeout, notify, None)
             .await
     }
 
@@ -218,6 +270,54 @@ impl Server {
 /// Every configured upstream.
 pub struct Registry {
     pub servers: Vec<Arc<Server>>,
+    /// Tool calls suspended on an upstream's open request, by call id (DESIGN §11).
+    live: Mutex<HashMap<String, Live>>,
+}
+
+/// What an upstream answered a `tools/call`.
+pub enum ToolAnswer {
+    Result(Value),
+    /// It asked for input (a form elicitation): the call suspends.
+    Input(InputRequest),
+}
+
+/// An upstream's form elicitation during a `tools/call`.
+pub struct InputRequest {
+    pub message: String,
+    /// Its `requestedSchema`.
+    pub schema: Value,
+    /// A 2026-07-28 upstream's `input_required`: the input key and `requestState` to retry
+    /// with (durable).
+    pub retry: Option<(String, Option<Value>)>,
+    /// A 2025-11-25 or stdio upstream's open request, waiting for the answer (in memory).
+    pub live: Option<Live>,
+}
+
+impl InputRequest {
+    /// What the store keeps to continue the call after a restart (only a retry can).
+    pub fn retry_state(&self) -> Option<Value> {
+        self.retry
+            .as_ref()
+            .map(|(key, state)| json!({"input_key": key, "request_state": state}))
+    }
+}
+
+/// A `tools/call` still open at its upstream, waiting on the answer to its elicitation.
+/// Dropped (expired, cancelled, or not resumed before shutdown), the request is abandoned and
+/// the upstream told so.
+pub struct Live {
+    reply: oneshot::Sender<Value>,
+    task: AbortOnDrop,
+    asks: mpsc::UnboundedReceiver<Ask>,
+}
+
+/// The task running a request; dropping it drops the request (which tells the upstream).
+struct AbortOnDrop(JoinHandle<Result<Value, Failure>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A tool as the pipeline routes it: the server, and the name the upstream knows it by.
@@ -250,7 +350,10 @@ impl Registry {
                 templates: RwLock::new(Vec::new()),
             }));
         }
-        Ok(Registry { servers })
+        Ok(Registry {
+            servers,
+            live: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Connects to every upstream and lists its tools; one that cannot be reached is logged
@@ -362,51 +465,215 @@ impl Registry {
     }
 
     /// Calls a tool with the canonical arguments; the result comes back as the upstream gave
-    /// it (`content`, `structuredContent`, `isError`).
+    /// it (`content`, `structuredContent`, `isError`), or as the input it asked for.
     pub async fn call_tool(
         &self,
         tool: &McpTool,
         canonical_args: &str,
         meta: Map<String, Value>,
         notify: Option<Notifications>,
-    ) -> Result<Value, ApiError> {
-        let arguments: Value =
-            serde_json::from_str(canonical_args).unwrap_or_else(|_| Value::Object(Map::new()));
-        let mut meta = meta;
-        if notify.is_some() && !meta.contains_key("progressToken") {
-            // Asks the upstream for progress; the front end maps it to its client's token.
-            meta.insert("progressToken".into(), Value::String(PROGRESS_TOKEN.into()));
+    ) -> Result<ToolAnswer, ApiError> {
+        let params = tool_params(tool, canonical_args, meta, notify.is_some());
+        self.start_call(tool, params, notify).await
+    }
+
+    /// Continues a call suspended on an elicitation with the accepted `data`: on the request
+    /// the upstream keeps open, or as a 2026-07-28 retry with `state` (the stored
+    /// `input_key` and `request_state`). Neither (the gateway restarted while a 2025
+    /// upstream waited) is `call.interrupted`: the tool's work so far is not run again.
+    pub async fn resume_tool(
+        &self,
+        tool: &McpTool,
+        call_id: &str,
+        canonical_args: &str,
+        data: &Value,
+        state: Option<Value>,
+        notify: Option<Notifications>,
+    ) -> Result<ToolAnswer, ApiError> {
+        let answer = json!({"action": "accept", "content": data});
+        let live = self
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(call_id);
+        if let Some(live) = live {
+            let _ = live.reply.send(json!({"result": answer}));
+            return drive(tool, live.task, live.asks).await;
         }
-        let mut params = json!({"name": tool.name, "arguments": arguments});
-        if !meta.is_empty() {
-            params["_meta"] = Value::Object(meta);
-        }
-        let result = tool
-            .server
-            .request("tools/call", params, notify)
-            .await
-            .map_err(|f| match f {
-                // A tool's own JSON-RPC error is data for the model, like a backend's 4xx.
-                Failure::Rpc(e) => ApiError::new(
-                    "upstream.unavailable",
-                    format!(
-                        "MCP server `{}` refused the call: {} ({})",
-                        tool.server.config.name, e.message, e.code
-                    ),
-                ),
-                other => other.into_api_error(&tool.server.config.name),
-            })?;
-        if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
+        let Some(key) = state
+            .as_ref()
+            .and_then(|s| s.get("input_key"))
+            .and_then(Value::as_str)
+        else {
             return Err(ApiError::new(
-                "upstream.unavailable",
+                "call.interrupted",
                 format!(
-                    "MCP server `{}` asked for more input, which airlock does not relay yet",
+                    "MCP server `{}` no longer holds the request that asked for this input (the gateway restarted, or the request ended); the tool's work is not run again",
                     tool.server.config.name
                 ),
             ));
+        };
+        let mut params = tool_params(tool, canonical_args, Map::new(), notify.is_some());
+        params["inputResponses"] = json!({key: answer});
+        if let Some(rs) = state.as_ref().and_then(|s| s.get("request_state")) {
+            if !rs.is_null() {
+                params["requestState"] = rs.clone();
+            }
         }
-        Ok(result)
+        self.start_call(tool, params, notify).await
     }
+
+    /// Keeps a call's open request until it is resumed or dropped.
+    pub fn keep_live(&self, call_id: &str, live: Live) {
+        self.live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(call_id.to_owned(), live);
+    }
+
+    /// Abandons a suspended call's open request (it expired or was cancelled).
+    pub fn drop_live(&self, call_id: &str) {
+        let live = self
+            .live
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(call_id);
+        drop(live);
+    }
+
+    async fn start_call(
+        &self,
+        tool: &McpTool,
+        params: Value,
+        notify: Option<Notifications>,
+    ) -> Result<ToolAnswer, ApiError> {
+        let (asks, ask_rx) = mpsc::unbounded_channel();
+        let server = tool.server.clone();
+        let task = AbortOnDrop(tokio::spawn(async move {
+            server
+                .conn
+                .request("tools/call", params, LIVE_LIMIT, notify, Some(asks))
+                .await
+        }));
+        drive(tool, task, ask_rx).await
+    }
+}
+
+/// The `tools/call` params for a tool and its canonical arguments.
+fn tool_params(
+    tool: &McpTool,
+    canonical_args: &str,
+    mut meta: Map<String, Value>,
+    progress: bool,
+) -> Value {
+    let arguments: Value =
+        serde_json::from_str(canonical_args).unwrap_or_else(|_| Value::Object(Map::new()));
+    if progress && !meta.contains_key("progressToken") {
+        // Asks the upstream for progress; the front end maps it to its client's token.
+        meta.insert("progressToken".into(), Value::String(PROGRESS_TOKEN.into()));
+    }
+    let mut params = json!({"name": tool.name, "arguments": arguments});
+    if !meta.is_empty() {
+        params["_meta"] = Value::Object(meta);
+    }
+    params
+}
+
+/// A form elicitation's message and schema; `None` for anything else (URL mode, sampling).
+fn form_elicitation(method: &str, params: &Value) -> Option<(String, Value)> {
+    if method != "elicitation/create" {
+        return None;
+    }
+    let mode = params.get("mode").and_then(Value::as_str).unwrap_or("form");
+    let schema = params.get("requestedSchema")?;
+    (mode == "form").then(|| {
+        let message = params
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        (message, schema.clone())
+    })
+}
+
+/// Waits for a running `tools/call` to answer, or to ask for input, each within the server's
+/// timeout. Asks other than a form elicitation are refused as not relayed.
+async fn drive(
+    tool: &McpTool,
+    mut task: AbortOnDrop,
+    mut asks: mpsc::UnboundedReceiver<Ask>,
+) -> Result<ToolAnswer, ApiError> {
+    let name = &tool.server.config.name;
+    let deadline = tokio::time::sleep(tool.server.config.timeout);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            joined = &mut task.0 => {
+                let result = joined
+                    .map_err(|e| Failure::Unavailable(format!("the request task ended: {e}")))
+                    .and_then(|r| r)
+                    .map_err(|f| match f {
+                        // A tool's own JSON-RPC error is data for the model, like a backend's 4xx.
+                        Failure::Rpc(e) => ApiError::new(
+                            "upstream.unavailable",
+                            format!("MCP server `{name}` refused the call: {} ({})", e.message, e.code),
+                        ),
+                        other => other.into_api_error(name),
+                    })?;
+                return input_required(name, result);
+            }
+            Some(ask) = asks.recv() => {
+                match form_elicitation(&ask.method, &ask.params) {
+                    Some((message, schema)) => {
+                        return Ok(ToolAnswer::Input(InputRequest {
+                            message,
+                            schema,
+                            retry: None,
+                            live: Some(Live { reply: ask.reply, task, asks }),
+                        }));
+                    }
+                    None => {
+                        tracing::info!(mcp_server = %name, method = %ask.method, "an MCP server asked airlock's client something airlock does not relay");
+                        let _ = ask.reply.send(not_relayed(&ask.method));
+                    }
+                }
+            }
+            _ = &mut deadline => return Err(Failure::Timeout.into_api_error(name)),
+        }
+    }
+}
+
+/// A 2026-07-28 `input_required` result with one form elicitation becomes the input it asks
+/// for; any other input request is not relayed (the call fails).
+fn input_required(server: &str, result: Value) -> Result<ToolAnswer, ApiError> {
+    if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+        return Ok(ToolAnswer::Result(result));
+    }
+    let requests = result
+        .get("inputRequests")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let form = match requests.iter().collect::<Vec<_>>().as_slice() {
+        [(key, r)] => r
+            .get("method")
+            .and_then(Value::as_str)
+            .and_then(|m| form_elicitation(m, r.get("params").unwrap_or(&Value::Null)))
+            .map(|(message, schema)| (key.to_string(), message, schema)),
+        _ => None,
+    };
+    let Some((key, message, schema)) = form else {
+        return Err(ApiError::new(
+            "upstream.unavailable",
+            format!("MCP server `{server}` asked for input airlock does not relay (only one form elicitation at a time is)"),
+        ));
+    };
+    Ok(ToolAnswer::Input(InputRequest {
+        message,
+        schema,
+        retry: Some((key, result.get("requestState").cloned())),
+        live: None,
+    }))
 }
 
 /// Adds a 2026-07-28 request's `_meta` envelope to `params`.
@@ -424,7 +691,7 @@ pub fn with_modern_meta(mut params: Value) -> Value {
         );
         m.insert(
             "io.modelcontextprotocol/clientCapabilities".into(),
-            json!({}),
+            client_capabilities(),
         );
         m.insert("io.modelcontextprotocol/clientInfo".into(), client_info());
     }

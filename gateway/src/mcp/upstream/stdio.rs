@@ -3,8 +3,10 @@
 //! our log. When it exits, every request waiting on it fails with `upstream.unavailable`, and
 //! it is started again with a growing backoff (1 s doubling to 30 s) on the next request.
 //!
-//! Requests from the child to its client (elicitation, sampling) are answered with a JSON-RPC
-//! error: airlock does not relay them yet.
+//! Requests from the child to its client (elicitation, sampling) go to the [`Asks`] of the one
+//! request in flight that takes them; stdio carries no link between a request and the
+//! child's question, so with several such requests in flight (or none) the question is
+//! answered "not relayed" rather than guessed at.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -17,7 +19,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::oneshot;
 
-use super::{classify, client_info, Failure, Incoming, Notifications, LEGACY};
+use super::{
+    ask, classify, client_capabilities, client_info, not_relayed, Asks, Failure, Incoming,
+    Notifications, LEGACY,
+};
 
 /// One running child.
 struct Running {
@@ -32,6 +37,8 @@ struct Waiting {
     answers: HashMap<u64, oneshot::Sender<Result<Value, Failure>>>,
     /// Where progress notifications for a request go, by the progress token airlock set.
     progress: HashMap<String, Notifications>,
+    /// Where the child's questions during a request go, by request id.
+    asks: HashMap<u64, Asks>,
 }
 
 pub struct StdioConn {
@@ -73,8 +80,9 @@ impl StdioConn {
         params: Value,
         timeout: Duration,
         notify: Option<Notifications>,
+        asks: Option<Asks>,
     ) -> Result<Value, Failure> {
-        tokio::time::timeout(timeout, self.request_inner(method, params, notify))
+        tokio::time::timeout(timeout, self.request_inner(method, params, notify, asks))
             .await
             .map_err(|_| Failure::Timeout)?
     }
@@ -84,6 +92,7 @@ impl StdioConn {
         method: &str,
         mut params: Value,
         notify: Option<Notifications>,
+        asks: Option<Asks>,
     ) -> Result<Value, Failure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -93,6 +102,9 @@ impl StdioConn {
         {
             let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
             w.answers.insert(id, tx);
+            if let Some(a) = asks {
+                w.asks.insert(id, a);
+            }
             if let (Some(t), Some(n)) = (&token, notify) {
                 w.progress.insert(t.clone(), n);
                 if let Some(p) = params.as_object_mut() {
@@ -207,7 +219,7 @@ impl StdioConn {
             .answers
             .insert(id, tx);
         let init = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
-            "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": client_info(),
+            "protocolVersion": LEGACY, "capabilities": client_capabilities(), "clientInfo": client_info(),
         }});
         write_line(&mut running.stdin, &init)
             .await
@@ -265,7 +277,7 @@ impl StdioConn {
         }
     }
 
-    async fn dispatch(&self, line: &str) {
+    async fn dispatch(self: &Arc<Self>, line: &str) {
         let Ok(msg) = serde_json::from_str::<Value>(line) else {
             tracing::warn!(mcp_server = %self.name, "not JSON-RPC on stdout: {line}");
             return;
@@ -296,15 +308,27 @@ impl StdioConn {
                 }
             }
             Incoming::Request(r) => {
-                let answer = json!({"jsonrpc": "2.0", "id": r["id"], "error": {
-                    "code": -32601, "message": "airlock does not relay this request to its client",
-                }});
-                let mut running = self.running.lock().await;
-                if let Some(run) = running.as_mut() {
-                    let mut line = answer.to_string();
-                    line.push('\n');
-                    let _ = run.stdin.write_all(line.as_bytes()).await;
-                }
+                let asks = {
+                    let w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+                    match w.asks.values().collect::<Vec<_>>().as_slice() {
+                        [only] => Some((*only).clone()),
+                        _ => None,
+                    }
+                };
+                // Answered by another task: the child may send more while its question waits.
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let mut answer = match &asks {
+                        Some(a) => ask(Some(a), &r).await,
+                        None => not_relayed(r.get("method").and_then(Value::as_str).unwrap_or("")),
+                    };
+                    answer["jsonrpc"] = json!("2.0");
+                    answer["id"] = r["id"].clone();
+                    let mut running = me.running.lock().await;
+                    if let Some(run) = running.as_mut() {
+                        let _ = write_line(&mut run.stdin, &answer).await;
+                    }
+                });
             }
             Incoming::Other => {}
         }
@@ -326,6 +350,7 @@ impl Drop for InFlight {
         {
             let mut w = self.conn.waiting.lock().unwrap_or_else(|e| e.into_inner());
             w.answers.remove(&self.id);
+            w.asks.remove(&self.id);
             if let Some(t) = &self.token {
                 w.progress.remove(t);
             }

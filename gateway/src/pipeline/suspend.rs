@@ -1,0 +1,396 @@
+//! Suspend and resume (DESIGN §11): an upstream that needs more input mid-call suspends it
+//! with a payload and a JSON Schema; the call waits, durably, until someone resumes it with
+//! data the schema accepts and policy allows, or until `server.suspend_ttl` ends it.
+//!
+//! Here: reading a suspension out of an upstream's answer (an HTTP backend's `202
+//! {"suspend"}`, an MCP upstream's form elicitation), checking its schema, compiling it once
+//! per suspension, validating resume data with every failing JSON pointer, evaluating policy
+//! with `resume` bound, and resuming one call or a run's one suspended call.
+//!
+//! Not here: sending the resume to the upstream (the pipeline's `forward`), or how a front end
+//! shows a suspension to its client (`http`, `mcp`, `inbox`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use airlock_policy::{DecisionKind, ToolCall};
+use airlock_storage::{CallRecord, CallStatus, Principal, Suspend};
+use jsonschema::Validator;
+use serde_json::{json, Value};
+
+use super::{call_not_found, decide_policy, explanation, run_claimed, Answer, Outcome, Suspended};
+use crate::clock::now_ms;
+use crate::error::ApiError;
+use crate::mcp::upstream::{McpTool, Notifications, ToolAnswer};
+use crate::state::Gateway;
+use crate::upstream;
+
+/// Compiled resume schemas kept at once; past it the cache starts over (a schema is compiled
+/// again on its next resume, never skipped).
+const MAX_COMPILED: usize = 4096;
+
+/// Resume schemas compiled once per suspension (by call id and suspension count).
+#[derive(Default)]
+pub struct Schemas {
+    compiled: Mutex<HashMap<(String, u32), Arc<Validator>>>,
+}
+
+impl Schemas {
+    fn validator(&self, call: &CallRecord) -> Result<Arc<Validator>, ApiError> {
+        let Some(s) = &call.suspension else {
+            return Err(not_suspended(call));
+        };
+        let key = (call.call_id.clone(), s.count);
+        let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = compiled.get(&key) {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(compile(&s.resume_schema).map_err(|why| {
+            ApiError::new(
+                "upstream.invalid_suspend",
+                format!("the call's resume schema does not compile: {why}"),
+            )
+        })?);
+        if compiled.len() >= MAX_COMPILED {
+            compiled.clear();
+        }
+        compiled.insert(key, v.clone());
+        Ok(v)
+    }
+
+    fn forget(&self, call_id: &str) {
+        let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
+        compiled.retain(|(id, _), _| id != call_id);
+    }
+}
+
+fn compile(schema: &Value) -> Result<Validator, String> {
+    jsonschema::draft202012::meta::validate(schema).map_err(|e| e.to_string())?;
+    jsonschema::draft202012::new(schema).map_err(|e| e.to_string())
+}
+
+/// Whether `schema` is a JSON Schema 2020-12 that compiles (no remote references: the crate
+/// is built without fetching).
+pub fn check_schema(schema: &Value) -> Result<(), String> {
+    if !schema.is_object() && !schema.is_boolean() {
+        return Err("a schema is an object or a boolean".into());
+    }
+    compile(schema).map(drop)
+}
+
+/// Reads an HTTP backend's answer: `202 {"suspend": {"payload", "resume_schema"}}` suspends
+/// the call; anything else is its result.
+pub fn http_answer(answer: upstream::Answer, ttl_ms: u64) -> Result<Answer, ApiError> {
+    let suspend = match (&answer.body, answer.status) {
+        (Value::Object(body), 202) => body.get("suspend").cloned(),
+        _ => None,
+    };
+    let Some(suspend) = suspend else {
+        return Ok(Answer::Result(Some(answer.status), answer.body));
+    };
+    let Some(schema) = suspend.get("resume_schema").cloned() else {
+        return Err(ApiError::new(
+            "upstream.invalid_suspend",
+            "the backend suspended the call without a `resume_schema`",
+        ));
+    };
+    Ok(Answer::Suspend(Suspend {
+        payload: suspend.get("payload").cloned().unwrap_or(Value::Null),
+        resume_schema: schema,
+        upstream_state: None,
+        ttl_ms,
+    }))
+}
+
+/// Reads an MCP upstream's answer: a form elicitation during `tools/call` suspends the call,
+/// with the request's message as payload and its `requestedSchema` as resume schema. A live
+/// elicitation (the upstream waits on an open request) is kept in memory until the resume.
+pub fn mcp_answer(gw: &Gateway, call: &CallRecord, answer: ToolAnswer, ttl_ms: u64) -> Answer {
+    match answer {
+        ToolAnswer::Result(v) => Answer::Result(None, v),
+        ToolAnswer::Input(input) => {
+            let payload = json!({"message": input.message});
+            let upstream_state = input.retry_state();
+            if let Some(live) = input.live {
+                gw.mcp.keep_live(&call.call_id, live);
+            }
+            Answer::Suspend(Suspend {
+                payload,
+                resume_schema: input.schema,
+                upstream_state,
+                ttl_ms,
+            })
+        }
+    }
+}
+
+/// Sends an MCP upstream the resume data of its elicitation: on the request it keeps open,
+/// or as a retry of the `tools/call` with the `requestState` it gave.
+pub async fn resume_mcp(
+    gw: &Gateway,
+    tool: &McpTool,
+    call: &CallRecord,
+    canonical: &str,
+    data: &Value,
+    notify: Option<Notifications>,
+) -> Result<ToolAnswer, ApiError> {
+    let state = call
+        .suspension
+        .as_ref()
+        .and_then(|s| s.upstream_state.clone());
+    gw.mcp
+        .resume_tool(tool, &call.call_id, canonical, data, state, notify)
+        .await
+}
+
+/// Stores a suspension the upstream asked for, and answers with it.
+pub(super) async fn suspend(
+    gw: &Arc<Gateway>,
+    call: &CallRecord,
+    s: Suspend,
+) -> Result<Outcome, ApiError> {
+    let id = call.call_id.clone();
+    let now = now_ms();
+    let record = gw.store_op(move |st| st.suspend_call(&id, s, now)).await?;
+    gw.metrics.call(&record.decision, "suspended");
+    tracing::info!(call_id = %record.call_id, "call suspended by its upstream");
+    gw.holds.notify(&record.call_id);
+    Suspended::of(&record)
+        .map(Outcome::Suspended)
+        .ok_or_else(|| ApiError::new("store.corrupt", "a suspended call without its suspension"))
+}
+
+fn not_suspended(call: &CallRecord) -> ApiError {
+    ApiError::new(
+        "call.not_suspended",
+        format!(
+            "call `{}` is {}, not suspended: there is nothing to resume",
+            call.call_id,
+            call.status.as_str()
+        ),
+    )
+    .with_details(json!({"call_id": call.call_id, "status": call.status.as_str()}))
+}
+
+/// Who may resume a call: its requester, approvers and admins. Anyone else is told the call
+/// does not exist.
+fn may_resume(principal: &Principal, call: &CallRecord) -> bool {
+    call.requester.id == principal.id || principal.role == "approver" || principal.is_admin()
+}
+
+/// Checks `data` against the call's resume schema: `422 request.invalid_resume_data` with
+/// every failing JSON pointer.
+fn validate(gw: &Gateway, call: &CallRecord, data: &Value) -> Result<(), ApiError> {
+    let validator = gw.schemas.validator(call)?;
+    let errors: Vec<Value> = validator
+        .iter_errors(data)
+        .map(|e| json!({"pointer": e.instance_path().as_str(), "message": e.to_string()}))
+        .collect();
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let first = errors
+        .iter()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                match e["pointer"].as_str() {
+                    Some("") | None => "(the data)",
+                    Some(p) => p,
+                },
+                e["message"].as_str().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(ApiError::new(
+        "request.invalid_resume_data",
+        format!("the resume data does not fit the call's resume schema: {first}"),
+    )
+    .with_details(json!({"call_id": call.call_id, "errors": errors})))
+}
+
+/// `POST /v1/calls/{id}/resume {"resume_data"}`: validates, asks policy (with `resume`
+/// bound), claims the call and sends the resume to its upstream; answers like any call
+/// (completed, failed, or suspended again).
+pub async fn resume(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    call_id: &str,
+    data: Value,
+) -> Result<Outcome, ApiError> {
+    // `data` was parsed strictly with the rest of the request (numbers, depth, duplicates).
+    let id = call_id.to_owned();
+    let call = gw
+        .store_op(move |s| s.call(&id))
+        .await?
+        .filter(|c| may_resume(principal, c))
+        .ok_or_else(|| call_not_found(call_id))?;
+    if call.status != CallStatus::Suspended {
+        return Err(not_suspended(&call));
+    }
+    validate(gw, &call, &data)?;
+
+    // Policy again, as the call's requester, with `resume` bound.
+    let as_call = ToolCall::new(&call.tool, call.args.clone(), Some(call.context.clone()))?;
+    let (decision, classified) = decide_policy(gw, &as_call, &call.requester, Some(&data)).await;
+    let mut expl = explanation(&decision, &classified);
+    expl.insert("decision".into(), Value::from(decision.decision.as_str()));
+    if decision.decision != DecisionKind::Allow {
+        let (c, by, d, now) = (call.clone(), principal.clone(), data.clone(), now_ms());
+        let audit = expl.clone();
+        gw.store_op(move |s| s.resume_denied(&c, &by, &d, audit, now))
+            .await?;
+        tracing::info!(call_id, by = %principal.id, decision = decision.decision.as_str(), "resume refused by policy");
+        let mut e = super::denied(&decision);
+        if decision.decision == DecisionKind::RequireApproval {
+            e.message = format!(
+                "policy requires approval for this resume, and a resume cannot wait for one: \
+                 it is refused (the call stays suspended). {}",
+                e.message
+            );
+        }
+        return Err(e.with_details(json!({
+            "call_id": call.call_id, "decision": decision.decision.as_str(),
+            "rules": decision.rules, "messages": decision.messages,
+        })));
+    }
+
+    let (id, by, d, now) = (
+        call.call_id.clone(),
+        principal.clone(),
+        data.clone(),
+        now_ms(),
+    );
+    let claimed = gw
+        .store_op(move |s| s.resume_call(&id, &by, &d, expl, now))
+        .await?;
+    gw.schemas.forget(&claimed.call_id);
+    tracing::info!(call_id, by = %principal.id, "call resumed");
+    gw.metrics.call(&claimed.decision, "resumed");
+    run_claimed(gw, claimed, Some(&data)).await
+}
+
+/// `POST /v1/runs/{run_id}/resume`: resumes the run's one suspended call (narrowed by
+/// `tool_call_id`); none is `call.not_found`, several `409 call.ambiguous` listing them.
+pub async fn resume_run(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    run_id: &str,
+    tool_call_id: Option<&str>,
+    data: Value,
+) -> Result<Outcome, ApiError> {
+    let run = run_id.to_owned();
+    let suspended: Vec<CallRecord> = gw
+        .store_op(move |s| s.suspended_in_run(&run))
+        .await?
+        .into_iter()
+        .filter(|c| may_resume(principal, c))
+        .filter(|c| tool_call_id.is_none_or(|t| super::tool_call_id(c) == t))
+        .collect();
+    match suspended.as_slice() {
+        [] => Err(ApiError::new(
+            "call.not_found",
+            format!("run `{run_id}` has no suspended call to resume"),
+        )),
+        [one] => resume(gw, principal, &one.call_id, data).await,
+        many => Err(ApiError::new(
+            "call.ambiguous",
+            format!(
+                "run `{run_id}` has {} suspended calls: resume one by `tool_call_id`, or by call id",
+                many.len()
+            ),
+        )
+        .with_details(json!({
+            "calls": many.iter().map(|c| json!({
+                "call_id": c.call_id, "tool": c.tool, "tool_call_id": super::tool_call_id(c),
+            })).collect::<Vec<_>>(),
+        }))),
+    }
+}
+
+/// Whether a resume schema can be sent as an MCP form elicitation: an object whose
+/// properties are all primitives (string, number, integer, boolean, or an enum of them).
+pub fn is_flat(schema: &Value) -> bool {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return false;
+    };
+    schema.get("type").and_then(Value::as_str) == Some("object")
+        && props.values().all(|p| {
+            matches!(
+                p.get("type").and_then(Value::as_str),
+                Some("string" | "number" | "integer" | "boolean")
+            )
+        })
+}
+
+/// What an agent's client answered a form elicitation of a suspended call (an MCP
+/// `ElicitResult`): `accept` resumes the call with `content`; `decline` and `cancel` cancel
+/// the call, since nobody will give the input it waits for.
+pub async fn answer_input(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    call_id: &str,
+    elicit_result: &Value,
+) -> Result<Outcome, ApiError> {
+    match elicit_result.get("action").and_then(Value::as_str) {
+        Some("accept") => {
+            let content = elicit_result
+                .get("content")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            resume(gw, principal, call_id, content).await
+        }
+        Some(action @ ("decline" | "cancel")) => {
+            super::cancel(gw, principal, call_id).await?;
+            Err(ApiError::new(
+                "call.cancelled",
+                format!(
+                    "the input the tool asked for was refused ({action}); the call is cancelled"
+                ),
+            )
+            .with_details(json!({"call_id": call_id})))
+        }
+        _ => Err(ApiError::new(
+            "request.invalid_field",
+            "an elicitation answer needs `action`: accept, decline or cancel",
+        )),
+    }
+}
+
+/// Waits up to `wait` while a suspended call is resumed elsewhere (the inbox, the API) and
+/// runs, then answers with its state: completed, failed, or still suspended.
+pub async fn wait_resumed(
+    gw: &Arc<Gateway>,
+    call_id: &str,
+    wait: std::time::Duration,
+) -> Result<Outcome, ApiError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let notify = gw.holds.watch(call_id);
+    let result = async {
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let id = call_id.to_owned();
+            let call = gw
+                .store_op(move |s| s.call(&id))
+                .await?
+                .ok_or_else(|| call_not_found(call_id))?;
+            let moving = matches!(call.status, CallStatus::Suspended | CallStatus::Executing);
+            if !moving || tokio::time::Instant::now() >= deadline {
+                return super::respond(gw, call).await;
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = gw.shutdown.cancelled() => {
+                    return Err(ApiError::new("gateway.shutting_down", "the gateway is shutting down; the call stays suspended").retry_after(5));
+                }
+            }
+        }
+    }
+    .await;
+    gw.holds.release(call_id, notify);
+    result
+}

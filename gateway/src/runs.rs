@@ -1,0 +1,221 @@
+//! Run streams (DESIGN §11): `GET /v1/runs/{run_id}/stream`, the events of one agent run as
+//! server-sent events under Mastra's chunk names (`tool-call-approval`,
+//! `tool-call-suspended`, `tool-result`, `tool-error`).
+//!
+//! The stream is read from the audit log, not from memory: every call record that names a
+//! run is indexed under it by the store, event ids are audit `seq` numbers, and a client that
+//! reconnects with `Last-Event-ID` is sent exactly what came after that id. New records wake
+//! the stream through the store's commit listener (never by polling). An agent sees only
+//! its own calls; approvers and admins see every call in the run.
+//!
+//! It changes nothing: it only reads the audit log and the call records.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_storage::{CallRecord, Principal};
+use bytes::Bytes;
+use hyper::Response;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::clock::rfc3339;
+use crate::http::body::{sse_response, Body};
+use crate::pipeline::tool_call_id;
+use crate::state::Gateway;
+
+/// Audit records read per page.
+const PAGE: usize = 256;
+
+/// The hold-registry key a run's stream waits on.
+pub fn run_key(run_id: &str) -> String {
+    format!("run:{run_id}")
+}
+
+/// The stream of run `run_id` as `principal` may see it, from after audit seq `after`.
+pub fn stream(
+    gw: &Arc<Gateway>,
+    principal: Principal,
+    run_id: String,
+    after: u64,
+) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let gw = gw.clone();
+    tokio::spawn(async move {
+        let key = run_key(&run_id);
+        let notify = gw.holds.watch(&key);
+        if tx
+            .send(Bytes::from_static(b": connected\n\n"))
+            .await
+            .is_ok()
+        {
+            follow(&gw, &principal, &run_id, after, &notify, &tx).await;
+        }
+        gw.holds.release(&key, notify);
+    });
+    sse_response(rx)
+}
+
+async fn follow(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    run_id: &str,
+    mut last: u64,
+    notify: &tokio::sync::Notify,
+    tx: &mpsc::Sender<Bytes>,
+) {
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        // Registered before reading, so a record committed in between wakes us.
+        notified.as_mut().enable();
+        let run = run_id.to_owned();
+        let records = match gw.store_op(move |s| s.run_events(&run, last, PAGE)).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx
+                    .send(Bytes::from(format!(
+                        "event: error\ndata: {}\n\n",
+                        json!({"code": e.code, "message": e.message})
+                    )))
+                    .await;
+                return;
+            }
+        };
+        let full = records.len() == PAGE;
+        for record in records {
+            let Some(seq) = record.get("seq").and_then(Value::as_u64) else {
+                continue;
+            };
+            last = seq;
+            let Some(chunk) = chunk(gw, principal, run_id, &record).await else {
+                continue;
+            };
+            let event = format!("id: {seq}\ndata: {chunk}\n\n");
+            if tx.send(Bytes::from(event)).await.is_err() {
+                return;
+            }
+        }
+        if full {
+            continue;
+        }
+        tokio::select! {
+            _ = &mut notified => {}
+            _ = tokio::time::sleep(Duration::from_secs(15)) => {
+                if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() {
+                    return;
+                }
+            }
+            _ = tx.closed() => return,
+            _ = gw.shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// The chunk an audit record makes, if any, for a principal who may see its call.
+async fn chunk(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    run_id: &str,
+    record: &Value,
+) -> Option<Value> {
+    let kind = record.get("kind").and_then(Value::as_str)?;
+    let call_id = record.get("call_id").and_then(Value::as_str)?.to_owned();
+    let wanted = matches!(
+        kind,
+        "call.decided"
+            | "approval.requested"
+            | "approval.decided"
+            | "approval.expired"
+            | "call.suspended"
+            | "call.completed"
+            | "call.failed"
+            | "call.expired"
+            | "call.cancelled"
+    );
+    if !wanted {
+        return None;
+    }
+    let id = call_id.clone();
+    let call: CallRecord = gw.store_op(move |s| s.call(&id)).await.ok()??;
+    let may_see = call.requester.id == principal.id || principal.role != "agent";
+    if !may_see {
+        return None;
+    }
+    let error = |code: &str, message: String| {
+        (
+            "tool-error",
+            json!({"error": {"code": code, "message": message}}),
+        )
+    };
+    let (name, mut payload) = match kind {
+        "call.decided" if record.get("decision").and_then(Value::as_str) == Some("deny") => {
+            let messages: Vec<&str> = record
+                .get("messages")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.get("message").and_then(Value::as_str))
+                .collect();
+            let message = if messages.is_empty() {
+                "denied by policy".to_owned()
+            } else {
+                messages.join("; ")
+            };
+            error("policy.denied", message)
+        }
+        "approval.requested" => (
+            "tool-call-approval",
+            json!({
+                // The audit copy: redacted as the audit log is.
+                "args": record.get("args").cloned().unwrap_or(Value::Null),
+                "approvalId": record.get("approval_id"),
+                "expiresAt": record.get("expires_at").and_then(Value::as_u64).map(rfc3339),
+            }),
+        ),
+        "approval.decided" if record.get("status").and_then(Value::as_str) == Some("declined") => {
+            let reason = record.get("reason").and_then(Value::as_str).unwrap_or("");
+            error(
+                "approval.declined",
+                format!("declined by an approver: {reason}"),
+            )
+        }
+        "approval.expired" => error(
+            "approval.expired",
+            "nobody approved the call in time; it is denied".into(),
+        ),
+        "call.suspended" => (
+            "tool-call-suspended",
+            json!({
+                "suspendPayload": record.get("payload").cloned().unwrap_or(Value::Null),
+                "resumeSchema": record.get("resume_schema").cloned().unwrap_or(Value::Null),
+            }),
+        ),
+        "call.completed" => (
+            "tool-result",
+            json!({"result": call.outcome.as_ref().and_then(|o| o.result.clone())}),
+        ),
+        "call.failed" => {
+            let o = call.outcome.as_ref();
+            let code = o.and_then(|o| o.error.clone()).unwrap_or_default();
+            let message = o
+                .and_then(|o| o.message.clone())
+                .unwrap_or_else(|| code.clone());
+            error(&code, message)
+        }
+        "call.expired" => error(
+            "call.expired",
+            "nobody resumed the suspended call in time; it has ended".into(),
+        ),
+        "call.cancelled" => error("call.cancelled", "the call was cancelled".into()),
+        _ => return None,
+    };
+    payload["toolCallId"] = Value::String(tool_call_id(&call));
+    payload["toolName"] = Value::String(call.tool.clone());
+    Some(json!({
+        "type": name,
+        "runId": run_id,
+        "callId": call.call_id,
+        "payload": payload,
+    }))
+}
