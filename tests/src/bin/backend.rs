@@ -4,6 +4,10 @@
 //! - `POST /status/<code>`: that status;
 //! - `POST /slow/<ms>`: 200 after a delay;
 //! - `POST /classify/<label>`: a classifier's answer, score 0.9 with that label;
+//! - `POST /ask`: a tool that asks a person mid-call (DESIGN §11): it suspends with "which
+//!   environment?" and a schema; resumed (`airlock-resume`), it answers with the choice, or
+//!   with `"rounds": 2` in the args first asks again for a confirmation;
+//! - `POST /badsuspend`: suspends with a schema that is not JSON Schema;
 //! - `GET /count`: how many POSTs it has served, and their bodies (raw, as received).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -64,6 +68,53 @@ async fn handle(seen: Arc<Mutex<Seen>>, req: Request<Incoming>) -> Response<Full
         ["classify", label] => reply(
             200,
             json!({"score": 0.9, "labels": [label], "detail": {"seen_fingerprint": parsed["fingerprint"]}}),
+        ),
+        ["ask"] => {
+            let resumed = headers.contains_key("airlock-resume");
+            let data = &parsed["resume_data"];
+            let rounds = if resumed {
+                &parsed["args"]["rounds"]
+            } else {
+                &parsed["rounds"]
+            };
+            if !resumed {
+                reply(
+                    202,
+                    json!({"suspend": {
+                        "payload": {"question": "which environment?"},
+                        "resume_schema": {
+                            "type": "object",
+                            "properties": {"environment": {"type": "string", "enum": ["staging", "production"]}},
+                            "required": ["environment"],
+                            "additionalProperties": false,
+                        },
+                    }}),
+                )
+            } else if rounds == 2 && data.get("confirm").is_none() {
+                reply(
+                    202,
+                    json!({"suspend": {
+                        "payload": {"question": format!("deploy to {}?", data["environment"])},
+                        "resume_schema": {
+                            "type": "object",
+                            "properties": {
+                                "confirm": {"type": "boolean"},
+                                "environment": {"type": "string"},
+                            },
+                            "required": ["confirm", "environment"],
+                        },
+                    }}),
+                )
+            } else {
+                reply(
+                    200,
+                    json!({"deployed_to": data["environment"], "resume_data": data, "args": parsed["args"], "headers": headers}),
+                )
+            }
+        }
+        ["badsuspend"] => reply(
+            202,
+            json!({"suspend": {"payload": {}, "resume_schema": {"type": 12}}}),
         ),
         ["slow", ms] => {
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
