@@ -10,6 +10,9 @@ Usage: mcp_client.py URL TOKEN MODE SCENARIO [ARGS...]
                                approval through the gateway's HTTP API (VERB: approve | decline)
     bridge BIN NAME ARGS_JSON  list and one call through `BIN mcp stdio --url URL` (the
                                stdio bridge), the client speaking to the child process
+    answer-form NAME ARGS_JSON ANSWER_JSON
+                               a call that asks for input: each form elicitation is printed
+                               and answered `accept` with ANSWER_JSON (or `"decline"`)
     states NAME ARGS_JSON      input_required by hand: the state, then a tampered, a replayed
                                and another principal's use of it (ARGS[4]: another token)
 """
@@ -77,6 +80,17 @@ async def main():
 
         async with client(url, token, mode, elicitation_callback=on_elicit) as c:
             await call(c, name, json.loads(args))
+    elif scenario == "answer-form":
+        name, args, answer = rest[0], json.loads(rest[1]), json.loads(rest[2])
+
+        async def on_elicit(context, params):
+            out({"elicited": dump(params)})
+            if answer == "decline":
+                return types.ElicitResult(action="decline")
+            return types.ElicitResult(action="accept", content=answer)
+
+        async with client(url, token, mode, elicitation_callback=on_elicit) as c:
+            await call(c, name, args)
     elif scenario == "states":
         name, args, other = rest[0], json.loads(rest[1]), rest[2]
 

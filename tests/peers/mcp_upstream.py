@@ -4,8 +4,9 @@ Usage: mcp_upstream.py http PORT | stdio
 
 Tools: `echo` (returns its arguments, counting calls), `count` (how many calls reached
 this process, and how many `wait`s were cancelled), `crash` (exits the process mid-call),
-`slow` (sleeps), `wait` (sleeps without blocking; counts a cancel). A resource and a prompt
-exercise the pass-through methods.
+`slow` (sleeps), `wait` (sleeps without blocking; counts a cancel), `deploy` (asks its client
+"which environment?" by form elicitation mid-call, and deploys there). A resource and a
+prompt exercise the pass-through methods.
 """
 
 import json
@@ -15,7 +16,9 @@ import anyio
 import sys
 import time
 
-from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel
+
+from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("airlock-test-upstream")
 calls = {"n": 0, "log": [], "cancelled": 0}
@@ -57,6 +60,21 @@ def slow(ms: int = 1000) -> str:
     """Sleep, then answer."""
     time.sleep(ms / 1000)
     return "done"
+
+
+class Environment(BaseModel):
+    environment: str
+
+
+@server.tool()
+async def deploy(service: str, ctx: Context) -> dict:
+    """Deploy a service; asks which environment mid-call."""
+    calls["n"] += 1
+    calls["log"].append({"deploy": service})
+    answer = await ctx.elicit("which environment?", schema=Environment)
+    if answer.action != "accept":
+        return {"deployed": False, "action": answer.action}
+    return {"deployed": True, "service": service, "environment": answer.data.environment}
 
 
 @server.resource("test://greeting")

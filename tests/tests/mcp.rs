@@ -886,3 +886,62 @@ fn a_clients_cancel_reaches_the_upstream_over_http_and_stdio() {
         }
     }
 }
+
+/// The tool's structured answer in a client's printed result.
+fn structured(r: &Value) -> Value {
+    let res = &r["result"];
+    if res["structuredContent"].is_object() {
+        return res["structuredContent"].clone();
+    }
+    serde_json::from_str(res["content"][0]["text"].as_str().unwrap_or("null")).unwrap_or(Value::Null)
+}
+
+#[test]
+fn an_mcp_client_answers_a_suspended_calls_form_and_the_tool_continues() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "5s");
+    // The upstream's tool asks "which environment?" by form elicitation mid-call; airlock
+    // suspends the call and asks the agent's own client, in either revision, and the answer
+    // resumes it (over HTTP and stdio upstreams alike).
+    for mode in MODES {
+        for server in ["up", "local"] {
+            let lines = client(
+                &gw,
+                "token-agent1",
+                mode,
+                &["answer-form", &format!("{server}.deploy"), r#"{"service":"api"}"#, r#"{"environment":"staging"}"#],
+            );
+            let elicited = &lines[0]["elicited"];
+            assert_eq!(elicited["message"], "which environment?", "{mode} {server}: {lines:?}");
+            assert_eq!(elicited["requestedSchema"]["properties"]["environment"]["type"], "string");
+            let result = lines.last().unwrap();
+            assert_ne!(result["result"]["isError"], true, "{mode} {server}: {result}");
+            let answer = structured(result);
+            assert_eq!(answer["deployed"], true, "{mode} {server}: {result}");
+            assert_eq!(answer["environment"], "staging");
+        }
+    }
+    // Each went through suspension and resume, audited.
+    let (s, b) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    assert_eq!(s, 200);
+    let kinds: Vec<&str> = b["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "call.suspended").count(), 4, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| **k == "call.resumed").count(), 4);
+
+    // A declined form cancels the call: the model reads why.
+    for mode in MODES {
+        let lines = client(
+            &gw,
+            "token-agent1",
+            mode,
+            &["answer-form", "up.deploy", r#"{"service":"db"}"#, r#""decline""#],
+        );
+        let result = lines.last().unwrap();
+        assert_eq!(error_code(result), "call.cancelled", "{mode}: {result}");
+    }
+}
