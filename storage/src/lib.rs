@@ -245,6 +245,28 @@ impl Store {
         Ok(out)
     }
 
+    /// Suspended calls of every run, oldest first, up to `limit` (for the inbox).
+    pub fn suspended_calls(&self, limit: usize) -> Result<Vec<CallRecord>, StoreError> {
+        self.shared.check()?;
+        let prefix = [ops::IDX_SUSPENDED, 0];
+        let mut out = Vec::new();
+        for guard in self.shared.ks(Ks::ApprovalIndex).prefix(prefix).take(limit) {
+            let key = guard.key()?;
+            // `S\0{run}\0{call id}`: the call id follows the last NUL.
+            let Some(at) = key.iter().rposition(|b| *b == 0) else {
+                continue;
+            };
+            let id = String::from_utf8_lossy(&key[at + 1..]).into_owned();
+            if let Some(call) = self.call(&id)? {
+                if call.status == CallStatus::Suspended {
+                    out.push(call);
+                }
+            }
+        }
+        out.sort_by_key(|c| c.created_at);
+        Ok(out)
+    }
+
     /// Sets who is told, after each commit, which runs got new audit records. Set once; later
     /// calls are ignored.
     pub fn on_run_events(&self, listener: RunListener) {

@@ -315,6 +315,31 @@ def main():
             approval = pending_ids()[0]
             stale = raw_post(f"/inbox/approvals/{approval}/approve", cookie, {"csrf": csrf}, {"origin": BASE})
             out(stale_post=stale, still_pending=approval in pending_ids())
+        elif SCENARIO == "suspend":
+            # A tool asks "which environment?" mid-call; an approver answers in the inbox.
+            status, b = api("POST", "/v1/calls", "token-agent1",
+                            {"tool": "ask.deploy", "args": {"service": "api"}, "context": {"run_id": "run-s"}})
+            out(agent_status=status, agent_call=b)
+            sign_in(d, "ops")
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "pending")))
+            d.get(BASE + "/inbox/suspended")
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "main table")))
+            out(list_text=d.find_element(By.CSS_SELECTOR, "main table").text, list_title=d.title)
+            shot(d, "inbox-suspended-list")
+            d.find_element(By.CSS_SELECTOR, "main table a").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "resume-form")))
+            select = d.find_element(By.ID, "field-environment")
+            options = [o.get_attribute("value") for o in select.find_elements(By.TAG_NAME, "option")]
+            out(question=d.find_element(By.CSS_SELECTOR, "p.question").text, options=options)
+            shot(d, "inbox-suspended-form")
+            from selenium.webdriver.support.ui import Select
+            Select(select).select_by_value("staging")
+            d.find_element(By.CSS_SELECTOR, "#resume-form button.approve").click()
+            WebDriverWait(d, 10).until(lambda d: "completed" in d.find_element(By.CSS_SELECTOR, "span.badge").text)
+            out(after=d.find_element(By.CSS_SELECTOR, "main").text, no_xss=no_xss(d))
+            shot(d, "inbox-suspended-done")
+            s2, b2 = api("GET", f"/v1/calls/{b['call_id']}", "token-agent1")
+            out(agent_after_status=s2, agent_after=b2)
         elif SCENARIO == "agent-signin":
             sign_in(d, "agent1")
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.error")))

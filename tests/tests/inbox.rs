@@ -198,3 +198,37 @@ fn a_whole_run_is_declined_from_the_inbox_and_other_runs_are_untouched() {
     assert_eq!(r["pending"], 1, "run-B still waits: {r}");
     assert_eq!(backend.count(), 0);
 }
+
+#[test]
+fn an_approver_answers_a_suspended_calls_generated_form_and_the_tool_continues() {
+    let (r, backend) = scenario("suspend");
+    assert_eq!(r["agent_status"], 202, "{r}");
+    assert_eq!(r["agent_call"]["status"], "suspended");
+    let list = r["list_text"].as_str().unwrap();
+    assert!(
+        list.contains("ask.deploy") && list.contains("which environment?"),
+        "{r}"
+    );
+    assert!(r["list_title"].as_str().unwrap().starts_with("(1)"), "{r}");
+    assert_eq!(r["question"], "which environment?");
+    // The select offers the schema's enum (and nothing else).
+    assert_eq!(
+        r["options"],
+        serde_json::json!(["staging", "production"]),
+        "{r}"
+    );
+    let after = r["after"].as_str().unwrap();
+    assert!(after.contains("\"deployed_to\": \"staging\""), "{r}");
+    assert_eq!(r["no_xss"], true);
+    assert_eq!(r["agent_after_status"], 200, "{r}");
+    assert_eq!(r["agent_after"]["result"]["deployed_to"], "staging");
+    // Asked once, continued once.
+    assert_eq!(backend.count(), 2);
+    for shot in [
+        "inbox-suspended-list",
+        "inbox-suspended-form",
+        "inbox-suspended-done",
+    ] {
+        assert!(shots().join(format!("{shot}.png")).exists(), "{shot}");
+    }
+}

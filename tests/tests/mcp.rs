@@ -893,7 +893,8 @@ fn structured(r: &Value) -> Value {
     if res["structuredContent"].is_object() {
         return res["structuredContent"].clone();
     }
-    serde_json::from_str(res["content"][0]["text"].as_str().unwrap_or("null")).unwrap_or(Value::Null)
+    serde_json::from_str(res["content"][0]["text"].as_str().unwrap_or("null"))
+        .unwrap_or(Value::Null)
 }
 
 #[test]
@@ -909,13 +910,27 @@ fn an_mcp_client_answers_a_suspended_calls_form_and_the_tool_continues() {
                 &gw,
                 "token-agent1",
                 mode,
-                &["answer-form", &format!("{server}.deploy"), r#"{"service":"api"}"#, r#"{"environment":"staging"}"#],
+                &[
+                    "answer-form",
+                    &format!("{server}.deploy"),
+                    r#"{"service":"api"}"#,
+                    r#"{"environment":"staging"}"#,
+                ],
             );
             let elicited = &lines[0]["elicited"];
-            assert_eq!(elicited["message"], "which environment?", "{mode} {server}: {lines:?}");
-            assert_eq!(elicited["requestedSchema"]["properties"]["environment"]["type"], "string");
+            assert_eq!(
+                elicited["message"], "which environment?",
+                "{mode} {server}: {lines:?}"
+            );
+            assert_eq!(
+                elicited["requestedSchema"]["properties"]["environment"]["type"],
+                "string"
+            );
             let result = lines.last().unwrap();
-            assert_ne!(result["result"]["isError"], true, "{mode} {server}: {result}");
+            assert_ne!(
+                result["result"]["isError"], true,
+                "{mode} {server}: {result}"
+            );
             let answer = structured(result);
             assert_eq!(answer["deployed"], true, "{mode} {server}: {result}");
             assert_eq!(answer["environment"], "staging");
@@ -930,7 +945,11 @@ fn an_mcp_client_answers_a_suspended_calls_form_and_the_tool_continues() {
         .iter()
         .map(|r| r["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds.iter().filter(|k| **k == "call.suspended").count(), 4, "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "call.suspended").count(),
+        4,
+        "{kinds:?}"
+    );
     assert_eq!(kinds.iter().filter(|k| **k == "call.resumed").count(), 4);
 
     // A declined form cancels the call: the model reads why.
@@ -939,7 +958,12 @@ fn an_mcp_client_answers_a_suspended_calls_form_and_the_tool_continues() {
             &gw,
             "token-agent1",
             mode,
-            &["answer-form", "up.deploy", r#"{"service":"db"}"#, r#""decline""#],
+            &[
+                "answer-form",
+                "up.deploy",
+                r#"{"service":"db"}"#,
+                r#""decline""#,
+            ],
         );
         let result = lines.last().unwrap();
         assert_eq!(error_code(result), "call.cancelled", "{mode}: {result}");

@@ -16,7 +16,7 @@ fn policy() -> String {
         r#"{POLICY}
 [[rules]]
 id = "ask-allowed"
-tools = ["ask.*", "bad.*"]
+tools = ["bad.*"]
 decision = "allow"
 
 [[rules]]

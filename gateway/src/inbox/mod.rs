@@ -119,6 +119,8 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         ["inbox", "events"] => events(&gw),
         ["inbox", "approvals", id] => approval(&gw, &session, id, None).await,
         ["inbox", "history"] => history(&gw, &session).await,
+        ["inbox", "suspended"] => suspended(&gw, &session).await,
+        ["inbox", "calls", id] => call_page(&gw, &session, id, None).await,
         ["inbox", "audit"] => audit(&gw, &session).await,
         _ => page(
             StatusCode::NOT_FOUND,
@@ -172,6 +174,16 @@ async fn post(
             }
         }
         ["inbox", "approvals", id, "preview"] => preview(gw, id, form).await,
+        ["inbox", "calls", id, "resume"] => {
+            let data = match resume_data(gw, id, form).await {
+                Ok(d) => d,
+                Err(e) => return call_page(gw, session, id, Some(e)).await,
+            };
+            match crate::pipeline::suspend::resume(gw, &session.principal, id, data).await {
+                Ok(_) => redirect(&format!("/inbox/calls/{id}"), None),
+                Err(e) => call_page(gw, session, id, Some(e)).await,
+            }
+        }
         ["inbox", "runs", "decide"] => {
             let run = urlencoded::get(form, "run_id").unwrap_or("").to_owned();
             let approve = urlencoded::get(form, "verb") == Some("approve");
@@ -322,6 +334,95 @@ async fn approval(
     page(
         status,
         pages::approval(&session_view(session), &a, error.as_ref(), now_ms()),
+    )
+}
+
+/// The resume data a call's form gives: the generated fields typed by the schema (a value
+/// that is not of its type is passed on as text, for the schema check to name), or the JSON
+/// box parsed strictly.
+async fn resume_data(
+    gw: &Arc<Gateway>,
+    id: &str,
+    form: &[(String, String)],
+) -> Result<Value, ApiError> {
+    let owned = id.to_owned();
+    let call = gw
+        .store_op(move |s| s.call(&owned))
+        .await?
+        .ok_or_else(|| crate::pipeline::call_not_found(id))?;
+    let schema = call
+        .suspension
+        .map(|s| s.resume_schema)
+        .unwrap_or(Value::Null);
+    let Some(fields) = pages::form_fields(&schema) else {
+        let text = urlencoded::get(form, "resume_data").unwrap_or("");
+        return Ok(airlock_policy::json::parse(
+            text.as_bytes(),
+            airlock_policy::MAX_ARGS_DEPTH,
+        )?);
+    };
+    let mut data = serde_json::Map::new();
+    for f in fields {
+        let Some(raw) = urlencoded::get(form, &format!("f.{}", f.name)) else {
+            continue;
+        };
+        if raw.is_empty() && !f.required {
+            continue;
+        }
+        let typed = match f.kind.as_str() {
+            "integer" => raw.trim().parse::<i64>().map(Value::from).ok(),
+            "number" => raw
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+                .map(Value::Number),
+            "boolean" => match raw {
+                "true" => Some(Value::Bool(true)),
+                "false" => Some(Value::Bool(false)),
+                _ => None,
+            },
+            _ => None,
+        };
+        data.insert(
+            f.name,
+            typed.unwrap_or_else(|| Value::String(raw.to_owned())),
+        );
+    }
+    Ok(Value::Object(data))
+}
+
+async fn suspended(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
+    match gw.store_op(|s| s.suspended_calls(500)).await {
+        Ok(calls) => page(
+            StatusCode::OK,
+            pages::suspended(&session_view(session), &calls, now_ms()),
+        ),
+        Err(e) => refusal_page(&e),
+    }
+}
+
+async fn call_page(
+    gw: &Arc<Gateway>,
+    session: &Session,
+    id: &str,
+    error: Option<ApiError>,
+) -> Response<Body> {
+    let owned = id.to_owned();
+    let c = match gw.store_op(move |s| s.call(&owned)).await {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            return page(
+                StatusCode::NOT_FOUND,
+                pages::message("Not found", "There is no such call."),
+            )
+        }
+        Err(e) => return refusal_page(&e),
+    };
+    let status = error.as_ref().map(|e| e.status()).unwrap_or(StatusCode::OK);
+    page(
+        status,
+        pages::call(&session_view(session), &c, error.as_ref(), now_ms()),
     )
 }
 

@@ -145,7 +145,7 @@ grant = { uses = 1, ttl = "10m", scope = "run" }
 
 [[rules]]
 id = "allow-echo"
-tools = ["echo.*", "down.*", "slow.*", "fail.*"]
+tools = ["echo.*", "down.*", "slow.*", "fail.*", "ask.*"]
 decision = "allow"
 
 [[rules]]
@@ -206,6 +206,7 @@ pub fn config_text(backend: &Backend, extra_server: &str) -> String {
         ("multi.*", "/echo", "5s"),
         ("slow.*", "/slow/3000", "300ms"),
         ("fail.*", "/status/500", "5s"),
+        ("ask.*", "/ask", "5s"),
     ] {
         s.push_str(&format!(
             "[[tools]]\nname = \"{pattern}\"\nupstream = \"{}\"\ntimeout = \"{timeout}\"\n",
