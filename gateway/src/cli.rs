@@ -154,6 +154,9 @@ pub struct CallArgs {
     /// Resume a held call by id instead of making a new one.
     #[arg(long)]
     pub resume: Option<String>,
+    /// With --resume: the answer a suspended call waits for (JSON fitting its resume schema).
+    #[arg(long, requires = "resume")]
+    pub data: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -756,17 +759,27 @@ fn call(args: CallArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let resume = |id: &str, wait: Option<u64>| {
+    let resume = |id: &str, wait: Option<u64>, data: Option<Value>| {
         let wait = wait.map(|w| format!("?wait={w}")).unwrap_or_default();
+        let body = data.map(|d| json!({"resume_data": d}));
         c.send(
             reqwest::Method::POST,
             &format!("/v1/calls/{id}/resume{wait}"),
-            None,
+            body.as_ref(),
             None,
         )
     };
     let result = if let Some(id) = &args.resume {
-        resume(id, args.wait)
+        let data = match args
+            .data
+            .as_deref()
+            .map(|d| parse_json_flag(d, "data"))
+            .transpose()
+        {
+            Ok(d) => d,
+            Err(code) => return code,
+        };
+        resume(id, args.wait, data)
     } else {
         let raw = match read_json_arg(&args.args, "--args") {
             Ok(r) => r,
@@ -795,6 +808,19 @@ fn call(args: CallArgs) -> u8 {
             Some("respond-async"),
         );
         match first {
+            Ok((202, body)) if body["status"] == "suspended" => {
+                let call_id = body["call_id"].as_str().unwrap_or("");
+                eprintln!(
+                    "suspended: the tool asks for input: {}\n\
+                     answer in the inbox: {}\n\
+                     or: airlock call --resume {call_id} --data '<JSON fitting the resume schema>'",
+                    body.pointer("/suspend/payload")
+                        .map(Value::to_string)
+                        .unwrap_or_default(),
+                    body["link"].as_str().unwrap_or(""),
+                );
+                Ok((202, body))
+            }
             Ok((202, body)) if !args.respond_async => {
                 let call_id = body["call_id"].as_str().unwrap_or("").to_owned();
                 let approval = body
@@ -809,7 +835,7 @@ fn call(args: CallArgs) -> u8 {
                     body.pointer("/approval/link").and_then(Value::as_str).unwrap_or(""),
                     args.wait.unwrap_or(DEFAULT_WAIT),
                 );
-                resume(&call_id, Some(args.wait.unwrap_or(DEFAULT_WAIT)))
+                resume(&call_id, Some(args.wait.unwrap_or(DEFAULT_WAIT)), None)
             }
             other => other,
         }

@@ -216,6 +216,15 @@ pub fn call_summary(status: u16, body: &Value) -> String {
             "{status} {code}: {}",
             body.pointer("/error/message").and_then(Value::as_str).unwrap_or("")
         ),
+        (202, None) if body["status"] == "suspended" => format!(
+            "202 suspended: the tool asks for input\ncall      {}\nasks      {}\nschema    {}\ninbox     {}\nexpires   {}\nanswer with: airlock call --resume {} --data '<JSON>'",
+            body["call_id"].as_str().unwrap_or(""),
+            body.pointer("/suspend/payload").map(|v| v.to_string()).unwrap_or_default(),
+            body.pointer("/suspend/resume_schema").map(|v| v.to_string()).unwrap_or_default(),
+            body["link"].as_str().unwrap_or(""),
+            body["expires_at"].as_str().unwrap_or(""),
+            body["call_id"].as_str().unwrap_or(""),
+        ),
         (202, None) => format!(
             "202 held for approval\ncall      {}\napproval  {}\ninbox     {}\napprovers {} (quorum {})\nexpires   {}\nresume with: airlock call --resume {}",
             body["call_id"].as_str().unwrap_or(""),

@@ -831,7 +831,7 @@ impl Config {
             })
             .collect();
         let banner = format!(
-            "airlock demo: policy `default` (built in), tools demo.echo and demo.shell_preview\n\
+            "airlock demo: policy `default` (built in), tools demo.echo, demo.shell_preview and demo.deploy\n\
              tokens (new each start):\n  \
              agent     export AIRLOCK_TOKEN={agent}\n  \
              approver  export AIRLOCK_APPROVER_TOKEN={approver}\n  \

@@ -12,7 +12,7 @@ use crate::config::{Config, ToolRoute, Upstream};
 use crate::error::ApiError;
 
 /// Demo tools the gateway serves itself.
-pub const BUILTINS: [&str; 2] = ["demo.echo", "demo.shell_preview"];
+pub const BUILTINS: [&str; 3] = ["demo.echo", "demo.shell_preview", "demo.deploy"];
 
 /// The largest backend answer kept; a larger one is `upstream.too_large`.
 const MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -68,7 +68,7 @@ impl Upstreams {
     ) -> Result<(Answer, Duration), ApiError> {
         let start = Instant::now();
         let answer = match &route.upstream {
-            Upstream::Builtin(name) => builtin(name, tool, canonical_args),
+            Upstream::Builtin(name) => builtin(name, tool, canonical_args, headers.resume),
             Upstream::Http(url) => {
                 self.http(url, route.timeout, canonical_args, &headers)
                     .await
@@ -129,10 +129,41 @@ impl Upstreams {
     }
 }
 
-/// The demo tools: they show what would run and run nothing.
-fn builtin(name: &str, tool: &str, canonical_args: &str) -> Result<Answer, ApiError> {
-    let args: Value = serde_json::from_str(canonical_args).unwrap_or(Value::Null);
+/// The demo tools: they show what would run and run nothing. `demo.deploy` asks which
+/// environment mid-call (it suspends, DESIGN §11) and, resumed, says where it would deploy.
+fn builtin(name: &str, tool: &str, body: &str, resume: bool) -> Result<Answer, ApiError> {
+    let sent: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let args = if resume {
+        sent["args"].clone()
+    } else {
+        sent.clone()
+    };
     let body = match name {
+        "demo.deploy" if !resume => {
+            return Ok(Answer {
+                status: 202,
+                body: json!({"suspend": {
+                    "payload": {"question": "which environment?", "service": args.get("service")},
+                    "resume_schema": {
+                        "type": "object",
+                        "properties": {"environment": {
+                            "type": "string",
+                            "enum": ["staging", "production"],
+                            "description": "where to deploy",
+                        }},
+                        "required": ["environment"],
+                        "additionalProperties": false,
+                    },
+                }}),
+            })
+        }
+        "demo.deploy" => json!({
+            "tool": tool,
+            "service": args.get("service"),
+            "environment": sent["resume_data"]["environment"],
+            "deployed": false,
+            "note": "demo tool: it shows where it would deploy and deploys nothing",
+        }),
         "demo.echo" => json!({"tool": tool, "echo": args}),
         "demo.shell_preview" => json!({
             "tool": tool,

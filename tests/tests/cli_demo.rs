@@ -415,7 +415,7 @@ fn bad_values_name_the_valid_ones() {
     let stdout = text(&out.stdout);
     assert!(stdout.contains("404 tool.unknown"), "{stdout}");
     assert!(
-        stdout.contains("nearest first: demo.echo, demo.shell_preview"),
+        stdout.contains("nearest first: demo.echo, ") && stdout.contains("demo.shell_preview"),
         "{stdout}"
     );
 }
@@ -468,4 +468,94 @@ fn help_describes_each_subcommand_in_its_own_words() {
     }
     let call = text(&airlock(&["call", "--help"]).stdout);
     assert!(call.contains("The gateway's URL"), "{call}");
+}
+
+#[test]
+fn the_demo_deploy_tool_asks_which_environment_over_the_cli_and_mcp() {
+    let tmp = tempfile::tempdir().unwrap();
+    let demo = Demo::start(&tmp.path().join("data"));
+    let agent = [("AIRLOCK_TOKEN", demo.agent.as_str())];
+    let out = demo.cli(
+        &[
+            "call",
+            "--tool",
+            "demo.deploy",
+            "--args",
+            r#"{"service":"api"}"#,
+            "--json",
+        ],
+        &agent,
+    );
+    let body: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(body["status"], "suspended", "{body}");
+    assert_eq!(body["suspend"]["payload"]["question"], "which environment?");
+    assert!(
+        text(&out.stderr).contains("--resume"),
+        "{}",
+        text(&out.stderr)
+    );
+    let id = body["call_id"].as_str().unwrap();
+
+    // The demo policy refuses production as an answer; staging continues the call.
+    let out = demo.cli(
+        &[
+            "call",
+            "--resume",
+            id,
+            "--data",
+            r#"{"environment":"production"}"#,
+        ],
+        &agent,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("403 policy.denied"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = demo.cli(
+        &[
+            "call",
+            "--resume",
+            id,
+            "--data",
+            r#"{"environment":"staging"}"#,
+            "--json",
+        ],
+        &agent,
+    );
+    let done: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["environment"], "staging");
+
+    // The same tool over MCP: the official Python client is asked by form, and answers.
+    let out = Command::new("python3")
+        .arg(peers().join("mcp_client.py"))
+        .args([
+            &format!("{}/mcp", demo.base),
+            demo.agent.as_str(),
+            "legacy",
+            "answer-form",
+            "demo.deploy",
+        ])
+        .args([r#"{"service":"web"}"#, r#"{"environment":"staging"}"#])
+        .output()
+        .unwrap();
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines[0]["elicited"]["message"],
+        "which environment?",
+        "{lines:?} {}",
+        text(&out.stderr)
+    );
+    let result = &lines.last().unwrap()["result"];
+    assert_eq!(
+        result["structuredContent"]["environment"], "staging",
+        "{result}"
+    );
+    assert_eq!(result["structuredContent"]["service"], "web");
+    demo.stop();
 }

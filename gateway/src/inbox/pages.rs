@@ -449,9 +449,7 @@ fn question(c: &CallRecord) -> String {
     let Some(s) = &c.suspension else {
         return String::new();
     };
-    ["question", "message"]
-        .iter()
-        .find_map(|k| s.payload.get(*k).and_then(Value::as_str))
+    crate::pipeline::question_of(&s.payload)
         .map(str::to_owned)
         .unwrap_or_else(|| s.payload.to_string())
 }

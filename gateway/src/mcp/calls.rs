@@ -402,7 +402,7 @@ fn error_result(code: &str, message: &str, extra: Value) -> Value {
 /// The `elicitation/create` params asking for a suspended call's input: the form itself
 /// when `form`, else the link to the inbox's resume form.
 fn input_request(gw: &Gateway, v: &pipeline::Suspended, form: bool) -> Value {
-    let message = match v.payload.get("message").and_then(Value::as_str) {
+    let message = match pipeline::question_of(&v.payload) {
         Some(m) => m.to_owned(),
         None => format!(
             "`{}` needs input to continue: {}",

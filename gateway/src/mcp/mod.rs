@@ -660,6 +660,11 @@ fn builtin_tool(name: &str) -> Value {
             "description": "Shows the shell command it would run (demo: runs nothing). Needs approval.",
             "inputSchema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
         }),
+        "demo.deploy" => json!({
+            "name": name,
+            "description": "Deploys a service (demo: deploys nothing). Asks which environment mid-call.",
+            "inputSchema": {"type": "object", "properties": {"service": {"type": "string"}}, "required": ["service"]},
+        }),
         _ => json!({
             "name": name,
             "description": "Echoes its arguments back (demo).",

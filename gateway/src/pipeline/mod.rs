@@ -11,7 +11,7 @@
 mod outcome;
 pub mod suspend;
 
-pub use outcome::{tool_call_id, Completed, Outcome, Pending, Suspended};
+pub use outcome::{question_of, tool_call_id, Completed, Outcome, Pending, Suspended};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

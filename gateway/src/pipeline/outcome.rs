@@ -100,3 +100,10 @@ pub fn tool_call_id(call: &CallRecord) -> String {
         .unwrap_or(&call.call_id)
         .to_owned()
 }
+
+/// What a suspension asks, when its payload says it in words (`message` or `question`).
+pub fn question_of(payload: &Value) -> Option<&str> {
+    ["message", "question"]
+        .iter()
+        .find_map(|k| payload.get(*k).and_then(Value::as_str))
+}
