@@ -42,6 +42,8 @@ TOOLS = [
     ("test_error_handling", "Always fails", EMPTY),
     ("test_sampling", "Asks the client's model", {"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]}),
     ("test_elicitation", "Asks the user", {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}),
+    ("test_elicitation_sep1034_defaults", "Asks the user, with defaults", EMPTY),
+    ("test_elicitation_sep1330_enums", "Asks the user to pick from enums", EMPTY),
     (
         "json_schema_2020_12_tool",
         "Tool with JSON Schema 2020-12 features",
@@ -54,6 +56,48 @@ TOOLS = [
         },
     ),
 ]
+
+
+# The elicitations the suite's scenarios expect, by tool: message, schema, result label.
+ELICITATIONS = {
+    "test_elicitation": ("Please provide your information", {
+        "type": "object",
+        "properties": {
+            "username": {"type": "string", "description": "User's response"},
+            "email": {"type": "string", "description": "User's email address"},
+        },
+        "required": ["username", "email"],
+    }, "User response"),
+    "test_elicitation_sep1034_defaults": ("Please review the defaults", {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "default": "John Doe"},
+            "age": {"type": "integer", "default": 30},
+            "score": {"type": "number", "default": 95.5},
+            "status": {"type": "string", "enum": ["active", "inactive", "pending"], "default": "active"},
+            "verified": {"type": "boolean", "default": True},
+        },
+    }, "Elicitation completed"),
+    "test_elicitation_sep1330_enums": ("Please pick options", {
+        "type": "object",
+        "properties": {
+            "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+            "titledSingle": {"type": "string", "oneOf": [
+                {"const": "value1", "title": "First Option"},
+                {"const": "value2", "title": "Second Option"},
+                {"const": "value3", "title": "Third Option"},
+            ]},
+            "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                           "enumNames": ["Option One", "Option Two", "Option Three"]},
+            "untitledMulti": {"type": "array", "items": {"type": "string", "enum": ["option1", "option2", "option3"]}},
+            "titledMulti": {"type": "array", "items": {"anyOf": [
+                {"const": "value1", "title": "First Choice"},
+                {"const": "value2", "title": "Second Choice"},
+                {"const": "value3", "title": "Third Choice"},
+            ]}},
+        },
+    }, "Elicitation completed"),
+}
 
 
 def text(t):
@@ -104,8 +148,13 @@ async def call_tool(ctx, params):
         return types.CallToolResult(content=[text("This tool intentionally returns an error for testing")], is_error=True)
     elif name == "json_schema_2020_12_tool":
         content = [text(f"JSON Schema 2020-12 tool called with: {json.dumps(params.arguments or {})}")]
+    elif name in ELICITATIONS:
+        message, schema, label = ELICITATIONS[name]
+        message = (params.arguments or {}).get("message", message)
+        answer = await ctx.session.elicit_form(message=message, requested_schema=schema, related_request_id=ctx.request_id)
+        content = [text(f"{label}: action={answer.action}, content={json.dumps(answer.content)}")]
     else:
-        # Sampling and elicitation ask the client, which the gateway does not relay yet.
+        # Sampling asks the client's model, which the gateway does not relay.
         return types.CallToolResult(content=[text(f"{name}: not supported behind this gateway")], is_error=True)
     return types.CallToolResult(content=content)
 

@@ -579,3 +579,105 @@ fn a_run_stream_carries_the_runs_chunks_in_order_and_replays_from_last_event_id(
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
 }
+
+/// Resume data of every shape: the schema's answers, wrong enum values, wrong types, extra
+/// keys, nested values, and values that are not objects.
+fn resume_data() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let env = prop_oneof![
+        Just(json!("staging")),
+        Just(json!("production")),
+        Just(json!("Staging")),
+        Just(json!("moon")),
+        Just(json!(1)),
+        Just(json!(null)),
+        Just(json!(["staging"])),
+        Just(json!({"name": "staging"})),
+    ];
+    let extra = prop_oneof![
+        Just(None),
+        Just(Some(("note", json!("x")))),
+        Just(Some(("n", json!(1.5)))),
+        Just(Some(("z", json!({"deep": [1, 2, {"é": "ü"}]})))),
+    ];
+    let object = (proptest::option::of(env), extra).prop_map(|(e, x)| {
+        let mut m = serde_json::Map::new();
+        if let Some(e) = e {
+            m.insert("environment".into(), e);
+        }
+        if let Some((k, v)) = x {
+            m.insert(k.into(), v);
+        }
+        Value::Object(m)
+    });
+    prop_oneof![
+        6 => object,
+        1 => Just(json!("staging")),
+        1 => Just(json!([])),
+        1 => Just(json!(42)),
+    ]
+}
+
+#[test]
+fn any_data_the_schema_accepts_is_forwarded_canonically_and_any_it_rejects_never() {
+    use proptest::test_runner::{Config, TestRunner};
+    let backend = Backend::start();
+    let gw = start(&backend, "");
+    let schema = json!({
+        "type": "object",
+        "properties": {"environment": {"type": "string", "enum": ["staging", "production"]}},
+        "required": ["environment"],
+        "additionalProperties": false,
+    });
+    let accepts = |d: &Value| {
+        let Some(m) = d.as_object() else { return false };
+        m.len() == 1
+            && matches!(
+                m.get("environment").and_then(Value::as_str),
+                Some("staging" | "production")
+            )
+    };
+    assert_eq!(schema["required"], json!(["environment"]));
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        ..Config::default()
+    });
+    let forwarded = std::cell::Cell::new(0);
+    runner
+        .run(&resume_data(), |data| {
+            let (s, b) = call(&gw, "agent1", "ask.prop", json!({"x": 1}), json!({}));
+            assert_eq!(s, 202, "{b}");
+            let id = b["call_id"].as_str().unwrap().to_owned();
+            let before = backend.count();
+            let (s, answer) = resume(&gw, "agent1", &id, data.clone());
+            let (after, bodies) = backend.seen();
+            // Production fits the schema but policy refuses it: also never forwarded.
+            let allowed = accepts(&data) && data["environment"] != "production";
+            if allowed {
+                assert_eq!(s, 200, "{data} → {answer}");
+                assert_eq!(after, before + 1);
+                let sent = bodies.last().unwrap();
+                let expected = format!(
+                    r#"{{"args":{{"x":1}},"resume_data":{}}}"#,
+                    airlock_policy::canonicalize(&data)
+                );
+                assert_eq!(sent, &expected);
+                forwarded.set(forwarded.get() + 1);
+            } else {
+                assert!(matches!(s, 422 | 403), "{data} → {s} {answer}");
+                if !accepts(&data) {
+                    assert_eq!(
+                        answer["error"]["code"], "request.invalid_resume_data",
+                        "{data}"
+                    );
+                }
+                assert_eq!(after, before, "{data} reached the backend");
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert!(
+        forwarded.get() > 0,
+        "the generator never produced valid data"
+    );
+}

@@ -466,7 +466,7 @@ pub struct FormField {
 
 /// The fields of a flat object schema (`None` when it is not flat: a JSON box instead).
 pub fn form_fields(schema: &Value) -> Option<Vec<FormField>> {
-    if !crate::pipeline::suspend::is_flat(schema) {
+    if !crate::pipeline::suspend::is_primitive_object(schema) {
         return None;
     }
     let required: Vec<&str> = schema

@@ -310,18 +310,37 @@ pub async fn resume_run(
 }
 
 /// Whether a resume schema can be sent as an MCP form elicitation: an object whose
-/// properties are all primitives (string, number, integer, boolean, or an enum of them).
+/// properties are all primitives (string, number, integer, boolean, single-select enums), or
+/// multi-select enums (an array of strings from a list), as MCP's form mode allows.
 pub fn is_flat(schema: &Value) -> bool {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
         return false;
     };
+    let multi_select = |p: &Value| {
+        p.get("items")
+            .is_some_and(|i| i.get("enum").is_some() || i.get("anyOf").is_some())
+    };
     schema.get("type").and_then(Value::as_str) == Some("object")
-        && props.values().all(|p| {
-            matches!(
-                p.get("type").and_then(Value::as_str),
-                Some("string" | "number" | "integer" | "boolean")
-            )
-        })
+        && props
+            .values()
+            .all(|p| match p.get("type").and_then(Value::as_str) {
+                Some("string" | "number" | "integer" | "boolean") => true,
+                Some("array") => multi_select(p),
+                _ => false,
+            })
+}
+
+/// Whether every property of a resume schema is a single primitive (what the inbox's
+/// generated form shows as one field each).
+pub fn is_primitive_object(schema: &Value) -> bool {
+    is_flat(schema)
+        && schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|p| {
+                p.values()
+                    .all(|p| p.get("type").and_then(Value::as_str) != Some("array"))
+            })
 }
 
 /// What an agent's client answered a form elicitation of a suspended call (an MCP
