@@ -148,13 +148,19 @@ async def call_tool(ctx, params):
         return types.CallToolResult(content=[text("This tool intentionally returns an error for testing")], is_error=True)
     elif name == "json_schema_2020_12_tool":
         content = [text(f"JSON Schema 2020-12 tool called with: {json.dumps(params.arguments or {})}")]
+    elif name == "test_sampling":
+        prompt = (params.arguments or {}).get("prompt", "")
+        answer = await ctx.session.create_message(
+            messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))],
+            max_tokens=100, related_request_id=ctx.request_id)
+        said = getattr(answer.content, "text", None) or json.dumps(answer.model_dump(mode="json", by_alias=True))
+        content = [text(f"LLM response: {said}")]
     elif name in ELICITATIONS:
         message, schema, label = ELICITATIONS[name]
         message = (params.arguments or {}).get("message", message)
         answer = await ctx.session.elicit_form(message=message, requested_schema=schema, related_request_id=ctx.request_id)
         content = [text(f"{label}: action={answer.action}, content={json.dumps(answer.content)}")]
     else:
-        # Sampling asks the client's model, which the gateway does not relay.
         return types.CallToolResult(content=[text(f"{name}: not supported behind this gateway")], is_error=True)
     return types.CallToolResult(content=content)
 

@@ -13,6 +13,8 @@ Usage: mcp_client.py URL TOKEN MODE SCENARIO [ARGS...]
     answer-form NAME ARGS_JSON ANSWER_JSON
                                a call that asks for input: each form elicitation is printed
                                and answered `accept` with ANSWER_JSON (or `"decline"`)
+    sample NAME ARGS_JSON      a call during which the upstream asks the client's model:
+                               each sampling request is printed and answered with a fixed text
     states NAME ARGS_JSON      input_required by hand: the state, then a tampered, a replayed
                                and another principal's use of it (ARGS[4]: another token)
 """
@@ -90,6 +92,17 @@ async def main():
             return types.ElicitResult(action="accept", content=answer)
 
         async with client(url, token, mode, elicitation_callback=on_elicit) as c:
+            await call(c, name, args)
+    elif scenario == "sample":
+        name, args = rest[0], json.loads(rest[1])
+
+        async def on_sample(context, params):
+            out({"sampled": dump(params)})
+            return types.CreateMessageResult(
+                role="assistant", model="scripted-model",
+                content=types.TextContent(type="text", text="forty-two"))
+
+        async with client(url, token, mode, sampling_callback=on_sample) as c:
             await call(c, name, args)
     elif scenario == "states":
         name, args, other = rest[0], json.loads(rest[1]), rest[2]

@@ -5,7 +5,8 @@ Usage: mcp_upstream.py http PORT | stdio
 Tools: `echo` (returns its arguments, counting calls), `count` (how many calls reached
 this process, and how many `wait`s were cancelled), `crash` (exits the process mid-call),
 `slow` (sleeps), `wait` (sleeps without blocking; counts a cancel), `deploy` (asks its client
-"which environment?" by form elicitation mid-call, and deploys there). A resource and a
+"which environment?" by form elicitation mid-call, and deploys there), `ask_model` (asks its
+client's model to answer a prompt: sampling). A resource and a
 prompt exercise the pass-through methods.
 """
 
@@ -75,6 +76,20 @@ async def deploy(service: str, ctx: Context) -> dict:
     if answer.action != "accept":
         return {"deployed": False, "action": answer.action}
     return {"deployed": True, "service": service, "environment": answer.data.environment}
+
+
+@server.tool()
+async def ask_model(prompt: str, ctx: Context) -> dict:
+    """Ask the client's model (sampling) and return what it said."""
+    import mcp_types as types
+
+    try:
+        r = await ctx.session.create_message(
+            messages=[types.SamplingMessage(role="user", content=types.TextContent(type="text", text=prompt))],
+            max_tokens=50, related_request_id=ctx.request_id)
+    except Exception as e:  # the client cannot sample: say so in the result
+        return {"sampled": False, "error": str(e)}
+    return {"sampled": True, "model": r.model, "text": getattr(r.content, "text", None)}
 
 
 @server.resource("test://greeting")

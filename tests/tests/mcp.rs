@@ -969,3 +969,46 @@ fn an_mcp_client_answers_a_suspended_calls_form_and_the_tool_continues() {
         assert_eq!(error_code(result), "call.cancelled", "{mode}: {result}");
     }
 }
+
+#[test]
+fn an_upstreams_sampling_request_reaches_the_agents_client_and_back() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "5s");
+    // A 2025 session whose client can sample: the upstream's request is relayed on the
+    // call's stream and the client's answer goes back to the tool (HTTP and stdio upstreams).
+    for server in ["up", "local"] {
+        let lines = client(
+            &gw,
+            "token-agent1",
+            "legacy",
+            &[
+                "sample",
+                &format!("{server}.ask_model"),
+                r#"{"prompt":"the answer?"}"#,
+            ],
+        );
+        let asked = &lines[0]["sampled"];
+        assert_eq!(
+            asked["messages"][0]["content"]["text"], "the answer?",
+            "{server}: {lines:?}"
+        );
+        let answer = structured(lines.last().unwrap());
+        assert_eq!(answer["sampled"], true, "{server}: {lines:?}");
+        assert_eq!(answer["model"], "scripted-model");
+        assert_eq!(answer["text"], "forty-two");
+    }
+    // A client that cannot sample is never asked: the tool hears it is not relayed.
+    let r = call(
+        &gw,
+        "agent1",
+        "legacy",
+        "up.ask_model",
+        json!({"prompt": "x"}),
+    );
+    let answer = structured(&r);
+    assert_eq!(answer["sampled"], false, "{r}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("does not relay"),
+        "{r}"
+    );
+}

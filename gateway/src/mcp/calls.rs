@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::seal::{self, State};
+use super::upstream::{not_relayed, Ask, CLIENT_ASKS};
 use super::wire::{self, Message, RpcError};
 use super::{rpc_error, Exchange, McpFront};
 use crate::auth::random_hex;
@@ -456,12 +457,27 @@ fn stream_with_progress(
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
         let (up_tx, up_rx) = mpsc::unbounded_channel::<Value>();
+        let (ask_tx, asks_rx) = mpsc::unbounded_channel::<Ask>();
         let mut relay = Relay {
             tx,
             up_rx,
+            asks_rx,
             token,
             ticks: 0,
             cancel: cancel.as_ref().map(|(_, t)| t.clone()),
+            // Sampling is relayed to a 2025 session's client that declared it can sample.
+            sampling: exchange
+                .session
+                .clone()
+                .filter(|_| {
+                    exchange
+                        .capabilities
+                        .get("sampling")
+                        .is_some_and(Value::is_object)
+                })
+                .map(|sid| (front.clone(), sid)),
+            max_wait: gw.config.max_hold,
+            ask_tx,
         };
         let _done = cancel.map(|(sid, _)| Done {
             front: front.clone(),
@@ -567,6 +583,13 @@ fn stream_with_progress(
 struct Relay {
     tx: mpsc::Sender<Bytes>,
     up_rx: mpsc::UnboundedReceiver<Value>,
+    /// An upstream's sampling requests during the call, for this stream's client.
+    asks_rx: mpsc::UnboundedReceiver<Ask>,
+    ask_tx: mpsc::UnboundedSender<Ask>,
+    /// The session whose client can sample, if it can.
+    sampling: Option<(Arc<McpFront>, String)>,
+    /// The longest a sampling request waits for the client.
+    max_wait: Duration,
     /// The client's progress token, if it gave one.
     token: Option<Value>,
     ticks: u64,
@@ -594,6 +617,7 @@ impl Relay {
     where
         F: std::future::Future<Output = Result<Outcome, ApiError>>,
     {
+        let fut = CLIENT_ASKS.scope(self.ask_tx.clone(), fut);
         tokio::pin!(fut);
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
         tick.tick().await;
@@ -605,6 +629,10 @@ impl Relay {
                 // hold ends; an upstream request in flight is dropped with it).
                 _ = cancel.cancelled() => return None,
                 _ = self.tx.closed() => return None,
+                Some(ask) = self.asks_rx.recv() => match self.ask_client(ask) {
+                    Some(request) => request,
+                    None => continue,
+                },
                 Some(mut up) = self.up_rx.recv() => {
                     let method = up.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
                     match (method.as_str(), &self.token) {
@@ -629,6 +657,36 @@ impl Relay {
                 return None;
             }
         }
+    }
+}
+
+impl Relay {
+    /// Puts an upstream's sampling request to this stream's client under an id of ours; its
+    /// answer (a later POST, within the session) goes back to the upstream. A client that
+    /// cannot sample is not asked.
+    fn ask_client(&self, ask: Ask) -> Option<Value> {
+        let Some((front, sid)) = &self.sampling else {
+            let _ = ask.reply.send(not_relayed(&ask.method));
+            return None;
+        };
+        let id = match random_hex(8) {
+            Ok(r) => format!("airlock-ask-{r}"),
+            Err(_) => {
+                let _ = ask.reply.send(not_relayed(&ask.method));
+                return None;
+            }
+        };
+        let answer = front.expect_reply(sid, &id);
+        let (front, sid, wait, rid) = (front.clone(), sid.clone(), self.max_wait, id.clone());
+        tokio::spawn(async move {
+            let reply = match tokio::time::timeout(wait, answer).await {
+                Ok(Ok(r)) => r,
+                _ => json!({"error": {"code": -32603, "message": "the client did not answer"}}),
+            };
+            front.forget_reply(&sid, &rid);
+            let _ = ask.reply.send(reply);
+        });
+        Some(json!({"jsonrpc": "2.0", "id": id, "method": ask.method, "params": ask.params}))
     }
 }
 

@@ -88,6 +88,13 @@ pub struct Ask {
 /// Where a request's [`Ask`]s go; without one, they are answered "not relayed".
 pub type Asks = mpsc::UnboundedSender<Ask>;
 
+tokio::task_local! {
+    /// Where an upstream's sampling requests during a `tools/call` go: set by the MCP front
+    /// end around a call whose client can sample and takes requests on the call's stream.
+    /// Without it, they are answered "not relayed".
+    pub static CLIENT_ASKS: Asks;
+}
+
 /// The answer to an ask airlock does not relay.
 pub fn not_relayed(method: &str) -> Value {
     json!({"error": {"code": -32601, "message": format!("airlock does not relay `{method}` to its client")}})
@@ -118,9 +125,10 @@ pub(crate) async fn ask(asks: Option<&Asks>, request: &Value) -> Value {
 }
 
 /// The capabilities airlock declares to upstreams: it takes form elicitations (they suspend
-/// the call, DESIGN §11).
+/// the call, DESIGN §11), and sampling (relayed to the agent's client when it can sample,
+/// else refused).
 pub fn client_capabilities() -> Value {
-    json!({"elicitation": {"form": {}}})
+    json!({"elicitation": {"form": {}}, "sampling": {}})
 }
 
 /// How long a tool call may stay open at an upstream while it waits for resume data; each
@@ -631,6 +639,16 @@ async fn drive(
                             retry: None,
                             live: Some(Live { reply: ask.reply, task, asks }),
                         }));
+                    }
+                    // Sampling goes to the agent's own client when it can take it.
+                    None if ask.method == "sampling/createMessage" => {
+                        let unsent = match CLIENT_ASKS.try_with(Clone::clone) {
+                            Ok(client) => client.send(ask).err().map(|e| e.0),
+                            Err(_) => Some(ask),
+                        };
+                        if let Some(ask) = unsent {
+                            let _ = ask.reply.send(not_relayed(&ask.method));
+                        }
                     }
                     None => {
                         tracing::info!(mcp_server = %name, method = %ask.method, "an MCP server asked airlock's client something airlock does not relay");
