@@ -90,6 +90,18 @@ def wait_rows(d, n, timeout=15):
     return d.find_elements(By.CSS_SELECTOR, "a.row")
 
 
+def open_first_row(d, n=1):
+    """Clicks the first pending row; the live list may redraw it in between, so try again."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    for _ in range(10):
+        try:
+            wait_rows(d, n)[0].click()
+            return
+        except StaleElementReferenceException:
+            time.sleep(0.1)
+    raise SystemExit("the pending row kept changing under the click")
+
+
 def shot(d, name):
     d.save_screenshot(f"{SHOTS}/{name}.png")
 
@@ -145,7 +157,7 @@ def main():
             time.sleep(0.3)
             out(live_row=True, title_before=title_before, title_after=d.title)
             shot(d, "inbox-list")
-            rows[0].click()
+            open_first_row(d)
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "pre.args")))
             out(fingerprint=d.find_element(By.CSS_SELECTOR, "code.fp").text,
                 args=d.find_element(By.CSS_SELECTOR, "pre.args").text)
@@ -192,7 +204,7 @@ def main():
             d.get(BASE + "/inbox/?run=run-A")
             rows = wait_rows(d, 2)
             filtered = len(d.find_elements(By.CSS_SELECTOR, "a.row"))
-            rows[0].click()
+            open_first_row(d, 2)
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "details.run")))
             d.find_element(By.CSS_SELECTOR, "details.run summary").click()
             d.find_element(By.ID, "run-reason").send_keys("this whole run is wrong")
@@ -204,7 +216,7 @@ def main():
         elif SCENARIO == "decline":
             sign_in(d, "dba2")
             held = Held("db.query", {"sql": "delete from sessions"})
-            wait_rows(d, 1)[0].click()
+            open_first_row(d)
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "decline-reason")))
             # An empty reason is refused by the page and by the server.
             d.find_element(By.ID, "decline-reason").send_keys("not during business hours")
@@ -214,7 +226,7 @@ def main():
         elif SCENARIO == "empty-decline":
             sign_in(d, "dba2")
             Held("db.query", {"sql": "update t set x = 1"})
-            wait_rows(d, 1)[0].click()
+            open_first_row(d)
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "decline-reason")))
             d.execute_script("document.getElementById('decline-reason').removeAttribute('required')")
             d.find_element(By.CSS_SELECTOR, "form[action$='/decline'] button.decline").click()
@@ -223,7 +235,7 @@ def main():
         elif SCENARIO == "edit":
             sign_in(d, "dba1")
             held = Held("db.query", {"sql": "select * from orders"})
-            wait_rows(d, 1)[0].click()
+            open_first_row(d)
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "details.edit")))
             d.find_element(By.CSS_SELECTOR, "details.edit summary").click()
             area = d.find_element(By.ID, "edit-args")
@@ -241,7 +253,7 @@ def main():
         elif SCENARIO == "forbidden":
             sign_in(d, "fin1")
             held = Held("db.query", {"sql": "select 1"})
-            wait_rows(d, 1)[0].click()
+            open_first_row(d)
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "button.approve")))
             d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.error")))
