@@ -302,6 +302,20 @@ impl Gateway {
         let result = tokio::task::spawn_blocking(move || f(&gw.store))
             .await
             .map_err(|e| ApiError::new("internal", format!("store task failed: {e}")))?;
+        self.store_result(result)
+    }
+
+    /// Awaits one of the store's async writes (the allow path's): the writer wakes this task
+    /// itself, so no thread is handed the wait.
+    pub async fn store_async<T>(
+        &self,
+        write: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, ApiError> {
+        let result = write.await;
+        self.store_result(result)
+    }
+
+    fn store_result<T>(&self, result: Result<T, StoreError>) -> Result<T, ApiError> {
         if let Err(e) = &result {
             if e.code() == "store.unavailable" {
                 self.metrics.store_errors.inc();

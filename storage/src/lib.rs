@@ -6,7 +6,9 @@
 //! fsynced before the caller hears back. Concurrent callers share fsyncs (group commit). Reads
 //! go straight to fjall from the caller's thread and see only committed data.
 //!
-//! The API is synchronous: the gateway calls it off its async threads. Time is always an
+//! The API is synchronous: the gateway calls it off its async threads. The allow path's two
+//! writes also have async forms (`record_call_async`, `complete_call_async`) whose futures the
+//! writer wakes itself, so an allowed call hands no wait to another thread. Time is always an
 //! argument (milliseconds since the epoch); the store reads no clock.
 //!
 //! What it does not do: decide policy, compute scope keys, or talk to the network. The rules

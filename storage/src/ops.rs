@@ -158,13 +158,35 @@ impl Store {
     /// `batched` mode).
     pub fn record_call_with(
         &self,
-        mut call: CallRecord,
+        call: CallRecord,
         explanation: Map<String, Value>,
         begin: bool,
         durability: Durability,
     ) -> Result<CallRecord, StoreError> {
+        self.writer
+            .submit_with(durability, self.record_call_job(call, explanation, begin))
+    }
+
+    /// [`Store::record_call_with`] for async callers (the allow path): no thread blocks.
+    pub fn record_call_async(
+        &self,
+        call: CallRecord,
+        explanation: Map<String, Value>,
+        begin: bool,
+        durability: Durability,
+    ) -> impl std::future::Future<Output = Result<CallRecord, StoreError>> + Send + 'static {
+        self.writer
+            .submit_async(durability, self.record_call_job(call, explanation, begin))
+    }
+
+    fn record_call_job(
+        &self,
+        mut call: CallRecord,
+        explanation: Map<String, Value>,
+        begin: bool,
+    ) -> impl FnOnce(&mut Tx<'_>) -> Result<CallRecord, StoreError> + Send + 'static {
         let redact_ptrs = self.redact.clone();
-        self.writer.submit_with(durability, move |tx| {
+        move |tx| {
             if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
                 return Err(StoreError::CallExists(call.call_id.clone()));
             }
@@ -178,7 +200,7 @@ impl Store {
             }
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             Ok(call)
-        })
+        }
     }
 
     /// Spends one use of the grant for `call.fingerprint` under `scope_key` and records the
@@ -681,46 +703,20 @@ impl Store {
         now: Millis,
         durability: Durability,
     ) -> Result<CallRecord, StoreError> {
-        let call_id = call_id.to_owned();
-        self.writer.submit_with(durability, move |tx| {
-            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
-                .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
-            if call.status != CallStatus::Executing {
-                return Err(StoreError::CallState(call.status.as_str(), "complete"));
-            }
-            call.status = if outcome.error.is_none() {
-                CallStatus::Completed
-            } else {
-                CallStatus::Failed
-            };
-            let kind = if call.status == CallStatus::Completed {
-                "call.completed"
-            } else {
-                "call.failed"
-            };
-            tx.audit(
-                now,
-                kind,
-                with_run(
-                    fields(json!({
-                        "call_id": call.call_id,
-                        "tool": call.tool,
-                        "fingerprint": call.fingerprint,
-                        "upstream_status": outcome.upstream_status,
-                        "error": outcome.error,
-                    })),
-                    &call,
-                ),
-            );
-            call.outcome = Some(outcome);
-            call.updated_at = now;
-            tx.delete(
-                Ks::ApprovalIndex,
-                keys::index_key(IDX_EXECUTING, "", &call.call_id),
-            );
-            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
-            Ok(call)
-        })
+        self.writer
+            .submit_with(durability, complete_job(call_id.to_owned(), outcome, now))
+    }
+
+    /// [`Store::complete_call_with`] for async callers (the allow path): no thread blocks.
+    pub fn complete_call_async(
+        &self,
+        call_id: &str,
+        outcome: CallOutcome,
+        now: Millis,
+        durability: Durability,
+    ) -> impl std::future::Future<Output = Result<CallRecord, StoreError>> + Send + 'static {
+        self.writer
+            .submit_async(durability, complete_job(call_id.to_owned(), outcome, now))
     }
 
     /// Appends an audit record of its own (for example `policy.loaded`).
@@ -1261,6 +1257,53 @@ fn spend_grant(
 
 /// Marks `call` executing (the caller writes it), indexes it so a crash can find it, and
 /// audits the start.
+/// Stores how an executing call ended (see [`Store::complete_call`]).
+fn complete_job(
+    call_id: String,
+    outcome: CallOutcome,
+    now: Millis,
+) -> impl FnOnce(&mut Tx<'_>) -> Result<CallRecord, StoreError> + Send + 'static {
+    move |tx| {
+        let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+            .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+        if call.status != CallStatus::Executing {
+            return Err(StoreError::CallState(call.status.as_str(), "complete"));
+        }
+        call.status = if outcome.error.is_none() {
+            CallStatus::Completed
+        } else {
+            CallStatus::Failed
+        };
+        let kind = if call.status == CallStatus::Completed {
+            "call.completed"
+        } else {
+            "call.failed"
+        };
+        tx.audit(
+            now,
+            kind,
+            with_run(
+                fields(json!({
+                    "call_id": call.call_id,
+                    "tool": call.tool,
+                    "fingerprint": call.fingerprint,
+                    "upstream_status": outcome.upstream_status,
+                    "error": outcome.error,
+                })),
+                &call,
+            ),
+        );
+        call.outcome = Some(outcome);
+        call.updated_at = now;
+        tx.delete(
+            Ks::ApprovalIndex,
+            keys::index_key(IDX_EXECUTING, "", &call.call_id),
+        );
+        put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+        Ok(call)
+    }
+}
+
 /// Names the call's run in an audit record that carries no context, so the run's stream
 /// finds it.
 fn with_run(mut f: Map<String, Value>, call: &CallRecord) -> Map<String, Value> {

@@ -263,8 +263,43 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     {
-        self.shared.check()?;
         let (tx, rx) = mpsc::sync_channel(1);
+        self.enqueue(durability, f, move |r| {
+            let _ = tx.send(r);
+        })?;
+        rx.recv().map_err(|_| stopped())?
+    }
+
+    /// [`Writer::submit_with`] for async callers: the job is queued now, and the returned
+    /// future resolves when its result is as durable as `durability` promises. No thread
+    /// waits for it: the writer wakes the caller's task.
+    pub fn submit_async<T, F>(
+        &self,
+        durability: Durability,
+        f: F,
+    ) -> impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let queued = self.enqueue(durability, f, move |r| {
+            let _ = tx.send(r);
+        });
+        async move {
+            queued?;
+            rx.await.map_err(|_| stopped())?
+        }
+    }
+
+    /// Queues `f`; `answer` gets its result once the group it ran in is committed.
+    fn enqueue<T, F, A>(&self, durability: Durability, f: F, answer: A) -> Result<(), StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
+        A: FnOnce(Result<T, StoreError>) + Send + 'static,
+    {
+        self.shared.check()?;
         let job: Job = (
             durability,
             Box::new(move |t: &mut Tx<'_>| {
@@ -273,19 +308,19 @@ impl Writer {
                 if out.is_err() {
                     t.rollback(sp);
                 }
-                Box::new(move |commit: Result<(), StoreError>| {
-                    let _ = tx.send(commit.and(out));
-                }) as Finish
+                Box::new(move |commit: Result<(), StoreError>| answer(commit.and(out))) as Finish
             }),
         );
         self.jobs
             .as_ref()
-            .ok_or_else(|| StoreError::Unavailable("the writer has stopped".into()))?
+            .ok_or_else(stopped)?
             .send(job)
-            .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?;
-        rx.recv()
-            .map_err(|_| StoreError::Unavailable("the writer has stopped".into()))?
+            .map_err(|_| stopped())
     }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the writer has stopped".into())
 }
 
 fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: Duration) {

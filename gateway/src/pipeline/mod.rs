@@ -306,7 +306,7 @@ async fn decide_and_run(
                 Durability::Durable
             };
             let record = gw
-                .store_op(move |s| s.record_call_with(record, expl, true, durability))
+                .store_async(gw.store.record_call_async(record, expl, true, durability))
                 .await?;
             run_claimed(gw, record, None).await
         }
@@ -728,11 +728,15 @@ async fn run_claimed(
             message: Some(e.message.clone()),
         },
     };
-    let id = call.call_id.clone();
+    // The outcome is not awaited for an fsync: a crash before it leaves the call
+    // `call.interrupted` (its claim was durable), never re-run.
     let record = gw
-        // The outcome is not awaited for an fsync: a crash before it leaves the call
-        // `call.interrupted` (its claim was durable), never re-run.
-        .store_op(move |s| s.complete_call_with(&id, stored, now_ms(), Durability::Lazy))
+        .store_async(gw.store.complete_call_async(
+            &call.call_id,
+            stored,
+            now_ms(),
+            Durability::Lazy,
+        ))
         .await?;
     gw.metrics.call(
         &decision,
