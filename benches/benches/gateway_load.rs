@@ -14,63 +14,22 @@
 
 mod support;
 
-use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper::Request;
 use sha2::{Digest, Sha256};
 
-use support::{client, pct, GatewayProcess, HttpClient};
+use support::{client, closed_loop, pct, send, start_backend, GatewayProcess, HttpClient};
 
 const AGENT: &str = "bench-agent-token";
 const APPROVER: &str = "bench-approver-token";
 
 fn hash(t: &str) -> String {
     airlock_policy::hex(&Sha256::digest(t.as_bytes()))
-}
-
-/// A minimal backend on its own thread: answers every POST with a small JSON body.
-fn start_backend() -> (u16, Arc<AtomicU64>) {
-    let served = Arc::new(AtomicU64::new(0));
-    let counter = served.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap().port()).unwrap();
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                stream.set_nodelay(true).unwrap();
-                let counter = counter.clone();
-                tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                            let counter = counter.clone();
-                            async move {
-                                let _ = req.into_body().collect().await;
-                                counter.fetch_add(1, Ordering::Relaxed);
-                                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(
-                                    b"{\"ok\":true}",
-                                ))))
-                            }
-                        });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-    });
-    (rx.recv().unwrap(), served)
 }
 
 fn start_gateway(backend: u16) -> GatewayProcess {
@@ -88,29 +47,6 @@ fn start_gateway(backend: u16) -> GatewayProcess {
         &config,
         "version = 1\n[defaults]\ndecision = \"deny\"\n[[rules]]\nid = \"allow\"\ntools = [\"bench.allow\"]\ndecision = \"allow\"\n[[rules]]\nid = \"hold\"\ntools = [\"bench.hold\"]\ndecision = \"require_approval\"\n",
     )
-}
-
-/// One request; returns the status and body.
-async fn send(
-    client: &HttpClient,
-    uri: &str,
-    token: Option<&str>,
-    prefer: Option<&str>,
-    body: String,
-) -> (u16, Bytes) {
-    let mut req = Request::post(uri).header("content-type", "application/json");
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    if let Some(p) = prefer {
-        req = req.header("prefer", p);
-    }
-    let resp = client
-        .request(req.body(Full::new(Bytes::from(body))).unwrap())
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.into_body().collect().await.unwrap().to_bytes())
 }
 
 async fn get(client: &HttpClient, uri: &str, token: &str) -> Bytes {
@@ -166,40 +102,6 @@ async fn open_loop(
     }
     lat.sort();
     lat
-}
-
-/// Requests per second with `workers` clients sending back to back for `secs`.
-async fn closed_loop(
-    client: &HttpClient,
-    uri: &str,
-    token: Option<&str>,
-    body: &str,
-    workers: usize,
-    secs: u64,
-) -> f64 {
-    let done = Arc::new(AtomicU64::new(0));
-    let end = Instant::now() + Duration::from_secs(secs);
-    let mut handles = Vec::new();
-    for _ in 0..workers {
-        let (client, uri, token, body, done) = (
-            client.clone(),
-            uri.to_owned(),
-            token.map(str::to_owned),
-            body.to_owned(),
-            done.clone(),
-        );
-        handles.push(tokio::spawn(async move {
-            while Instant::now() < end {
-                let (status, _) = send(&client, &uri, token.as_deref(), None, body.clone()).await;
-                assert_eq!(status, 200);
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
-    for h in handles {
-        h.await.unwrap();
-    }
-    done.load(Ordering::Relaxed) as f64 / secs as f64
 }
 
 fn rss_kib(pid: u32) -> u64 {

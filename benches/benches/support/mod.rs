@@ -1,18 +1,24 @@
 //! What the load harnesses share: the release `airlock` binary started as its own process
-//! with a config and policy in a temp dir, a pooled HTTP client with `TCP_NODELAY`, and
-//! percentiles.
+//! with a config and policy in a temp dir, a minimal in-process backend, a pooled HTTP client
+//! with `TCP_NODELAY`, one request, a closed loop, and percentiles.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::TokioIo;
 
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
@@ -20,7 +26,7 @@ pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 pub struct GatewayProcess {
     pub child: Child,
     pub port: u16,
-    _dir: tempfile::TempDir,
+    pub dir: tempfile::TempDir,
 }
 
 impl Drop for GatewayProcess {
@@ -34,12 +40,11 @@ impl GatewayProcess {
     /// Starts `target/release/airlock serve` with `config` (its `[server]` names `data_dir =
     /// "data"` and `policy = "policy"`) and `policy`, on a free loopback port.
     pub fn start(config: &str, policy: &str) -> GatewayProcess {
-        let exe = std::env::current_exe().unwrap();
-        let bin = exe.parent().unwrap().parent().unwrap().join("airlock");
-        assert!(
-            bin.exists(),
-            "build the release binary first: cargo build --release -p airlock-gateway"
-        );
+        GatewayProcess::start_bin(&release_bin(), config, policy)
+    }
+
+    /// [`GatewayProcess::start`] with another build of `airlock` (to compare two side by side).
+    pub fn start_bin(bin: &Path, config: &str, policy: &str) -> GatewayProcess {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("policy")).unwrap();
         std::fs::write(dir.path().join("policy/policy.toml"), policy).unwrap();
@@ -70,12 +75,115 @@ impl GatewayProcess {
             }
         };
         std::thread::spawn(move || for _ in reader.lines() {});
-        GatewayProcess {
-            child,
-            port,
-            _dir: dir,
-        }
+        GatewayProcess { child, port, dir }
     }
+}
+
+/// `target/release/airlock`.
+pub fn release_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("airlock");
+    assert!(
+        bin.exists(),
+        "build the release binary first: cargo build --release -p airlock-gateway"
+    );
+    bin
+}
+
+/// A minimal backend on its own thread: answers every POST with a small JSON body.
+pub fn start_backend() -> (u16, Arc<AtomicU64>) {
+    let served = Arc::new(AtomicU64::new(0));
+    let counter = served.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap().port()).unwrap();
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                stream.set_nodelay(true).unwrap();
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                            let counter = counter.clone();
+                            async move {
+                                let _ = req.into_body().collect().await;
+                                counter.fetch_add(1, Ordering::Relaxed);
+                                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(
+                                    b"{\"ok\":true}",
+                                ))))
+                            }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+    });
+    (rx.recv().unwrap(), served)
+}
+
+/// One request; returns the status and body.
+pub async fn send(
+    client: &HttpClient,
+    uri: &str,
+    token: Option<&str>,
+    prefer: Option<&str>,
+    body: String,
+) -> (u16, Bytes) {
+    let mut req = Request::post(uri).header("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    if let Some(p) = prefer {
+        req = req.header("prefer", p);
+    }
+    let resp = client
+        .request(req.body(Full::new(Bytes::from(body))).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.into_body().collect().await.unwrap().to_bytes())
+}
+
+/// Requests per second with `workers` clients sending back to back for `secs`.
+pub async fn closed_loop(
+    client: &HttpClient,
+    uri: &str,
+    token: Option<&str>,
+    body: &str,
+    workers: usize,
+    secs: u64,
+) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut handles = Vec::new();
+    for _ in 0..workers {
+        let (client, uri, token, body, done) = (
+            client.clone(),
+            uri.to_owned(),
+            token.map(str::to_owned),
+            body.to_owned(),
+            done.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            while Instant::now() < end {
+                let (status, _) = send(&client, &uri, token.as_deref(), None, body.clone()).await;
+                assert_eq!(status, 200);
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / secs as f64
 }
 
 /// A pooled client with `TCP_NODELAY`.
