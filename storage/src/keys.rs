@@ -70,13 +70,21 @@ impl Ks {
     }
 }
 
-/// Serializes `value` with the format version.
+/// A value with its format version, serialized in one pass (no intermediate JSON tree).
+#[derive(Serialize)]
+struct Versioned<'a, T> {
+    v: u64,
+    #[serde(flatten)]
+    value: &'a T,
+}
+
+/// Serializes `value` (a struct, so a JSON object) with the format version.
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
-    let mut v = serde_json::to_value(value).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    if let Value::Object(map) = &mut v {
-        map.insert("v".into(), Value::from(FORMAT_VERSION));
-    }
-    serde_json::to_vec(&v).map_err(|e| StoreError::Corrupt(e.to_string()))
+    serde_json::to_vec(&Versioned {
+        v: FORMAT_VERSION,
+        value,
+    })
+    .map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 /// Deserializes a value written by [`encode`], refusing unknown format versions.

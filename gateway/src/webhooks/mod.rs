@@ -48,6 +48,13 @@ impl Webhooks {
 
     /// One delivery per webhook that subscribes to `kind`, with the configured pointers
     /// redacted in the args it carries.
+    /// Whether any webhook subscribes to `kind`.
+    pub fn wants(&self, kind: &str) -> bool {
+        self.hooks
+            .iter()
+            .any(|h| h.events.iter().any(|e| e == kind))
+    }
+
     pub fn deliveries_for(&self, kind: &str, data: &Value) -> Vec<NewDelivery> {
         let mut data = data.clone();
         for field in ["args", "edited_args"] {
