@@ -684,3 +684,49 @@ fn any_data_the_schema_accepts_is_forwarded_canonically_and_any_it_rejects_never
         "the generator never produced valid data"
     );
 }
+
+#[test]
+fn approvers_list_suspended_calls_and_agents_only_their_own() {
+    let backend = Backend::start();
+    let gw = start(&backend, "");
+    let (_, a) = call(
+        &gw,
+        "agent1",
+        "ask.one",
+        json!({"i": 1}),
+        json!({"run_id": "l"}),
+    );
+    let (_, b) = call(&gw, "agent2", "ask.two", json!({"i": 2}), json!({}));
+    let ids = |who: &str| -> Vec<String> {
+        let (s, body) = gw.req("GET", "/v1/calls?status=suspended", Some(who), None, None);
+        assert_eq!(s, 200, "{body}");
+        body["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["call_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (a, b) = (
+        a["call_id"].as_str().unwrap(),
+        b["call_id"].as_str().unwrap(),
+    );
+    assert_eq!(ids("ops"), [a, b]);
+    assert_eq!(ids("agent1"), [a]);
+    assert_eq!(ids("agent2"), [b]);
+    let (s, body) = gw.req("GET", "/v1/calls?status=suspended", Some("ops"), None, None);
+    assert_eq!(s, 200);
+    assert_eq!(
+        body["calls"][0]["suspend"]["payload"]["question"],
+        "which environment?"
+    );
+    let (s, e) = gw.req("GET", "/v1/calls?status=done", Some("ops"), None, None);
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (400, Some("request.invalid_field"))
+    );
+    // Resumed calls leave the list.
+    let (s, _) = resume(&gw, "ops", a, json!({"environment": "staging"}));
+    assert_eq!(s, 200);
+    assert_eq!(ids("ops"), [b]);
+}

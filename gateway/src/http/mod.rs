@@ -171,6 +171,27 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             }
             result.map(|o| outcome_response(gw, o))
         }
+        (Method::GET, ["v1", "calls"]) => {
+            // Suspended calls waiting for input (DESIGN §11): approvers and admins see all,
+            // an agent its own.
+            match query_param(&query, "status") {
+                Some("suspended") => {}
+                _ => {
+                    return Err(ApiError::new(
+                        "request.invalid_field",
+                        "list calls with `status=suspended` (the only listing there is)",
+                    ))
+                }
+            }
+            let calls = gw.store_op(|s| s.suspended_calls(1000)).await?;
+            let shown: Vec<Value> = calls
+                .iter()
+                .filter(|c| role != Role::Agent || c.requester.id == principal.id)
+                .filter_map(pipeline::Suspended::of)
+                .map(|v| suspended_json(gw, &v))
+                .collect();
+            Ok(json_response(StatusCode::OK, &json!({"calls": shown})))
+        }
         (Method::GET, ["v1", "calls", id]) => {
             require(role, &[Role::Agent, Role::Admin])?;
             pipeline::call_outcome(gw, &principal, id, wait(&query), false)
