@@ -1012,3 +1012,108 @@ fn an_upstreams_sampling_request_reaches_the_agents_client_and_back() {
         "{r}"
     );
 }
+
+#[test]
+fn a_2026_upstreams_input_request_suspends_the_call_durably_and_its_retry_resumes_it() {
+    // An upstream that speaks only 2026-07-28 asks for input statelessly (`input_required`
+    // with a `requestState`): airlock stores that state with the suspension, so the call can
+    // be resumed after a restart, and retries with the answer.
+    let port = free_port();
+    let mut up = Command::new("python3")
+        .arg(peers().join("mcp_modern_upstream.py"))
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the modern upstream did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut s =
+        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"5s\"\n".to_owned();
+    for (id, role, groups) in PRINCIPALS {
+        let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
+        s.push_str(&format!("[[principals]]\nid = \"{id}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\ngroups = {groups:?}\n"));
+    }
+    s.push_str(&format!(
+        "[[mcp_servers]]\nname = \"modern\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout = \"10s\"\n"
+    ));
+    let mut gw = Gateway::start_with(&s, MCP_POLICY);
+
+    // The agent's own client is asked, in either revision, and the tool finishes.
+    for mode in MODES {
+        let lines = client(
+            &gw,
+            "token-agent1",
+            mode,
+            &[
+                "answer-form",
+                "modern.deploy",
+                r#"{"service":"api"}"#,
+                r#"{"environment":"staging"}"#,
+            ],
+        );
+        assert_eq!(
+            lines[0]["elicited"]["message"], "which environment?",
+            "{mode}: {lines:?}"
+        );
+        let answer = structured(lines.last().unwrap());
+        assert_eq!(answer["deployed"], true, "{mode}: {lines:?}");
+        assert_eq!(answer["environment"], "staging");
+    }
+
+    // Over the API: suspended, the gateway killed and restarted, then resumed.
+    let (st, b) = gw.req(
+        "POST",
+        "/v1/calls",
+        Some("agent1"),
+        Some(r#"{"tool":"modern.deploy","args":{"service":"web"}}"#),
+        None,
+    );
+    assert_eq!(st, 202, "{b}");
+    assert_eq!(b["status"], "suspended");
+    assert_eq!(b["suspend"]["payload"]["message"], "which environment?");
+    let id = b["call_id"].as_str().unwrap().to_owned();
+    gw.kill9();
+    gw.spawn();
+    let (st, done) = gw.req(
+        "POST",
+        &format!("/v1/calls/{id}/resume"),
+        Some("agent1"),
+        Some(r#"{"resume_data":{"environment":"production"}}"#),
+        None,
+    );
+    assert_eq!(st, 200, "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["environment"],
+        "production"
+    );
+    // The retry carried the upstream's own state and the answer under its key.
+    let (st, seen) = gw.req(
+        "POST",
+        "/v1/calls",
+        Some("agent2"),
+        Some(r#"{"tool":"modern.count","args":{}}"#),
+        None,
+    );
+    assert_eq!(st, 200, "{seen}");
+    let last = seen["result"]["structuredContent"]["seen"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["requestState"], "asked:web", "{last}");
+    assert_eq!(last["inputResponses"]["env"]["action"], "accept");
+    assert_eq!(
+        last["inputResponses"]["env"]["content"]["environment"],
+        "production"
+    );
+    let _ = up.kill();
+    let _ = up.wait();
+}
