@@ -6,7 +6,8 @@ Tools: `echo` (returns its arguments, counting calls), `count` (how many calls r
 this process, and how many `wait`s were cancelled), `crash` (exits the process mid-call),
 `slow` (sleeps), `wait` (sleeps without blocking; counts a cancel), `deploy` (asks its client
 "which environment?" by form elicitation mid-call, and deploys there), `ask_model` (asks its
-client's model to answer a prompt: sampling). A resource and a
+client's model to answer a prompt: sampling), `grow` (adds a tool named NAME and says the
+tool list changed). A resource and a
 prompt exercise the pass-through methods.
 """
 
@@ -90,6 +91,19 @@ async def ask_model(prompt: str, ctx: Context) -> dict:
     except Exception as e:  # the client cannot sample: say so in the result
         return {"sampled": False, "error": str(e)}
     return {"sampled": True, "model": r.model, "text": getattr(r.content, "text", None)}
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Add a tool called `name` and tell the client the tool list changed."""
+    import mcp_types as types
+
+    def grown() -> str:
+        return f"{name} is here"
+
+    server.add_tool(grown, name=name, description="A tool added at run time")
+    await ctx.session.send_notification(types.ToolListChangedNotification(), related_request_id=ctx.request_id)
+    return "grown"
 
 
 @server.resource("test://greeting")

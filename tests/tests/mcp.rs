@@ -1117,3 +1117,45 @@ fn a_2026_upstreams_input_request_suspends_the_call_durably_and_its_retry_resume
     let _ = up.kill();
     let _ = up.wait();
 }
+
+#[test]
+fn an_upstream_that_says_its_tools_changed_is_listed_again_at_once() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "5s");
+    for server in ["up", "local"] {
+        let name = format!("fresh_{server}");
+        let r = call(
+            &gw,
+            "agent1",
+            "legacy",
+            &format!("{server}.grow"),
+            json!({"name": name}),
+        );
+        assert_ne!(r["result"]["isError"], true, "{r}");
+        // Well inside the 30 s poll: the notification made the gateway read the list again.
+        let visible = format!("{server}.{name}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let listed = client(&gw, "token-agent1", "legacy", &["list"]);
+            if listed[0]["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t == visible.as_str())
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{visible} not listed: {listed:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let r = call(&gw, "agent1", "legacy", &visible, json!({}));
+        assert_eq!(
+            r["result"]["content"][0]["text"],
+            format!("{name} is here"),
+            "{r}"
+        );
+    }
+}

@@ -8,14 +8,14 @@
 //! they are answered "not relayed".
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use super::{
-    ask, classify, client_capabilities, client_info, with_modern_meta, Asks, Failure, Incoming,
-    Notifications, LEGACY, MODERN,
+    ask, classify, client_capabilities, client_info, is_list_changed, with_modern_meta, Asks,
+    Failure, Incoming, Notifications, LEGACY, MODERN,
 };
 
 /// What the upstream was found to speak.
@@ -33,13 +33,19 @@ pub struct HttpConn {
     /// The negotiated revision, readable without the async lock.
     revision: Mutex<Option<&'static str>>,
     next_id: AtomicU64,
+    /// Told when the upstream says one of its lists changed.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 /// The largest answer read from an upstream.
 const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 impl HttpConn {
-    pub fn new(url: &str, headers: Vec<(String, String)>) -> Result<HttpConn, String> {
+    pub fn new(
+        url: &str,
+        headers: Vec<(String, String)>,
+        changed: Arc<tokio::sync::Notify>,
+    ) -> Result<HttpConn, String> {
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .redirect(reqwest::redirect::Policy::none())
@@ -52,6 +58,7 @@ impl HttpConn {
             mode: tokio::sync::Mutex::new(None),
             revision: Mutex::new(None),
             next_id: AtomicU64::new(1),
+            changed,
         })
     }
 
@@ -281,6 +288,9 @@ impl HttpConn {
                         };
                         match classify(&msg, Some(id)) {
                             Incoming::Answer(r) => return r.map(|v| (v, session)),
+                            Incoming::Notification(n) if is_list_changed(&n) => {
+                                self.changed.notify_one();
+                            }
                             Incoming::Notification(n) => {
                                 if let Some(tx) = &notify {
                                     let _ = tx.send(n);

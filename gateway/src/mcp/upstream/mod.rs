@@ -124,6 +124,19 @@ pub(crate) async fn ask(asks: Option<&Asks>, request: &Value) -> Value {
     )
 }
 
+/// `notifications/{tools,prompts,resources}/list_changed`: the upstream's lists are read again
+/// at once.
+pub(crate) fn is_list_changed(n: &Value) -> bool {
+    matches!(
+        n.get("method").and_then(Value::as_str),
+        Some(
+            "notifications/tools/list_changed"
+                | "notifications/prompts/list_changed"
+                | "notifications/resources/list_changed"
+        )
+    )
+}
+
 /// The capabilities airlock declares to upstreams: it takes form elicitations (they suspend
 /// the call, DESIGN §11), and sampling (relayed to the agent's client when it can sample,
 /// else refused).
@@ -176,6 +189,8 @@ pub struct Server {
     prompts: RwLock<HashSet<String>>,
     /// The literal beginnings of the resource templates it listed (up to the first `{`).
     templates: RwLock<Vec<String>>,
+    /// Told when it says a list changed: its lists are read again at once.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Server {
@@ -340,15 +355,19 @@ impl Registry {
     pub fn new(configs: &[McpServerConfig]) -> Result<Registry, String> {
         let mut servers = Vec::new();
         for c in configs {
-            let conn =
-                match &c.transport {
-                    McpTransport::Http { url, headers } => {
-                        Conn::Http(http::HttpConn::new(url, headers.clone())?)
-                    }
-                    McpTransport::Stdio { command, args, env } => Conn::Stdio(
-                        stdio::StdioConn::new(&c.name, command, args.clone(), env.clone()),
-                    ),
-                };
+            let changed = Arc::new(tokio::sync::Notify::new());
+            let conn = match &c.transport {
+                McpTransport::Http { url, headers } => {
+                    Conn::Http(http::HttpConn::new(url, headers.clone(), changed.clone())?)
+                }
+                McpTransport::Stdio { command, args, env } => Conn::Stdio(stdio::StdioConn::new(
+                    &c.name,
+                    command,
+                    args.clone(),
+                    env.clone(),
+                    changed.clone(),
+                )),
+            };
             servers.push(Arc::new(Server {
                 config: c.clone(),
                 conn,
@@ -356,6 +375,7 @@ impl Registry {
                 resources: RwLock::new(HashSet::new()),
                 prompts: RwLock::new(HashSet::new()),
                 templates: RwLock::new(Vec::new()),
+                changed,
             }));
         }
         Ok(Registry {
@@ -384,21 +404,34 @@ impl Registry {
         self.check_unique()
     }
 
-    /// Refreshes every list now and then, keeping the last good ones on failure.
+    /// Reads each upstream's lists again every 30 s and when it says one changed, keeping the
+    /// last good ones on failure.
     pub async fn refresh_loop(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(30)) => {}
-                _ = shutdown.cancelled() => break,
-            }
-            for s in &self.servers {
-                if let Err(e) = s.refresh().await {
-                    tracing::debug!(server = %s.config.name, "MCP server list refresh failed: {e:?}");
+        let mut loops = Vec::new();
+        for (i, _) in self.servers.iter().enumerate() {
+            let (me, shutdown) = (self.clone(), shutdown.clone());
+            loops.push(tokio::spawn(async move {
+                let s = &me.servers[i];
+                loop {
+                    // Every 30 s, and at once when the upstream says a list changed.
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                        _ = s.changed.notified() => {
+                            tracing::info!(server = %s.config.name, "MCP server's lists changed; reading them again");
+                        }
+                        _ = shutdown.cancelled() => break,
+                    }
+                    if let Err(e) = s.refresh().await {
+                        tracing::debug!(server = %s.config.name, "MCP server list refresh failed: {e:?}");
+                    }
+                    if let Err(e) = me.check_unique() {
+                        tracing::error!("{e}");
+                    }
                 }
-            }
-            if let Err(e) = self.check_unique() {
-                tracing::error!("{e}");
-            }
+            }));
+        }
+        for l in loops {
+            let _ = l.await;
         }
     }
 

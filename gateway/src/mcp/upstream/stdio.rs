@@ -20,8 +20,8 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::oneshot;
 
 use super::{
-    ask, classify, client_capabilities, client_info, not_relayed, Asks, Failure, Incoming,
-    Notifications, LEGACY,
+    ask, classify, client_capabilities, client_info, is_list_changed, not_relayed, Asks, Failure,
+    Incoming, Notifications, LEGACY,
 };
 
 /// One running child.
@@ -52,6 +52,8 @@ pub struct StdioConn {
     generation: AtomicU64,
     /// When the last start failed or the child died, and the backoff then in force.
     backoff: Mutex<(Option<Instant>, Duration)>,
+    /// Told when the child says one of its lists changed.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl StdioConn {
@@ -60,8 +62,10 @@ impl StdioConn {
         command: &str,
         args: Vec<String>,
         env: Vec<(String, String)>,
+        changed: Arc<tokio::sync::Notify>,
     ) -> Arc<StdioConn> {
         Arc::new(StdioConn {
+            changed,
             name: name.to_owned(),
             command: command.to_owned(),
             args,
@@ -295,6 +299,7 @@ impl StdioConn {
                     let _ = tx.send(r);
                 }
             }
+            Incoming::Notification(n) if is_list_changed(&n) => self.changed.notify_one(),
             Incoming::Notification(n) => {
                 let token = n
                     .pointer("/params/progressToken")
