@@ -2,7 +2,7 @@
 //! called directly, through an nginx `proxy_pass` hop (Debian's nginx, when installed), and
 //! through airlock in `sync` and `batched` mode — and, with `AIRLOCK_BENCH_BASELINE=<path to
 //! another airlock build>`, through that build too, so a change is measured against what it
-//! replaced.
+//! replaced; with `AIRLOCK_BENCH_WORKERS=N`, `sync` with N tokio worker threads too.
 //!
 //! For each target, in three interleaved rounds (the machine is shared; medians are quoted):
 //! - one call alone: 1,000 sequential calls, p50 and p99;
@@ -31,16 +31,21 @@ const AGENT: &str = "bench-agent-token";
 const ROUNDS: usize = 3;
 
 fn gateway(bin: &Path, backend: u16, durability: &str) -> GatewayProcess {
+    gateway_env(bin, backend, durability, &[])
+}
+
+fn gateway_env(bin: &Path, backend: u16, durability: &str, env: &[(&str, &str)]) -> GatewayProcess {
     let config = format!(
         "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\ndurability = \"{durability}\"\n\
          [[principals]]\nid = \"agent\"\nrole = \"agent\"\ntoken_sha256 = \"{}\"\n\
          [[tools]]\nname = \"bench.*\"\nupstream = \"http://127.0.0.1:{backend}/echo\"\n",
         airlock_policy::hex(&Sha256::digest(AGENT.as_bytes())),
     );
-    GatewayProcess::start_bin(
+    GatewayProcess::start_env(
         bin,
         &config,
         "version = 1\n[defaults]\ndecision = \"deny\"\n[[rules]]\nid = \"allow\"\ntools = [\"bench.allow\"]\ndecision = \"allow\"\n",
+        env,
     )
 }
 
@@ -165,6 +170,12 @@ fn main() {
         .ok()
         .map(PathBuf::from);
     let baseline = baseline_bin.as_ref().map(|b| gateway(b, backend, "sync"));
+    // `AIRLOCK_BENCH_WORKERS=N` adds `sync` with N tokio workers (tokio reads
+    // TOKIO_WORKER_THREADS; the default is one per core).
+    let workers = std::env::var("AIRLOCK_BENCH_WORKERS").ok();
+    let few = workers
+        .as_deref()
+        .map(|n| gateway_env(&current, backend, "sync", &[("TOKIO_WORKER_THREADS", n)]));
 
     let args = r#"{"n":1,"text":"hello"}"#;
     let call = format!(r#"{{"tool":"bench.allow","args":{args}}}"#);
@@ -196,6 +207,9 @@ fn main() {
         targets.push(airlock("airlock sync (baseline build)", b));
     }
     targets.push(airlock("airlock sync", &sync));
+    if let (Some(g), Some(n)) = (&few, &workers) {
+        targets.push(airlock(&format!("airlock sync, {n} tokio worker(s)"), g));
+    }
     targets.push(airlock("airlock batched", &batched));
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -269,6 +283,7 @@ fn main() {
     // Disk per allowed call: 20,000 more calls through `sync`, then the store alone.
     drop(batched);
     drop(baseline);
+    drop(few);
     let calls = 20_000u64;
     rt.block_on(async {
         let client = client();

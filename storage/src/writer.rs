@@ -384,6 +384,7 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
                 Durability::Durable => durable.push(finish),
             }
         }
+        let wrote = !tx.staged.is_empty();
         let written = commit(shared, std::mem::take(&mut tx.staged));
         let told = written.is_ok();
         if written.is_ok() {
@@ -395,7 +396,13 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
             finish(written.clone());
         }
         let synced = if durable.is_empty() {
-            unsynced = unsynced.or(Some(Instant::now()));
+            if wrote {
+                unsynced = unsynced.or(Some(Instant::now()));
+            }
+            written
+        } else if !wrote && unsynced.is_none() {
+            // Nothing written by this group and nothing waiting for an fsync (an expiry sweep
+            // that found nothing, a refused change): everything committed is already on disk.
             written
         } else {
             // INVARIANT: a durable caller hears back only after this fsync, which also covers

@@ -45,6 +45,16 @@ impl GatewayProcess {
 
     /// [`GatewayProcess::start`] with another build of `airlock` (to compare two side by side).
     pub fn start_bin(bin: &Path, config: &str, policy: &str) -> GatewayProcess {
+        GatewayProcess::start_env(bin, config, policy, &[])
+    }
+
+    /// [`GatewayProcess::start_bin`] with extra environment variables.
+    pub fn start_env(
+        bin: &Path,
+        config: &str,
+        policy: &str,
+        env: &[(&str, &str)],
+    ) -> GatewayProcess {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("policy")).unwrap();
         std::fs::write(dir.path().join("policy/policy.toml"), policy).unwrap();
@@ -58,6 +68,7 @@ impl GatewayProcess {
                 "127.0.0.1:0",
             ])
             .env("AIRLOCK_LOG", "error")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
