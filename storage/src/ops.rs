@@ -190,13 +190,19 @@ impl Store {
             if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
                 return Err(StoreError::CallExists(call.call_id.clone()));
             }
+            let starts = begin && call.status == CallStatus::Allowed;
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("decision".into(), Value::from(call.decision.clone()));
             f.extend(explanation);
+            if starts {
+                // Claimed in the same batch: the decision record says so, and no separate
+                // `call.started` record is written.
+                f.insert("started".into(), Value::Bool(true));
+            }
             tx.audit(call.created_at, "call.decided", f);
-            if begin && call.status == CallStatus::Allowed {
+            if starts {
                 let at = call.created_at;
-                claim(tx, &mut call, at);
+                mark_executing(tx, &mut call, at);
             }
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             Ok(call)
@@ -236,10 +242,13 @@ impl Store {
             f.insert("approval_id".into(), Value::from(grant.approval_id));
             f.insert("grant_uses_left".into(), Value::from(grant.uses_left));
             f.extend(explanation);
+            if begin {
+                f.insert("started".into(), Value::Bool(true));
+            }
             tx.audit(call.created_at, "call.decided", f);
             if begin {
                 let at = call.created_at;
-                claim(tx, &mut call, at);
+                mark_executing(tx, &mut call, at);
             }
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             Ok(Some(call))
@@ -1304,6 +1313,18 @@ fn complete_job(
     }
 }
 
+/// Marks a call executing (what a crash leaves `call.interrupted`), without an audit record of
+/// its own: for a claim recorded in the decision's record (`"started": true`).
+fn mark_executing(tx: &mut Tx<'_>, call: &mut CallRecord, now: Millis) {
+    call.status = CallStatus::Executing;
+    call.updated_at = now;
+    tx.put(
+        Ks::ApprovalIndex,
+        keys::index_key(IDX_EXECUTING, "", &call.call_id),
+        Vec::new(),
+    );
+}
+
 /// Names the call's run in an audit record that carries no context, so the run's stream
 /// finds it.
 fn with_run(mut f: Map<String, Value>, call: &CallRecord) -> Map<String, Value> {
@@ -1331,14 +1352,9 @@ fn unindex_suspended(tx: &mut Tx<'_>, call: &CallRecord) {
     }
 }
 
+/// Claims a call for execution, audited `call.started`.
 fn claim(tx: &mut Tx<'_>, call: &mut CallRecord, now: Millis) {
-    call.status = CallStatus::Executing;
-    call.updated_at = now;
-    tx.put(
-        Ks::ApprovalIndex,
-        keys::index_key(IDX_EXECUTING, "", &call.call_id),
-        Vec::new(),
-    );
+    mark_executing(tx, call, now);
     tx.audit(
         now,
         "call.started",
