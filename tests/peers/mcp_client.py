@@ -15,6 +15,9 @@ Usage: mcp_client.py URL TOKEN MODE SCENARIO [ARGS...]
                                and answered `accept` with ANSWER_JSON (or `"decline"`)
     sample NAME ARGS_JSON      a call during which the upstream asks the client's model:
                                each sampling request is printed and answered with a fixed text
+    answer-url NAME ARGS_JSON API TOKEN DATA_JSON
+                               a call whose input is asked for by URL: the URL's call is
+                               resumed through the gateway's HTTP API with DATA (as TOKEN)
     states NAME ARGS_JSON      input_required by hand: the state, then a tampered, a replayed
                                and another principal's use of it (ARGS[4]: another token)
 """
@@ -103,6 +106,19 @@ async def main():
                 content=types.TextContent(type="text", text="forty-two"))
 
         async with client(url, token, mode, sampling_callback=on_sample) as c:
+            await call(c, name, args)
+    elif scenario == "answer-url":
+        name, args, api, who, data = rest[0], json.loads(rest[1]), rest[2], rest[3], json.loads(rest[4])
+
+        async def on_elicit(context, params):
+            call_id = params.url.rstrip("/").split("/")[-1]
+            async with httpx2.AsyncClient() as h:
+                r = await h.post(f"{api}/v1/calls/{call_id}/resume", json={"resume_data": data},
+                                 headers={"authorization": f"Bearer {who}"})
+            out({"elicited": dump(params), "resumed": r.status_code})
+            return types.ElicitResult(action="accept")
+
+        async with client(url, token, mode, elicitation_callback=on_elicit) as c:
             await call(c, name, args)
     elif scenario == "states":
         name, args, other = rest[0], json.loads(rest[1]), rest[2]

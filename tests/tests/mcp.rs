@@ -1159,3 +1159,55 @@ fn an_upstream_that_says_its_tools_changed_is_listed_again_at_once() {
         );
     }
 }
+
+#[test]
+fn a_suspended_calls_nested_schema_is_asked_by_url_and_the_call_continues_once_resumed() {
+    // A schema that is not a flat form goes to the client as a URL (the inbox's resume form);
+    // whoever resumes the call there (here an approver, through the API) lets the client's
+    // call finish, in either revision.
+    let backend = Backend::start();
+    let mut s =
+        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"10s\"\n".to_owned();
+    for (id, role, groups) in PRINCIPALS {
+        let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
+        s.push_str(&format!("[[principals]]\nid = \"{id}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\ngroups = {groups:?}\n"));
+    }
+    s.push_str(&format!(
+        "[[tools]]\nname = \"nested.*\"\nupstream = \"{}\"\ntimeout = \"5s\"\n",
+        backend.url("/asknested")
+    ));
+    let gw = Gateway::start_with(&s, MCP_POLICY);
+    for (mode, zone) in [("legacy", 1), ("2026-07-28", 2)] {
+        let data = json!({"target": {"region": "eu", "zone": zone}}).to_string();
+        let lines = client(
+            &gw,
+            "token-agent1",
+            mode,
+            &[
+                "answer-url",
+                "nested.place",
+                &format!(r#"{{"n":{zone}}}"#),
+                &gw.base,
+                "token-ops",
+                &data,
+            ],
+        );
+        let elicited = &lines[0]["elicited"];
+        assert_eq!(elicited["mode"], "url", "{mode}: {lines:?}");
+        assert!(
+            elicited["url"]
+                .as_str()
+                .unwrap()
+                .contains("/inbox/calls/call_"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[0]["resumed"], 200, "{mode}: {lines:?}");
+        let result = &lines.last().unwrap()["result"];
+        assert_ne!(result["isError"], true, "{mode}: {result}");
+        assert_eq!(
+            result["structuredContent"]["target"]["zone"], zone,
+            "{mode}: {result}"
+        );
+    }
+    assert_eq!(backend.count(), 4);
+}

@@ -86,8 +86,10 @@ pub async fn call(
                 .params
                 .pointer(&format!("/inputResponses/{SUSPEND_KEY}"))
             {
-                Some(r) => suspend::answer_input(gw, &principal, &state.call_id, r).await,
-                None => suspend::wait_resumed(gw, &state.call_id, gw.config.hold_timeout).await,
+                Some(r) if !state.by_url => {
+                    suspend::answer_input(gw, &principal, &state.call_id, r).await
+                }
+                _ => suspend::wait_resumed(gw, &state.call_id, gw.config.hold_timeout).await,
             }
         } else {
             pipeline::call_outcome(gw, &principal, &state.call_id, gw.config.hold_timeout, true)
@@ -302,6 +304,7 @@ fn tool_result(
                 // The approval's own expiry, plus time to come back once it is decided.
                 expires_at: p.expires_at + 15 * 60 * 1000,
                 suspension: None,
+                by_url: false,
             };
             return json!({
                 "resultType": "input_required",
@@ -334,6 +337,7 @@ fn tool_result(
                 fingerprint: call.fingerprint.to_string(),
                 expires_at: v.expires_at,
                 suspension: Some(v.count),
+                by_url: !form,
             };
             return json!({
                 "resultType": "input_required",

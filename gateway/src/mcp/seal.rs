@@ -27,6 +27,10 @@ pub struct State {
     /// Set for a suspended call's input request: the suspension it answers (DESIGN §11).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspension: Option<u32>,
+    /// The input was asked for by URL (the inbox's resume form), not as a form: the client's
+    /// answer carries no data, and the retry waits for someone to resume the call there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub by_url: bool,
 }
 
 /// `base64url(json) "." base64url(hmac)`.
@@ -80,6 +84,7 @@ mod tests {
             fingerprint: "sha256:ab".into(),
             expires_at: 99,
             suspension: None,
+            by_url: false,
         }
     }
 

@@ -7,6 +7,7 @@
 //! - `POST /ask`: a tool that asks a person mid-call (DESIGN §11): it suspends with "which
 //!   environment?" and a schema; resumed (`airlock-resume`), it answers with the choice, or
 //!   with `"rounds": 2` in the args first asks again for a confirmation;
+//! - `POST /asknested`: suspends with a nested schema (not a flat form), then echoes the answer;
 //! - `POST /badsuspend`: suspends with a schema that is not JSON Schema;
 //! - `GET /count`: how many POSTs it has served, and their bodies (raw, as received).
 
@@ -112,6 +113,25 @@ async fn handle(seen: Arc<Mutex<Seen>>, req: Request<Incoming>) -> Response<Full
                 )
             }
         }
+        ["asknested"] if headers.contains_key("airlock-resume") => reply(
+            200,
+            json!({"target": parsed["resume_data"]["target"], "args": parsed["args"]}),
+        ),
+        ["asknested"] => reply(
+            202,
+            json!({"suspend": {
+                "payload": {"message": "where exactly?"},
+                "resume_schema": {
+                    "type": "object",
+                    "properties": {"target": {
+                        "type": "object",
+                        "properties": {"region": {"type": "string"}, "zone": {"type": "integer"}},
+                        "required": ["region", "zone"],
+                    }},
+                    "required": ["target"],
+                },
+            }}),
+        ),
         ["badsuspend"] => reply(
             202,
             json!({"suspend": {"payload": {}, "resume_schema": {"type": 12}}}),
