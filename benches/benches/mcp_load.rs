@@ -16,7 +16,6 @@
 
 mod support;
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,7 +23,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -36,65 +34,41 @@ const AGENT: &str = "bench-agent-token";
 fn start_upstream() -> (u16, Arc<AtomicU64>) {
     let calls = Arc::new(AtomicU64::new(0));
     let counter = calls.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap().port()).unwrap();
-            loop {
-                let (stream, _) = listener.accept().await.unwrap();
-                stream.set_nodelay(true).unwrap();
-                let counter = counter.clone();
-                tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                            let counter = counter.clone();
-                            async move {
-                                let body = req.into_body().collect().await.unwrap().to_bytes();
-                                let msg: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                                let id = msg.get("id").cloned();
-                                let result = match msg["method"].as_str().unwrap_or("") {
-                                    "initialize" => json!({
-                                        "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                                        "serverInfo": {"name": "bench", "version": "1"},
-                                    }),
-                                    "tools/list" => json!({"tools": [{
-                                        "name": "echo", "description": "echo",
-                                        "inputSchema": {"type": "object"},
-                                    }]}),
-                                    "tools/call" => {
-                                        counter.fetch_add(1, Ordering::Relaxed);
-                                        json!({"content": [{"type": "text", "text": msg["params"]["arguments"].to_string()}], "isError": false})
-                                    }
-                                    _ => json!({}),
-                                };
-                                let mut r = match id {
-                                    None => {
-                                        let mut r = Response::new(Full::new(Bytes::new()));
-                                        *r.status_mut() = hyper::StatusCode::ACCEPTED;
-                                        r
-                                    }
-                                    Some(id) => Response::new(Full::new(Bytes::from(
-                                        json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
-                                    ))),
-                                };
-                                r.headers_mut().insert("content-type", "application/json".parse().unwrap());
-                                r.headers_mut().insert("mcp-session-id", "bench-session".parse().unwrap());
-                                Ok::<_, Infallible>(r)
-                            }
-                        });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
+    let port = support::serve_on_thread(move |body| {
+        let msg: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let id = msg.get("id").cloned();
+        let result = match msg["method"].as_str().unwrap_or("") {
+            "initialize" => json!({
+                "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "bench", "version": "1"},
+            }),
+            "tools/list" => json!({"tools": [{
+                "name": "echo", "description": "echo",
+                "inputSchema": {"type": "object"},
+            }]}),
+            "tools/call" => {
+                counter.fetch_add(1, Ordering::Relaxed);
+                json!({"content": [{"type": "text", "text": msg["params"]["arguments"].to_string()}], "isError": false})
             }
-        });
+            _ => json!({}),
+        };
+        let mut r = match id {
+            None => {
+                let mut r = Response::new(Full::new(Bytes::new()));
+                *r.status_mut() = hyper::StatusCode::ACCEPTED;
+                r
+            }
+            Some(id) => Response::new(Full::new(Bytes::from(
+                json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string(),
+            ))),
+        };
+        r.headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        r.headers_mut()
+            .insert("mcp-session-id", "bench-session".parse().unwrap());
+        r
     });
-    (rx.recv().unwrap(), calls)
+    (port, calls)
 }
 
 fn start_gateway(upstream: u16) -> GatewayProcess {

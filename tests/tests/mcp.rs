@@ -70,14 +70,20 @@ impl Drop for Upstream {
     }
 }
 
-/// A gateway in front of the HTTP upstream (`up.`) and a stdio one (`local.`).
-fn gateway(up: &Upstream, hold: &str) -> Gateway {
+/// `[server]` with `hold_timeout`, and the e2e principals.
+fn base_config(hold: &str) -> String {
     let mut s =
         format!("[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"{hold}\"\n");
     for (id, role, groups) in PRINCIPALS {
         let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
         s.push_str(&format!("[[principals]]\nid = \"{id}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\ngroups = {groups:?}\n"));
     }
+    s
+}
+
+/// A gateway in front of the HTTP upstream (`up.`) and a stdio one (`local.`).
+fn gateway(up: &Upstream, hold: &str) -> Gateway {
+    let mut s = base_config(hold);
     s.push_str(&format!(
         "[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\n",
         up.port
@@ -1034,12 +1040,7 @@ fn a_2026_upstreams_input_request_suspends_the_call_durably_and_its_retry_resume
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut s =
-        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"5s\"\n".to_owned();
-    for (id, role, groups) in PRINCIPALS {
-        let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
-        s.push_str(&format!("[[principals]]\nid = \"{id}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\ngroups = {groups:?}\n"));
-    }
+    let mut s = base_config("5s");
     s.push_str(&format!(
         "[[mcp_servers]]\nname = \"modern\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout = \"10s\"\n"
     ));
@@ -1166,12 +1167,7 @@ fn a_suspended_calls_nested_schema_is_asked_by_url_and_the_call_continues_once_r
     // whoever resumes the call there (here an approver, through the API) lets the client's
     // call finish, in either revision.
     let backend = Backend::start();
-    let mut s =
-        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"10s\"\n".to_owned();
-    for (id, role, groups) in PRINCIPALS {
-        let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
-        s.push_str(&format!("[[principals]]\nid = \"{id}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\ngroups = {groups:?}\n"));
-    }
+    let mut s = base_config("10s");
     s.push_str(&format!(
         "[[tools]]\nname = \"nested.*\"\nupstream = \"{}\"\ntimeout = \"5s\"\n",
         backend.url("/asknested")

@@ -101,10 +101,13 @@ pub fn release_bin() -> std::path::PathBuf {
     bin
 }
 
-/// A minimal backend on its own thread: answers every POST with a small JSON body.
-pub fn start_backend() -> (u16, Arc<AtomicU64>) {
-    let served = Arc::new(AtomicU64::new(0));
-    let counter = served.clone();
+/// Serves HTTP/1.1 on a loopback port from its own thread (a current-thread runtime), each
+/// request's body handed to `answer`; returns the port.
+pub fn serve_on_thread<F>(answer: F) -> u16
+where
+    F: Fn(Bytes) -> Response<Full<Bytes>> + Send + Sync + 'static,
+{
+    let answer = Arc::new(answer);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -117,17 +120,14 @@ pub fn start_backend() -> (u16, Arc<AtomicU64>) {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
                 stream.set_nodelay(true).unwrap();
-                let counter = counter.clone();
+                let answer = answer.clone();
                 tokio::spawn(async move {
                     let service =
                         hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                            let counter = counter.clone();
+                            let answer = answer.clone();
                             async move {
-                                let _ = req.into_body().collect().await;
-                                counter.fetch_add(1, Ordering::Relaxed);
-                                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(
-                                    b"{\"ok\":true}",
-                                ))))
+                                let body = req.into_body().collect().await.unwrap().to_bytes();
+                                Ok::<_, Infallible>(answer(body))
                             }
                         });
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -137,7 +137,18 @@ pub fn start_backend() -> (u16, Arc<AtomicU64>) {
             }
         });
     });
-    (rx.recv().unwrap(), served)
+    rx.recv().unwrap()
+}
+
+/// A minimal backend on its own thread: answers every POST with a small JSON body.
+pub fn start_backend() -> (u16, Arc<AtomicU64>) {
+    let served = Arc::new(AtomicU64::new(0));
+    let counter = served.clone();
+    let port = serve_on_thread(move |_| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Response::new(Full::new(Bytes::from_static(b"{\"ok\":true}")))
+    });
+    (port, served)
 }
 
 /// One request; returns the status and body.

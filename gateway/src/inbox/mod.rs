@@ -320,21 +320,32 @@ async fn approval(
     error: Option<ApiError>,
 ) -> Response<Body> {
     let owned = id.to_owned();
-    let a = match gw.store_op(move |s| s.approval(&owned)).await {
-        Ok(Some(a)) => a,
+    let found = gw.store_op(move |s| s.approval(&owned)).await;
+    record_page(found, "approval", error, |a, e| {
+        pages::approval(&session_view(session), a, e, now_ms())
+    })
+}
+
+/// A record's page, with the refusal that brought the approver back (its status is the
+/// page's); a record that is not there is a 404 page naming `what`.
+fn record_page<T>(
+    found: Result<Option<T>, ApiError>,
+    what: &str,
+    error: Option<ApiError>,
+    render: impl FnOnce(&T, Option<&ApiError>) -> maud::Markup,
+) -> Response<Body> {
+    let record = match found {
+        Ok(Some(r)) => r,
         Ok(None) => {
             return page(
                 StatusCode::NOT_FOUND,
-                pages::message("Not found", "There is no such approval."),
+                pages::message("Not found", &format!("There is no such {what}.")),
             )
         }
         Err(e) => return refusal_page(&e),
     };
     let status = error.as_ref().map(|e| e.status()).unwrap_or(StatusCode::OK);
-    page(
-        status,
-        pages::approval(&session_view(session), &a, error.as_ref(), now_ms()),
-    )
+    page(status, render(&record, error.as_ref()))
 }
 
 /// The resume data a call's form gives: the generated fields typed by the schema (a value
@@ -409,21 +420,10 @@ async fn call_page(
     error: Option<ApiError>,
 ) -> Response<Body> {
     let owned = id.to_owned();
-    let c = match gw.store_op(move |s| s.call(&owned)).await {
-        Ok(Some(c)) => c,
-        Ok(None) => {
-            return page(
-                StatusCode::NOT_FOUND,
-                pages::message("Not found", "There is no such call."),
-            )
-        }
-        Err(e) => return refusal_page(&e),
-    };
-    let status = error.as_ref().map(|e| e.status()).unwrap_or(StatusCode::OK);
-    page(
-        status,
-        pages::call(&session_view(session), &c, error.as_ref(), now_ms()),
-    )
+    let found = gw.store_op(move |s| s.call(&owned)).await;
+    record_page(found, "call", error, |c, e| {
+        pages::call(&session_view(session), c, e, now_ms())
+    })
 }
 
 async fn history(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {

@@ -288,14 +288,17 @@ fn tool_result(
             }
         },
         Ok(Outcome::Pending(p)) if modern && exchange.url_elicitation() => {
-            let link = link(gw, &p.approval_id);
-            let nonce = match random_hex(16) {
-                Ok(n) => n,
-                Err(e) => return error_result(e.code, &e.message, json!({})),
-            };
+            let request = json!({
+                "method": "elicitation/create",
+                "params": {
+                    "mode": "url",
+                    "url": link(gw, &p.approval_id),
+                    "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", call.tool),
+                },
+            });
             let state = State {
                 v: 1,
-                nonce,
+                nonce: String::new(),
                 approval_id: p.approval_id.clone(),
                 call_id: p.call_id.clone(),
                 principal: principal.id.clone(),
@@ -306,30 +309,15 @@ fn tool_result(
                 suspension: None,
                 by_url: false,
             };
-            return json!({
-                "resultType": "input_required",
-                "inputRequests": {INPUT_KEY: {
-                    "method": "elicitation/create",
-                    "params": {
-                        "mode": "url",
-                        "url": link,
-                        "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", call.tool),
-                    },
-                }},
-                "requestState": seal::seal(&front.state_key, &state),
-            });
+            return sealed_input(front, INPUT_KEY, request, state);
         }
         Ok(Outcome::Suspended(v))
             if modern && (exchange.url_elicitation() || exchange.form_elicitation()) =>
         {
             let form = exchange.form_elicitation() && suspend::is_flat(&v.resume_schema);
-            let nonce = match random_hex(16) {
-                Ok(n) => n,
-                Err(e) => return error_result(e.code, &e.message, json!({})),
-            };
             let state = State {
                 v: 1,
-                nonce,
+                nonce: String::new(),
                 approval_id: String::new(),
                 call_id: v.call_id.clone(),
                 principal: principal.id.clone(),
@@ -339,11 +327,7 @@ fn tool_result(
                 suspension: Some(v.count),
                 by_url: !form,
             };
-            return json!({
-                "resultType": "input_required",
-                "inputRequests": {SUSPEND_KEY: input_request(gw, &v, form)},
-                "requestState": seal::seal(&front.state_key, &state),
-            });
+            return sealed_input(front, SUSPEND_KEY, input_request(gw, &v, form), state);
         }
         Ok(Outcome::Suspended(v)) => error_result(
             "call.suspended",
@@ -386,6 +370,20 @@ fn tool_result(
         }
     }
     result
+}
+
+/// A 2026-07-28 `input_required` result asking `request` under `key`, with `state` sealed
+/// under a fresh single-use nonce (what a retry must bring back).
+fn sealed_input(front: &McpFront, key: &str, request: Value, mut state: State) -> Value {
+    state.nonce = match random_hex(16) {
+        Ok(n) => n,
+        Err(e) => return error_result(e.code, &e.message, json!({})),
+    };
+    json!({
+        "resultType": "input_required",
+        "inputRequests": {key: request},
+        "requestState": seal::seal(&front.state_key, &state),
+    })
 }
 
 /// An `isError` result the model reads: the code and message as text, and in

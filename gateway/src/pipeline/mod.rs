@@ -483,6 +483,18 @@ async fn wait_for_decision(
     call_id: &str,
     wait: Duration,
 ) -> Result<CallRecord, ApiError> {
+    wait_while(gw, call_id, wait, |s| s == CallStatus::PendingApproval).await
+}
+
+/// Waits up to `wait` while `waiting` holds for the call's status, re-reading it each time the
+/// hold registry says it changed (never by polling). Shutdown ends the wait with `503
+/// gateway.shutting_down`; the call itself is untouched.
+pub(crate) async fn wait_while(
+    gw: &Arc<Gateway>,
+    call_id: &str,
+    wait: Duration,
+    waiting: impl Fn(CallStatus) -> bool,
+) -> Result<CallRecord, ApiError> {
     let deadline = TokioInstant::now() + wait;
     // Released however the wait ends: answered, or dropped because the client went away or
     // cancelled.
@@ -492,14 +504,14 @@ async fn wait_for_decision(
         loop {
             let notified = notify.notified();
             tokio::pin!(notified);
-            // Register before reading the state, so a decision in between is not missed.
+            // Register before reading the state, so a change in between is not missed.
             notified.as_mut().enable();
             let id = call_id.to_owned();
             let call = gw
                 .store_op(move |s| s.call(&id))
                 .await?
                 .ok_or_else(|| ApiError::new("call.not_found", "the call is gone"))?;
-            if call.status != CallStatus::PendingApproval || TokioInstant::now() >= deadline {
+            if !waiting(call.status) || TokioInstant::now() >= deadline {
                 return Ok(call);
             }
             tokio::select! {
@@ -508,7 +520,7 @@ async fn wait_for_decision(
                 _ = gw.shutdown.cancelled() => {
                     return Err(ApiError::new(
                         "gateway.shutting_down",
-                        format!("the gateway is shutting down; the approval persists: resume call `{call_id}` later"),
+                        format!("the gateway is shutting down; the call persists: resume call `{call_id}` later"),
                     )
                     .with_details(json!({"call_id": call_id}))
                     .retry_after(5));

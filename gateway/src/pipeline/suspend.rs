@@ -384,32 +384,9 @@ pub async fn wait_resumed(
     call_id: &str,
     wait: std::time::Duration,
 ) -> Result<Outcome, ApiError> {
-    let deadline = tokio::time::Instant::now() + wait;
-    let notify = gw.holds.watch(call_id);
-    let result = async {
-        loop {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let id = call_id.to_owned();
-            let call = gw
-                .store_op(move |s| s.call(&id))
-                .await?
-                .ok_or_else(|| call_not_found(call_id))?;
-            let moving = matches!(call.status, CallStatus::Suspended | CallStatus::Executing);
-            if !moving || tokio::time::Instant::now() >= deadline {
-                return super::respond(gw, call).await;
-            }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-                _ = gw.shutdown.cancelled() => {
-                    return Err(ApiError::new("gateway.shutting_down", "the gateway is shutting down; the call stays suspended").retry_after(5));
-                }
-            }
-        }
-    }
-    .await;
-    gw.holds.release(call_id, notify);
-    result
+    let call = super::wait_while(gw, call_id, wait, |s| {
+        matches!(s, CallStatus::Suspended | CallStatus::Executing)
+    })
+    .await?;
+    super::respond(gw, call).await
 }
