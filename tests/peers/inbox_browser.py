@@ -209,6 +209,8 @@ def main():
             d.find_element(By.CSS_SELECTOR, "details.run summary").click()
             d.find_element(By.ID, "run-reason").send_keys("this whole run is wrong")
             d.find_element(By.CSS_SELECTOR, "details.run button.decline").click()
+            # The approval page has list items too: wait for the run's result page itself.
+            WebDriverWait(d, 10).until(lambda d: d.title.startswith("Run decided"))
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "main ul li")))
             out(filtered=filtered, decided=[x.text for x in d.find_elements(By.CSS_SELECTOR, "main ul li")],
                 a=a.wait()[0], b=b.wait()[0], pending=len(pending_ids()))
