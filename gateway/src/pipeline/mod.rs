@@ -718,10 +718,14 @@ async fn run_claimed(
     let answer = match answer {
         Ok(Answer::Suspend(s)) => match suspend::check_schema(&s.resume_schema) {
             Ok(()) => return suspend::suspend(gw, &call, s).await,
-            Err(why) => Err(ApiError::new(
-                "upstream.invalid_suspend",
-                format!("the upstream suspended the call with a resume schema that is not valid JSON Schema 2020-12: {why}"),
-            )),
+            Err(why) => {
+                // Not suspended: an upstream request kept open for it is abandoned.
+                gw.mcp.drop_live(&call.call_id);
+                Err(ApiError::new(
+                    "upstream.invalid_suspend",
+                    format!("the upstream suspended the call with a resume schema that is not valid JSON Schema 2020-12: {why}"),
+                ))
+            }
         },
         Ok(Answer::Result(status, body)) => Ok((status, body)),
         Err(e) => Err(e),
@@ -800,7 +804,7 @@ async fn forward(
                 .with_label_values(&[tool.server.config.name.as_str()])
                 .observe(start.elapsed().as_secs_f64());
             // An MCP upstream has no HTTP status: its result says `isError` itself.
-            r.map(|answer| suspend::mcp_answer(gw, call, answer, ttl_ms))
+            r.and_then(|answer| suspend::mcp_answer(gw, call, answer, ttl_ms))
         }
         Some(Route::Http(route)) => {
             let headers = CallHeaders {

@@ -105,21 +105,26 @@ pub fn http_answer(answer: upstream::Answer, ttl_ms: u64) -> Result<Answer, ApiE
 /// Reads an MCP upstream's answer: a form elicitation during `tools/call` suspends the call,
 /// with the request's message as payload and its `requestedSchema` as resume schema. A live
 /// elicitation (the upstream waits on an open request) is kept in memory until the resume.
-pub fn mcp_answer(gw: &Gateway, call: &CallRecord, answer: ToolAnswer, ttl_ms: u64) -> Answer {
+pub fn mcp_answer(
+    gw: &Gateway,
+    call: &CallRecord,
+    answer: ToolAnswer,
+    ttl_ms: u64,
+) -> Result<Answer, ApiError> {
     match answer {
-        ToolAnswer::Result(v) => Answer::Result(None, v),
+        ToolAnswer::Result(v) => Ok(Answer::Result(None, v)),
         ToolAnswer::Input(input) => {
             let payload = json!({"message": input.message});
             let upstream_state = input.retry_state();
             if let Some(live) = input.live {
-                gw.mcp.keep_live(&call.call_id, live);
+                gw.mcp.keep_live(&call.call_id, live)?;
             }
-            Answer::Suspend(Suspend {
+            Ok(Answer::Suspend(Suspend {
                 payload,
                 resume_schema: input.schema,
                 upstream_state,
                 ttl_ms,
-            })
+            }))
         }
     }
 }
@@ -151,7 +156,14 @@ pub(super) async fn suspend(
 ) -> Result<Outcome, ApiError> {
     let id = call.call_id.clone();
     let now = now_ms();
-    let record = gw.store_op(move |st| st.suspend_call(&id, s, now)).await?;
+    let record = match gw.store_op(move |st| st.suspend_call(&id, s, now)).await {
+        Ok(r) => r,
+        Err(e) => {
+            // Not suspended: an upstream request kept open for it is abandoned.
+            gw.mcp.drop_live(&call.call_id);
+            return Err(e);
+        }
+    };
     gw.metrics.call(&record.decision, "suspended");
     tracing::info!(call_id = %record.call_id, "call suspended by its upstream");
     gw.holds.notify(&record.call_id);

@@ -148,6 +148,9 @@ pub fn client_capabilities() -> Value {
 /// step of it (until the answer or the next ask) still has the server's own timeout.
 const LIVE_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Calls suspended on an upstream's open request at once, at most.
+const MAX_LIVE: usize = 10_000;
+
 /// One transport to one upstream.
 enum Conn {
     Http(http::HttpConn),
@@ -565,11 +568,18 @@ impl Registry {
     }
 
     /// Keeps a call's open request until it is resumed or dropped.
-    pub fn keep_live(&self, call_id: &str, live: Live) {
-        self.live
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(call_id.to_owned(), live);
+    /// Refused (the request is abandoned) when [`MAX_LIVE`] calls already wait this way: each
+    /// holds an open upstream request in memory.
+    pub fn keep_live(&self, call_id: &str, live: Live) -> Result<(), ApiError> {
+        let mut held = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if held.len() >= MAX_LIVE {
+            return Err(ApiError::new(
+                "upstream.unavailable",
+                format!("{MAX_LIVE} calls already wait on an MCP server's open request for input; this one cannot be suspended"),
+            ));
+        }
+        held.insert(call_id.to_owned(), live);
+        Ok(())
     }
 
     /// Abandons a suspended call's open request (it expired or was cancelled).
