@@ -348,8 +348,13 @@ def main():
             shot(d, "inbox-suspended-form")
             from selenium.webdriver.support.ui import Select
             Select(select).select_by_value("staging")
+            form = d.find_element(By.ID, "resume-form")
             d.find_element(By.CSS_SELECTOR, "#resume-form button.approve").click()
-            WebDriverWait(d, 10).until(lambda d: "completed" in d.find_element(By.CSS_SELECTOR, "span.badge").text)
+            # The answer redirects to the same URL: wait for the old page to go, then the badge.
+            WebDriverWait(d, 10).until(EC.staleness_of(form))
+            from selenium.common.exceptions import StaleElementReferenceException
+            WebDriverWait(d, 10, ignored_exceptions=[StaleElementReferenceException]).until(
+                lambda d: "completed" in d.find_element(By.CSS_SELECTOR, "span.badge").text)
             out(after=d.find_element(By.CSS_SELECTOR, "main").text, no_xss=no_xss(d))
             shot(d, "inbox-suspended-done")
             s2, b2 = api("GET", f"/v1/calls/{b['call_id']}", "token-agent1")
