@@ -730,3 +730,66 @@ fn approvers_list_suspended_calls_and_agents_only_their_own() {
     assert_eq!(s, 200);
     assert_eq!(ids("ops"), [b]);
 }
+
+#[test]
+fn a_misspelt_resume_is_refused_and_a_suspended_call_can_be_cancelled() {
+    let backend = Backend::start();
+    let gw = start(&backend, "");
+    let (_, b) = call(
+        &gw,
+        "agent1",
+        "ask.deploy",
+        json!({"c": 1}),
+        json!({"run_id": "cx"}),
+    );
+    let id = b["call_id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/calls/{id}/resume");
+    // A misspelt field is not read as "no data" (which would answer the call's state).
+    let (s, e) = gw.req(
+        "POST",
+        &path,
+        Some("agent1"),
+        Some(r#"{"resume_dta":{"environment":"staging"}}"#),
+        None,
+    );
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (400, Some("request.unknown_field")),
+        "{e}"
+    );
+    let (s, e) = gw.req("POST", &path, Some("agent1"), Some("[]"), None);
+    assert_eq!(s, 400, "{e}");
+    let (s, e) = gw.req(
+        "POST",
+        "/v1/runs/cx/resume",
+        Some("agent1"),
+        Some(r#"{"resume_data":{"environment":"staging"},"tool":"x"}"#),
+        None,
+    );
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (400, Some("request.unknown_field")),
+        "{e}"
+    );
+    assert_eq!(backend.count(), 1);
+
+    // Its requester cancels it: it is no longer suspended, and nothing more reaches the backend.
+    let (s, c) = gw.req(
+        "POST",
+        &format!("/v1/calls/{id}/cancel"),
+        Some("agent1"),
+        None,
+        None,
+    );
+    assert_eq!((s, c["status"].as_str()), (200, Some("cancelled")), "{c}");
+    let (s, e) = resume(&gw, "agent1", &id, json!({"environment": "staging"}));
+    assert_eq!(
+        (s, e["error"]["code"].as_str()),
+        (409, Some("call.not_suspended"))
+    );
+    let (s, list) = gw.req("GET", "/v1/calls?status=suspended", Some("ops"), None, None);
+    assert_eq!(s, 200);
+    assert_eq!(list["calls"], json!([]));
+    assert_eq!(backend.count(), 1);
+    assert!(audit_kinds(&gw, &id).contains(&"call.cancelled".to_owned()));
+}

@@ -202,7 +202,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             let body = body_json(&read_body(req.into_body(), limit).await?)?;
             // With `resume_data`: a suspended call continues (the requester, approvers and
             // admins may); without: §6's resume, the call's outcome (the requester).
-            if let Some(data) = resume_data(&body) {
+            if let Some(data) = resume_data(&body, &["resume_data"])? {
                 return pipeline::suspend::resume(gw, &principal, id, data)
                     .await
                     .map(|o| outcome_response(gw, o));
@@ -215,7 +215,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         (Method::POST, ["v1", "runs", run_id, "resume"]) => {
             let body = body_json(&read_body(req.into_body(), limit).await?)?;
             let tool_call_id = optional_string(&body, "tool_call_id")?;
-            let data = resume_data(&body).ok_or_else(|| {
+            let data = resume_data(&body, &["resume_data", "tool_call_id"])?.ok_or_else(|| {
                 ApiError::new("request.missing_field", "a run resume needs `resume_data`")
             })?;
             let run_id = decode_component(run_id);
@@ -564,9 +564,25 @@ pub fn suspended_json(gw: &Gateway, v: &pipeline::Suspended) -> Value {
     })
 }
 
-/// The `resume_data` of a resume body, if it has one (`null` counts as data).
-fn resume_data(body: &Value) -> Option<Value> {
-    body.as_object()?.get("resume_data").cloned()
+/// The `resume_data` of a resume body, if it has one (`null` counts as data). A field the
+/// route does not take is refused, so a misspelt `resume_data` is not read as no data.
+fn resume_data(body: &Value, allowed: &[&str]) -> Result<Option<Value>, ApiError> {
+    let Some(fields) = body.as_object() else {
+        return Err(ApiError::new(
+            "request.invalid_json",
+            "the body must be a JSON object",
+        ));
+    };
+    if let Some(k) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::new(
+            "request.unknown_field",
+            format!(
+                "unknown field `{k}`; this route takes {}",
+                allowed.join(", ")
+            ),
+        ));
+    }
+    Ok(fields.get("resume_data").cloned())
 }
 
 /// The body of an approve or decline: who may send it (the agent role is refused as
