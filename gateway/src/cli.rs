@@ -810,15 +810,18 @@ fn call(args: CallArgs) -> u8 {
         match first {
             Ok((202, body)) if body["status"] == "suspended" => {
                 let call_id = body["call_id"].as_str().unwrap_or("");
-                eprintln!(
-                    "suspended: the tool asks for input: {}\n\
+                // The summary on stdout says as much; with --json it is the hint.
+                if args.remote.json {
+                    eprintln!(
+                        "suspended: the tool asks for input: {}\n\
                      answer in the inbox: {}\n\
                      or: airlock call --resume {call_id} --data '<JSON fitting the resume schema>'",
-                    body.pointer("/suspend/payload")
-                        .map(Value::to_string)
-                        .unwrap_or_default(),
-                    body["link"].as_str().unwrap_or(""),
-                );
+                        body.pointer("/suspend/payload")
+                            .map(Value::to_string)
+                            .unwrap_or_default(),
+                        body["link"].as_str().unwrap_or(""),
+                    );
+                }
                 Ok((202, body))
             }
             Ok((202, body)) if !args.respond_async => {
