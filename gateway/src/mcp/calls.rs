@@ -10,7 +10,14 @@
 //!   opens URLs, an `elicitation/create` of the link on the held call's event stream;
 //!   otherwise the call is held for `server.hold_timeout` (with `notifications/progress`
 //!   every 10 s when the client gave a progress token and takes an event stream), then an
-//!   `approval.pending` result.
+//!   `approval.pending` result;
+//! - suspended (DESIGN §11): the client is asked for the input, as a form when the schema is
+//!   flat and the client fills forms, else by the URL of the inbox's resume form — on the
+//!   call's event stream (2025-11-25) or as `input_required` (2026-07-28) — and its answer
+//!   resumes the call; a client that can do neither gets a `call.suspended` result.
+//!
+//! While a call runs on an event stream, an upstream's sampling requests are put to a client
+//! that can sample, and its answers returned ([`Relay`]).
 
 use std::sync::Arc;
 use std::time::Duration;

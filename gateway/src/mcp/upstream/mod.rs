@@ -1,7 +1,12 @@
 //! The MCP servers airlock fronts (`[[mcp_servers]]`): connecting to each (streamable HTTP in
 //! either revision, or a child process on stdio), keeping its tool list, and sending it the
 //! calls the pipeline has decided may run, and the requests passed through unchecked
-//! (resources, prompts, completion, ping, logging).
+//! (resources, prompts, completion, ping, logging). What an upstream asks its client during a
+//! `tools/call` comes back as an [`Ask`]: a form elicitation ends the wait with the input it
+//! asks for (the call suspends, its open request kept as a [`Live`] until resumed), sampling
+//! goes to the front end's client ([`CLIENT_ASKS`]), anything else is refused. A 2026-07-28
+//! `input_required` becomes the same input, with its `requestState` to retry with. An
+//! upstream that says a list changed is read again at once.
 //!
 //! It decides nothing and records nothing: the pipeline and the front end do. Tool names are
 //! prefixed here (`<server>.` by default), so a name two upstreams share is caught at start.
