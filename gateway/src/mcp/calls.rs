@@ -17,7 +17,7 @@
 //!   resumes the call; a client that can do neither gets a `call.suspended` result.
 //!
 //! While a call runs on an event stream, an upstream's sampling requests are put to a client
-//! that can sample, and its answers returned ([`Relay`]).
+//! that can sample, and its answers returned (`Relay`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -573,7 +573,7 @@ impl Registry {
     }
 
     /// Keeps a call's open request until it is resumed or dropped.
-    /// Refused (the request is abandoned) when [`MAX_LIVE`] calls already wait this way: each
+    /// Refused (the request is abandoned) when `MAX_LIVE` calls already wait this way: each
     /// holds an open upstream request in memory.
     pub fn keep_live(&self, call_id: &str, live: Live) -> Result<(), ApiError> {
         let mut held = self.live.lock().unwrap_or_else(|e| e.into_inner());
