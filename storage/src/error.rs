@@ -39,6 +39,8 @@ pub enum StoreError {
     NotSuspended(&'static str),
     #[error("the call's suspension expired: it can no longer be resumed")]
     SuspensionExpired,
+    #[error("the database's schema is version {found}, newer than this binary's {supported}: run a newer airlock")]
+    SchemaTooNew { found: i32, supported: i32 },
 }
 
 impl StoreError {
@@ -58,6 +60,7 @@ impl StoreError {
             StoreError::DeliveryNotFound(_) => "delivery.not_found",
             StoreError::NoStore(_) => "store.not_found",
             StoreError::NotExported(_) => "audit.not_exported",
+            StoreError::SchemaTooNew { .. } => "store.schema_too_new",
             StoreError::NotSuspended(_) => "call.not_suspended",
             StoreError::SuspensionExpired => "call.expired",
         }

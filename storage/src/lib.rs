@@ -1,10 +1,11 @@
-//! airlock's durable store on fjall: approvals and their state machine, grants, call records,
-//! the audit chain and the webhook outbox.
+//! airlock's durable store: approvals and their state machine, grants, call records, the audit
+//! chain and the webhook outbox, on embedded fjall (one gateway) or PostgreSQL (any number of
+//! gateways on one database); the rules above the bytes are the same code for both ([`kv`]).
 //!
 //! Every state change goes through one writer thread ([`writer`]): it runs the change against
 //! current state, appends its audit records, and commits both in one atomic batch that is
-//! fsynced before the caller hears back. Concurrent callers share fsyncs (group commit). Reads
-//! go straight to fjall from the caller's thread and see only committed data.
+//! durable before the caller hears back. Concurrent callers share fsyncs (group commit). Reads
+//! go straight to the database from the caller's thread and see only committed data.
 //!
 //! The API is synchronous: the gateway calls it off its async threads. The allow path's two
 //! writes also have async forms (`record_call_async`, `complete_call_async`) whose futures the
@@ -18,15 +19,14 @@
 mod audit;
 mod error;
 mod keys;
+mod kv;
 mod model;
 mod ops;
 mod writer;
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use fjall::{Database, KeyspaceCreateOptions};
 use serde_json::Value;
 
 pub use audit::{
@@ -34,23 +34,18 @@ pub use audit::{
     GENESIS,
 };
 pub use error::StoreError;
+pub use kv::postgres::{migrate_database, SCHEMA_VERSION};
+pub use kv::{Change, ChangeListener, PgOptions};
 pub use model::{
     Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
     Grant, GrantTerms, Millis, Principal, Suspension,
 };
 pub use ops::{ApprovalFilter, Begin, Expired, NewDelivery, OutboxStats, Suspend, Verdict, PARKED};
-pub use writer::{Durability, RunListener};
+pub use writer::Durability;
 
 use keys::{decode, Ks};
+use kv::Backend;
 use writer::{ChainHead, Shared, Writer};
-
-/// fjall's block cache.
-const CACHE_BYTES: u64 = 16 << 20;
-
-/// Each keyspace's memtable flushes at this size. fjall's default (64 MiB per keyspace, eight
-/// keyspaces) lets memory grow to hundreds of MiB before anything is flushed, and makes
-/// reopening replay a long journal.
-const MEMTABLE_BYTES: u64 = 8 << 20;
 
 /// Settings the store needs from the gateway's config.
 #[derive(Debug, Clone)]
@@ -59,6 +54,10 @@ pub struct StoreOptions {
     pub redact: Vec<String>,
     /// How soon `Lazy` writes are fsynced.
     pub flush_interval: std::time::Duration,
+    /// This gateway's name among those sharing a database: a gateway restarted under the same
+    /// name marks the calls it left executing `call.interrupted`, and only those. Empty for
+    /// fjall, which one process holds.
+    pub instance: String,
 }
 
 impl Default for StoreOptions {
@@ -66,6 +65,7 @@ impl Default for StoreOptions {
         StoreOptions {
             redact: Vec::new(),
             flush_interval: std::time::Duration::from_millis(5),
+            instance: String::new(),
         }
     }
 }
@@ -91,26 +91,28 @@ const STORE_MARKER: &str = "version";
 impl Store {
     /// Opens (or creates) the store at `path`. Only one process may hold it open.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store, StoreError> {
-        let db = Database::builder(path)
-            .cache_size(CACHE_BYTES)
-            .open()
-            .map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "cannot open the store at {} (is a gateway running on it?): {e}",
-                    path.display()
-                ))
-            })?;
-        let mut keyspaces = Vec::new();
-        for ks in Ks::ALL {
-            keyspaces.push(db.keyspace(ks.name(), || {
-                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
-            })?);
-        }
+        let backend = Backend::Fjall(kv::fjall::FjallKv::open(path)?);
+        Store::start(backend, Arc::new(OnceLock::new()), options)
+    }
+
+    /// Opens the store in the PostgreSQL database at `pg.url`, bringing its schema up to date
+    /// (a schema newer than this binary is `store.schema_too_new`). Any number of processes
+    /// may hold it open at once.
+    pub fn open_postgres(pg: &PgOptions, options: StoreOptions) -> Result<Store, StoreError> {
+        let listener = Arc::new(OnceLock::new());
+        let backend = Backend::Postgres(Box::new(kv::postgres::PgKv::open(pg, listener.clone())?));
+        Store::start(backend, listener, options)
+    }
+
+    fn start(
+        backend: Backend,
+        listener: Arc<OnceLock<ChangeListener>>,
+        options: StoreOptions,
+    ) -> Result<Store, StoreError> {
         let shared = Arc::new(Shared {
-            db,
-            keyspaces,
-            poisoned: AtomicBool::new(false),
-            run_listener: std::sync::OnceLock::new(),
+            backend,
+            listener,
+            instance: options.instance,
         });
         let head = chain_head(&shared)?;
         let writer = Arc::new(Writer::start(shared.clone(), head, options.flush_interval)?);
@@ -153,7 +155,7 @@ impl Store {
         key: &[u8],
     ) -> Result<Option<T>, StoreError> {
         self.shared.check()?;
-        match self.shared.ks(ks).get(key)? {
+        match self.shared.backend.get(ks, key)? {
             Some(bytes) => decode(&bytes).map(Some),
             None => Ok(None),
         }
@@ -181,13 +183,13 @@ impl Store {
     pub fn audit_after(&self, after: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
         self.shared.check()?;
         let mut out = Vec::new();
-        for guard in self
+        for entry in self
             .shared
-            .ks(Ks::Audit)
-            .range((after + 1).to_be_bytes().to_vec()..)
+            .backend
+            .iter(Ks::Audit, (after + 1).to_be_bytes().to_vec(), None, false)
             .take(limit)
         {
-            let bytes = guard.value()?;
+            let (_, bytes) = entry?;
             out.push(
                 serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?,
             );
@@ -207,8 +209,12 @@ impl Store {
         let prefix = keys::index_prefix(keys::IDX_RUN_EVENT, run_id);
         let start = keys::run_event_key(run_id, after.saturating_add(1));
         let mut out = Vec::new();
-        for guard in self.shared.ks(Ks::ApprovalIndex).range(start..) {
-            let key = guard.key()?;
+        for entry in self
+            .shared
+            .backend
+            .iter(Ks::ApprovalIndex, start, None, false)
+        {
+            let (key, _) = entry?;
             let Some(seq) = key
                 .strip_prefix(prefix.as_slice())
                 .and_then(|s| std::str::from_utf8(s).ok())
@@ -216,7 +222,7 @@ impl Store {
             else {
                 break;
             };
-            if let Some(bytes) = self.shared.ks(Ks::Audit).get(seq.to_be_bytes())? {
+            if let Some(bytes) = self.shared.backend.get(Ks::Audit, &seq.to_be_bytes())? {
                 out.push(
                     serde_json::from_slice(&bytes)
                         .map_err(|e| StoreError::Corrupt(e.to_string()))?,
@@ -234,8 +240,8 @@ impl Store {
         self.shared.check()?;
         let prefix = keys::index_prefix(ops::IDX_SUSPENDED, run_id);
         let mut out = Vec::new();
-        for guard in self.shared.ks(Ks::ApprovalIndex).prefix(&prefix) {
-            let key = guard.key()?;
+        for entry in self.shared.backend.prefix(Ks::ApprovalIndex, &prefix) {
+            let (key, _) = entry?;
             let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
             if let Some(call) = self.call(&id)? {
                 if call.status == CallStatus::Suspended {
@@ -252,8 +258,13 @@ impl Store {
         self.shared.check()?;
         let prefix = [ops::IDX_SUSPENDED, 0];
         let mut out = Vec::new();
-        for guard in self.shared.ks(Ks::ApprovalIndex).prefix(prefix).take(limit) {
-            let key = guard.key()?;
+        for entry in self
+            .shared
+            .backend
+            .prefix(Ks::ApprovalIndex, &prefix)
+            .take(limit)
+        {
+            let (key, _) = entry?;
             // `S\0{run}\0{call id}`: the call id follows the last NUL.
             let Some(at) = key.iter().rposition(|b| *b == 0) else {
                 continue;
@@ -269,18 +280,24 @@ impl Store {
         Ok(out)
     }
 
-    /// Sets who is told, after each commit, which runs got new audit records. Set once; later
-    /// calls are ignored.
-    pub fn on_run_events(&self, listener: RunListener) {
-        let _ = self.shared.run_listener.set(listener);
+    /// Sets who is told, after each commit, which calls it wrote and which runs got new audit
+    /// records; with PostgreSQL, also what other gateways' commits changed. The listener runs
+    /// on the store's threads and must not call the store. Set once; later calls are ignored.
+    pub fn on_changes(&self, listener: ChangeListener) {
+        let _ = self.shared.listener.set(listener);
+    }
+
+    /// Whether other processes may share this store's database (PostgreSQL).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.shared.backend, Backend::Postgres(_))
     }
 
     /// The raw audit records with seq > `after`, oldest first.
     fn audit_records(&self, after: u64) -> impl Iterator<Item = Result<Vec<u8>, StoreError>> + '_ {
         self.shared
-            .ks(Ks::Audit)
-            .range((after + 1).to_be_bytes().to_vec()..)
-            .map(|guard| guard.value().map(|v| v.to_vec()).map_err(StoreError::from))
+            .backend
+            .iter(Ks::Audit, (after + 1).to_be_bytes().to_vec(), None, false)
+            .map(|entry| entry.map(|(_, v)| v))
     }
 
     /// Verifies the whole audit chain as stored: from the genesis, or from the checkpoint a
@@ -416,21 +433,20 @@ impl Store {
 
     /// Bytes the store occupies on disk.
     pub fn disk_space(&self) -> Result<u64, StoreError> {
-        Ok(self.shared.db.disk_space()?)
+        self.shared.backend.disk_space()
     }
 }
 
 /// Reads where the audit chain ends from its last record.
-fn chain_head(shared: &Shared) -> Result<ChainHead, StoreError> {
-    let Some(last) = shared.ks(Ks::Audit).last_key_value() else {
+pub(crate) fn chain_head(shared: &Shared) -> Result<ChainHead, StoreError> {
+    let Some((key, value)) = shared.backend.last(Ks::Audit)? else {
         return Ok(ChainHead {
             seq: 0,
             hash: GENESIS.to_owned(),
         });
     };
-    let (key, value) = last.into_inner()?;
     let seq = u64::from_be_bytes(
-        key.as_ref()
+        key.as_slice()
             .try_into()
             .map_err(|_| StoreError::Corrupt("bad audit key".into()))?,
     );

@@ -756,12 +756,17 @@ impl Store {
     }
 
     /// Calls a crash left executing have an unknown outcome: they are marked failed with
-    /// `call.interrupted`, never run again.
+    /// `call.interrupted`, never run again. Only this gateway's own (by
+    /// [`crate::StoreOptions::instance`]): another gateway on the same database may be running
+    /// its calls right now.
     pub(crate) fn recover(&self) -> Result<(), StoreError> {
         let prefix = keys::index_prefix(IDX_EXECUTING, "");
         let mut stuck = Vec::new();
-        for guard in self.shared.ks(Ks::ApprovalIndex).prefix(&prefix) {
-            let key = guard.key()?;
+        for entry in self.shared.backend.prefix(Ks::ApprovalIndex, &prefix) {
+            let (key, owner) = entry?;
+            if owner != self.shared.instance.as_bytes() {
+                continue;
+            }
             stuck.push(String::from_utf8_lossy(&key[prefix.len()..]).into_owned());
         }
         for call_id in stuck {
@@ -812,13 +817,12 @@ impl Store {
             }
         };
         let mut out = Vec::new();
-        for guard in self
+        for entry in self
             .shared
-            .ks(Ks::ApprovalIndex)
-            .range(prefix.clone()..end)
-            .rev()
+            .backend
+            .iter(Ks::ApprovalIndex, prefix.clone(), Some(end), true)
         {
-            let key = guard.key()?;
+            let (key, _) = entry?;
             let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
             let Some(a) = self.approval(&id)? else {
                 continue;
@@ -1153,8 +1157,13 @@ impl Store {
     pub fn outbox_stats(&self, limit: usize) -> Result<OutboxStats, StoreError> {
         self.shared.check()?;
         let mut stats = OutboxStats::default();
-        for guard in self.shared.ks(Ks::OutboxDue).iter().take(limit) {
-            let key = guard.key()?;
+        for entry in self
+            .shared
+            .backend
+            .iter(Ks::OutboxDue, Vec::new(), None, false)
+            .take(limit)
+        {
+            let (key, _) = entry?;
             let Some((_, id)) = keys::split_timed(&key) else {
                 continue;
             };
@@ -1318,10 +1327,12 @@ fn complete_job(
 fn mark_executing(tx: &mut Tx<'_>, call: &mut CallRecord, now: Millis) {
     call.status = CallStatus::Executing;
     call.updated_at = now;
+    // The value names the gateway that runs it: only that one recovers it.
+    let owner = tx.instance().as_bytes().to_vec();
     tx.put(
         Ks::ApprovalIndex,
         keys::index_key(IDX_EXECUTING, "", &call.call_id),
-        Vec::new(),
+        owner,
     );
 }
 

@@ -1,30 +1,33 @@
 //! The single writer: every state change runs here, one at a time, and is acknowledged after
-//! its batch is written, and for a [`Durability::Durable`] one only after it is fsynced.
+//! its group is committed, and for a [`Durability::Durable`] one only after it is durable.
 //!
 //! Callers hand the writer a closure over a [`Tx`]. The writer takes whatever jobs are queued,
-//! runs them in order against the store plus the writes staged so far, and writes all their
-//! writes and audit records as one atomic batch to the journal (reaching the OS, so a process
-//! crash keeps it). It answers the [`Durability::Lazy`] jobs then; if the group holds a
-//! durable job it fsyncs the journal and only then answers those. That is group commit:
-//! concurrent writers share one fsync, no durable caller is answered before it, and
-//! read-modify-write (spending a grant use, chaining the audit log) is atomic because only
-//! this thread writes. Lazy writes are fsynced within the flush interval, or with the next
-//! durable group (the journal is one sequence, so an fsync covers everything before it).
+//! runs them in order against the store plus the writes staged so far, and commits all their
+//! writes and audit records as one atomic group through the [`Backend`]. With fjall the batch
+//! reaches the journal (a process crash keeps it) and the [`Durability::Lazy`] jobs are answered;
+//! if the group holds a durable job the journal is fsynced and only then are those answered.
+//! With PostgreSQL the group is one transaction under a lock every gateway's writer takes
+//! (see [`crate::kv::postgres`]), committed synchronously when it holds a durable job. That is
+//! group commit: concurrent writers share one fsync, no durable caller is answered before it,
+//! and read-modify-write (spending a grant use, chaining the audit log) is atomic because only
+//! one writer writes at a time. Lazy writes are fsynced within the flush interval, or with the
+//! next durable group (the journal is one sequence, so an fsync covers everything before it).
 //!
 //! A job that fails leaves nothing behind: its staged writes are rolled back before the next
-//! job runs. A commit that fails poisons the store: every later call is `store.unavailable`.
+//! job runs. A fjall commit that fails poisons the store: every later call is
+//! `store.unavailable`. A PostgreSQL group that fails is answered `store.unavailable` and the
+//! next one starts afresh.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use fjall::{Database, Keyspace, PersistMode};
 use serde_json::{Map, Value};
 
 use crate::audit;
 use crate::error::StoreError;
 use crate::keys::{self, Ks};
+use crate::kv::{Backend, Change, ChangeListener, Staged};
 
 /// Jobs in one group commit at most.
 const MAX_GROUP: usize = 512;
@@ -50,39 +53,19 @@ pub(crate) struct ChainHead {
     pub hash: String,
 }
 
-/// Told the run ids that a committed group wrote audit records for (DESIGN §11 run streams).
-pub type RunListener = Box<dyn Fn(&[String]) + Send + Sync>;
-
 /// What the writer shares with readers.
 pub(crate) struct Shared {
-    pub db: Database,
-    pub keyspaces: Vec<Keyspace>,
-    /// Set when a commit failed; then nothing is served.
-    pub poisoned: AtomicBool,
-    pub run_listener: OnceLock<RunListener>,
+    pub backend: Backend,
+    /// Told what each commit changed (and, with PostgreSQL, what other gateways' did).
+    pub listener: Arc<OnceLock<ChangeListener>>,
+    /// This gateway's name among those sharing the database ([`crate::StoreOptions::instance`]).
+    pub instance: String,
 }
 
 impl Shared {
-    pub fn ks(&self, ks: Ks) -> &Keyspace {
-        &self.keyspaces[ks.index()]
-    }
-
     pub fn check(&self) -> Result<(), StoreError> {
-        if self.poisoned.load(Ordering::Acquire) {
-            Err(StoreError::Unavailable(
-                "a write failed to reach the disk; restart the gateway".into(),
-            ))
-        } else {
-            Ok(())
-        }
+        self.backend.check()
     }
-}
-
-/// One staged write: a value to put, or `None` to delete.
-struct Staged {
-    ks: Ks,
-    key: Vec<u8>,
-    value: Option<Vec<u8>>,
 }
 
 /// The writes of the jobs in one group, visible to the jobs that follow them.
@@ -92,6 +75,8 @@ pub struct Tx<'a> {
     head: ChainHead,
     /// Runs this group wrote audit records for.
     runs: Vec<String>,
+    /// Why the group could not begin: then every read fails, and nothing is committed.
+    failed: Option<StoreError>,
 }
 
 /// A point to roll a failed job back to.
@@ -112,7 +97,10 @@ impl Tx<'_> {
         {
             return Ok(s.value.clone());
         }
-        Ok(self.shared.ks(ks).get(key)?.map(|v| v.to_vec()))
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        self.shared.backend.get(ks, key)
     }
 
     pub fn put(&mut self, ks: Ks, key: Vec<u8>, value: Vec<u8>) {
@@ -139,11 +127,17 @@ impl Tx<'_> {
         end: &[u8],
         limit: usize,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
-        let mut keys = Vec::new();
-        for guard in self.shared.ks(ks).range(..=end.to_vec()).take(limit) {
-            keys.push(guard.key()?.to_vec());
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
         }
-        Ok(keys)
+        let mut past_end = end.to_vec();
+        past_end.push(0);
+        self.shared
+            .backend
+            .iter(ks, Vec::new(), Some(past_end), false)
+            .take(limit)
+            .map(|e| e.map(|(k, _)| k))
+            .collect()
     }
 
     /// Keys of `ks` from `start` on, oldest first, as committed.
@@ -153,11 +147,15 @@ impl Tx<'_> {
         start: &[u8],
         limit: usize,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
-        let mut keys = Vec::new();
-        for guard in self.shared.ks(ks).range(start.to_vec()..).take(limit) {
-            keys.push(guard.key()?.to_vec());
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
         }
-        Ok(keys)
+        self.shared
+            .backend
+            .iter(ks, start.to_vec(), None, false)
+            .take(limit)
+            .map(|e| e.map(|(k, _)| k))
+            .collect()
     }
 
     /// Whether `key` exists in `ks`, seeing staged writes.
@@ -187,6 +185,31 @@ impl Tx<'_> {
         }
         self.head = ChainHead { seq, hash };
         seq
+    }
+
+    /// The name of the gateway this writer belongs to.
+    pub fn instance(&self) -> &str {
+        &self.shared.instance
+    }
+
+    /// What this group changed: the calls it wrote, the runs it wrote audit records for.
+    fn change(&self) -> Change {
+        let mut calls: Vec<String> = self
+            .staged
+            .iter()
+            .filter(|s| s.ks == Ks::Calls)
+            .map(|s| String::from_utf8_lossy(&s.key).into_owned())
+            .collect();
+        calls.sort_unstable();
+        calls.dedup();
+        let mut runs = self.runs.clone();
+        runs.sort_unstable();
+        runs.dedup();
+        Change {
+            calls,
+            runs,
+            all: false,
+        }
     }
 
     fn savepoint(&self) -> Savepoint {
@@ -338,7 +361,7 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
                 match rx.recv_timeout(wait) {
                     Ok(job) => job,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if sync(shared).is_ok() {
+                        if shared.backend.sync().is_ok() {
                             unsynced = None;
                         }
                         continue;
@@ -369,11 +392,20 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
             }
         }
         last_group = group.len();
+        // With PostgreSQL, other gateways may have extended the chain since this writer's last
+        // group: the head is re-read under the group's lock.
+        let begun = shared.backend.begin().and_then(|shared_db| {
+            if shared_db {
+                head = crate::chain_head(shared)?;
+            }
+            Ok(())
+        });
         let mut tx = Tx {
             shared,
             staged: Vec::new(),
             head: head.clone(),
             runs: Vec::new(),
+            failed: begun.err(),
         };
         let mut lazy = Vec::new();
         let mut durable = Vec::new();
@@ -385,12 +417,20 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
             }
         }
         let wrote = !tx.staged.is_empty();
-        let written = commit(shared, std::mem::take(&mut tx.staged));
-        let told = written.is_ok();
+        let change = tx.change();
+        let written = match tx.failed.take() {
+            Some(e) => {
+                shared.backend.abandon();
+                Err(e)
+            }
+            None => {
+                shared
+                    .backend
+                    .commit(std::mem::take(&mut tx.staged), !durable.is_empty(), &change)
+            }
+        };
         if written.is_ok() {
             head = tx.head;
-        } else {
-            shared.poisoned.store(true, Ordering::Release);
         }
         for finish in lazy {
             finish(written.clone());
@@ -399,15 +439,15 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
             if wrote {
                 unsynced = unsynced.or(Some(Instant::now()));
             }
-            written
+            written.clone()
         } else if !wrote && unsynced.is_none() {
             // Nothing written by this group and nothing waiting for an fsync (an expiry sweep
             // that found nothing, a refused change): everything committed is already on disk.
-            written
+            written.clone()
         } else {
             // INVARIANT: a durable caller hears back only after this fsync, which also covers
             // every lazy write before it in the journal.
-            let r = written.and_then(|()| sync(shared));
+            let r = written.clone().and_then(|()| shared.backend.sync());
             if r.is_ok() {
                 unsynced = None;
             }
@@ -416,40 +456,13 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
         for finish in durable {
             finish(synced.clone());
         }
-        if told && !tx.runs.is_empty() {
-            if let Some(listener) = shared.run_listener.get() {
-                tx.runs.sort_unstable();
-                tx.runs.dedup();
-                listener(&tx.runs);
+        if written.is_ok() && !change.is_empty() {
+            if let Some(listener) = shared.listener.get() {
+                listener(&change);
             }
         }
     }
     if unsynced.is_some() {
-        let _ = sync(shared);
+        let _ = shared.backend.sync();
     }
-}
-
-/// Writes the staged batch to the journal, flushed to the OS (no fsync).
-fn commit(shared: &Shared, staged: Vec<Staged>) -> Result<(), StoreError> {
-    shared.check()?;
-    if staged.is_empty() {
-        return Ok(());
-    }
-    let mut batch = shared.db.batch().durability(Some(PersistMode::Buffer));
-    for s in staged {
-        match s.value {
-            Some(v) => batch.insert(shared.ks(s.ks), s.key, v),
-            None => batch.remove(shared.ks(s.ks), s.key),
-        }
-    }
-    batch.commit().map_err(StoreError::from)
-}
-
-/// Fsyncs the journal; a failure poisons the store.
-fn sync(shared: &Shared) -> Result<(), StoreError> {
-    shared.check()?;
-    shared.db.persist(PersistMode::SyncAll).map_err(|e| {
-        shared.poisoned.store(true, Ordering::Release);
-        StoreError::from(e)
-    })
 }

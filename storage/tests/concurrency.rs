@@ -6,13 +6,13 @@ mod support;
 
 use std::sync::{Arc, Barrier};
 
-use airlock_storage::{Store, StoreOptions, Verdict};
+use airlock_storage::{StoreOptions, Verdict};
 use support::*;
 
 #[test]
 fn one_use_is_spent_once_under_contention() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let place = Place::new();
+    let store = place.open(StoreOptions::default()).unwrap();
     for round in 0..40 {
         let fp = format!("sha256:round-{round}");
         let h = held(

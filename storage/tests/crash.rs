@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use airlock_storage::{ApprovalStatus, Begin, Store, StoreOptions, Verdict};
+use airlock_storage::{ApprovalStatus, Begin, StoreOptions, Verdict};
 use support::*;
 
 const USES: u32 = 3;
@@ -25,7 +25,7 @@ fn crash_child() {
         return;
     };
     let round = std::env::var("AIRLOCK_CRASH_ROUND").unwrap();
-    let store = Store::open(std::path::Path::new(&dir), StoreOptions::default()).unwrap();
+    let store = open_at(&dir, StoreOptions::default()).unwrap();
     let mut out = std::io::stdout().lock();
     let mut ack = |line: String| {
         writeln!(out, "{line}").unwrap();
@@ -97,7 +97,7 @@ fn rand(state: &mut u64) -> u64 {
 
 #[test]
 fn acknowledged_writes_survive_sigkill() {
-    let dir = tempfile::tempdir().unwrap();
+    let place = Place::new();
     let exe = std::env::current_exe().unwrap();
     let mut seed = 0x2545F4914F6CDD1D_u64 ^ u64::from(std::process::id());
     let mut created: BTreeMap<String, String> = BTreeMap::new(); // approval id → fingerprint
@@ -108,7 +108,7 @@ fn acknowledged_writes_survive_sigkill() {
     for round in 0..60 {
         let mut child = Command::new(&exe)
             .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-            .env("AIRLOCK_CRASH_CHILD", dir.path())
+            .env("AIRLOCK_CRASH_CHILD", place.env_value())
             .env("AIRLOCK_CRASH_ROUND", round.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -148,7 +148,7 @@ fn acknowledged_writes_survive_sigkill() {
             total_acks += 1;
         }
 
-        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let store = place.open(StoreOptions::default()).unwrap();
         for id in created.keys() {
             let a = store
                 .approval(id)

@@ -7,9 +7,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use airlock_storage::{
-    ApprovalStatus, Begin, CallOutcome, Principal, Store, StoreOptions, Verdict,
-};
+use airlock_storage::{ApprovalStatus, Begin, CallOutcome, Principal, StoreOptions, Verdict};
 use proptest::prelude::*;
 use support::*;
 
@@ -184,8 +182,8 @@ proptest! {
 
     #[test]
     fn the_store_matches_the_model(ops in prop::collection::vec(arb_op(), 1..60)) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let place = Place::new();
+        let store = place.open(StoreOptions::default()).unwrap();
         let mut model = Model::default();
         let people = deciders();
         let requester = people[0].clone();

@@ -11,15 +11,13 @@ use airlock_storage::{
 };
 use support::*;
 
-fn open(dir: &tempfile::TempDir) -> Store {
-    Store::open(
-        dir.path(),
-        StoreOptions {
+fn open(place: &Place) -> Store {
+    place
+        .open(StoreOptions {
             redact: vec!["/password".into()],
             ..Default::default()
-        },
-    )
-    .unwrap()
+        })
+        .unwrap()
 }
 
 fn approve() -> Verdict {
@@ -31,7 +29,7 @@ fn approve() -> Verdict {
 
 #[test]
 fn refusals_come_in_the_documented_order() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let store = open(&dir);
     let requester = approver("alice", &["finance"]);
     let h = held(
@@ -92,7 +90,7 @@ fn refusals_come_in_the_documented_order() {
 
 #[test]
 fn quorum_counts_distinct_approvers_and_one_decline_ends_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let store = open(&dir);
     let h = held("c1", "sha256:aa", &agent("bot"), &[], 2, 1, 1000, 60_000);
     let a = store
@@ -142,7 +140,7 @@ fn quorum_counts_distinct_approvers_and_one_decline_ends_it() {
 
 #[test]
 fn an_edit_binds_the_grant_to_the_edited_fingerprint_and_resets_earlier_approvals() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let store = open(&dir);
     let h = held("c1", "sha256:orig", &agent("bot"), &[], 2, 2, 1000, 60_000);
     let a = store
@@ -188,7 +186,7 @@ fn an_edit_binds_the_grant_to_the_edited_fingerprint_and_resets_earlier_approval
 
 #[test]
 fn an_approved_call_runs_once_and_later_calls_spend_the_remaining_uses() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let store = open(&dir);
     let h = held("c1", "sha256:aa", &agent("bot"), &[], 1, 2, 1000, 60_000);
     let a = store
@@ -259,7 +257,7 @@ fn an_approved_call_runs_once_and_later_calls_spend_the_remaining_uses() {
 
 #[test]
 fn expiry_is_a_deny_and_an_expired_grant_is_never_spent() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let store = open(&dir);
     let h = held("c1", "sha256:aa", &agent("bot"), &[], 1, 1, 1000, 5_000);
     let a = store
@@ -321,7 +319,7 @@ fn expiry_is_a_deny_and_an_expired_grant_is_never_spent() {
 
 #[test]
 fn cancel_is_for_the_requester_or_an_admin_and_only_before_execution() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let store = open(&dir);
     let h = held("c1", "sha256:aa", &agent("bot"), &[], 1, 1, 1000, 60_000);
     let a = store
@@ -361,7 +359,7 @@ fn cancel_is_for_the_requester_or_an_admin_and_only_before_execution() {
 
 #[test]
 fn listing_filters_newest_first_with_a_cursor() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let store = open(&dir);
     let mut ids = Vec::new();
     for i in 0..7 {
@@ -432,7 +430,7 @@ fn listing_filters_newest_first_with_a_cursor() {
 
 #[test]
 fn outbox_leases_acks_retries_and_dead_letters() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let store = open(&dir);
     let new = |event: &str| NewDelivery {
         webhook: "oncall".into(),
@@ -481,7 +479,7 @@ fn outbox_leases_acks_retries_and_dead_letters() {
 
 #[test]
 fn every_change_is_audited_redacted_and_survives_reopening() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let approval_id;
     {
         let store = open(&dir);
@@ -549,9 +547,12 @@ fn every_change_is_audited_redacted_and_survives_reopening() {
 }
 
 #[test]
-fn a_second_process_cannot_open_the_store() {
+fn a_second_process_cannot_open_an_embedded_store() {
+    if on_postgres() {
+        return; // any number of gateways share a PostgreSQL store (tests/tests/cluster.rs)
+    }
     let dir = tempfile::tempdir().unwrap();
-    let _store = open(&dir);
+    let _store = Store::open(dir.path(), StoreOptions::default()).unwrap();
     let err = Store::open(dir.path(), StoreOptions::default())
         .err()
         .unwrap();
@@ -560,7 +561,7 @@ fn a_second_process_cannot_open_the_store() {
 
 #[test]
 fn a_disabled_webhook_parks_its_deliveries_until_enabled() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     let store = open(&dir);
     let new = || NewDelivery {
         webhook: "oncall".into(),
@@ -608,7 +609,7 @@ fn a_disabled_webhook_parks_its_deliveries_until_enabled() {
 
 #[test]
 fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     {
         let store = open(&dir);
         let s = store.secret("mcp.state", vec![7; 32], 1).unwrap();
@@ -663,7 +664,7 @@ fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
 #[test]
 fn lazy_writes_are_visible_at_once_and_kept_across_a_reopen() {
     use airlock_storage::{CallStatus, Durability};
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Place::new();
     {
         let store = open(&dir);
         let mut c = call("lazy-1", "sha256:aa", &agent("a1"), "allow", 100);

@@ -1,10 +1,84 @@
-//! Builders shared by the store tests.
+//! Builders shared by the store tests, and where their stores live: a temporary folder (fjall),
+//! or, when `AIRLOCK_TEST_STORE=postgres`, a fresh schema in the database that
+//! `AIRLOCK_TEST_DATABASE_URL` names (key=value form). The same tests run against both: that is
+//! the store's conformance suite.
 #![allow(dead_code)]
 
 use std::collections::BTreeSet;
 
-use airlock_storage::{Approval, ApprovalStatus, CallRecord, CallStatus, GrantTerms, Principal};
+use airlock_storage::{
+    Approval, ApprovalStatus, CallRecord, CallStatus, GrantTerms, PgOptions, Principal, Store,
+    StoreError, StoreOptions,
+};
 use serde_json::{json, Map, Value};
+
+/// A fresh, empty place for a store; removed (the folder) or left behind (the schema, in a
+/// throwaway cluster) when dropped.
+pub struct Place {
+    dir: tempfile::TempDir,
+    /// The connection string with the fresh schema as its search path, for PostgreSQL.
+    url: Option<String>,
+}
+
+/// Whether this run tests the PostgreSQL backend.
+pub fn on_postgres() -> bool {
+    std::env::var("AIRLOCK_TEST_STORE").as_deref() == Ok("postgres")
+}
+
+impl Place {
+    pub fn new() -> Place {
+        let dir = tempfile::tempdir().unwrap();
+        if !on_postgres() {
+            return Place { dir, url: None };
+        }
+        let base = std::env::var("AIRLOCK_TEST_DATABASE_URL")
+            .expect("AIRLOCK_TEST_STORE=postgres needs AIRLOCK_TEST_DATABASE_URL");
+        let schema = format!("t_{}", uuid_like());
+        let mut client = postgres::Client::connect(&base, postgres::NoTls).unwrap();
+        client
+            .batch_execute(&format!("CREATE SCHEMA {schema}"))
+            .unwrap();
+        Place {
+            dir,
+            url: Some(format!("{base} options='-csearch_path={schema}'")),
+        }
+    }
+
+    /// What a child process needs to open the same store ([`Place::from_env_value`]).
+    pub fn env_value(&self) -> String {
+        match &self.url {
+            Some(url) => format!("pg:{url}"),
+            None => self.dir.path().display().to_string(),
+        }
+    }
+
+    pub fn open(&self, options: StoreOptions) -> Result<Store, StoreError> {
+        open_at(&self.env_value(), options)
+    }
+}
+
+/// Opens the store an [`Place::env_value`] names.
+pub fn open_at(value: &str, options: StoreOptions) -> Result<Store, StoreError> {
+    match value.strip_prefix("pg:") {
+        Some(url) => Store::open_postgres(&PgOptions { url: url.into() }, options),
+        None => Store::open(std::path::Path::new(value), options),
+    }
+}
+
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{}_{}_{}",
+        std::process::id(),
+        nanos,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
 
 pub fn agent(id: &str) -> Principal {
     Principal {

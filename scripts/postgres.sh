@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for the tests: `start DIR PORT` makes a cluster in DIR (initdb),
+# listening on 127.0.0.1:PORT and a socket in DIR, and prints the connection string;
+# `stop DIR` stops it. PostgreSQL refuses to run as root, so the cluster runs as the `postgres`
+# user that Debian's package creates. Installs Debian's `postgresql` if it is missing.
+set -euo pipefail
+
+bin=""
+find_bin() {
+  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+}
+find_bin
+if [ -z "$bin" ] || ! [ -x "$bin/postgres" ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  find_bin
+fi
+as_pg=(runuser -u postgres --)
+if [ "$(id -u)" != 0 ]; then as_pg=(); fi
+
+case "${1:-}" in
+  start)
+    dir=$2 port=$3
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown postgres "$dir"
+    if ! [ -f "$dir/PG_VERSION" ]; then
+      "${as_pg[@]}" "$bin/initdb" -D "$dir" -U postgres -A trust --no-sync >/dev/null
+    fi
+    "${as_pg[@]}" "$bin/pg_ctl" -D "$dir" -l "$dir/log" -w -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on" start >/dev/null
+    echo "host=$dir port=$port user=postgres dbname=postgres"
+    ;;
+  stop)
+    dir=$2
+    "${as_pg[@]}" "$bin/pg_ctl" -D "$dir" -m fast -w stop >/dev/null 2>&1 || true
+    ;;
+  bin)
+    echo "$bin"
+    ;;
+  *)
+    echo "usage: $0 start DIR PORT | stop DIR | bin" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,123 @@
+//! The embedded backend: one fjall keyspace per [`Ks`], in one folder, held by one process.
+//!
+//! A group is written as one atomic batch flushed to the OS, and fsynced separately
+//! ([`FjallKv::sync`]), so the writer can answer lazy writes before the fsync. A failed fsync
+//! poisons the store for good: what reached the disk is no longer known.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+
+use super::{Entry, Staged};
+use crate::error::StoreError;
+use crate::keys::Ks;
+
+/// fjall's block cache.
+const CACHE_BYTES: u64 = 16 << 20;
+
+/// Each keyspace's memtable flushes at this size. fjall's default (64 MiB per keyspace, eight
+/// keyspaces) lets memory grow to hundreds of MiB before anything is flushed, and makes
+/// reopening replay a long journal.
+const MEMTABLE_BYTES: u64 = 8 << 20;
+
+pub(crate) struct FjallKv {
+    db: Database,
+    keyspaces: Vec<Keyspace>,
+    /// Set when a write failed to reach the disk; then nothing is served.
+    poisoned: AtomicBool,
+}
+
+impl FjallKv {
+    pub fn open(path: &Path) -> Result<FjallKv, StoreError> {
+        let db = Database::builder(path)
+            .cache_size(CACHE_BYTES)
+            .open()
+            .map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "cannot open the store at {} (is a gateway running on it?): {e}",
+                    path.display()
+                ))
+            })?;
+        let mut keyspaces = Vec::new();
+        for ks in Ks::ALL {
+            keyspaces.push(db.keyspace(ks.name(), || {
+                KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE_BYTES)
+            })?);
+        }
+        Ok(FjallKv {
+            db,
+            keyspaces,
+            poisoned: AtomicBool::new(false),
+        })
+    }
+
+    fn ks(&self, ks: Ks) -> &Keyspace {
+        &self.keyspaces[ks.index()]
+    }
+
+    pub fn check(&self) -> Result<(), StoreError> {
+        if self.poisoned.load(Ordering::Acquire) {
+            Err(StoreError::Unavailable(
+                "a write failed to reach the disk; restart the gateway".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.ks(ks).get(key)?.map(|v| v.to_vec()))
+    }
+
+    pub fn iter(
+        &self,
+        ks: Ks,
+        from: Vec<u8>,
+        to: Option<Vec<u8>>,
+        rev: bool,
+    ) -> Box<dyn Iterator<Item = Result<Entry, StoreError>> + '_> {
+        let entry = |guard: fjall::Guard| {
+            let (k, v) = guard.into_inner()?;
+            Ok((k.to_vec(), v.to_vec()))
+        };
+        match (to, rev) {
+            (Some(to), false) => Box::new(self.ks(ks).range(from..to).map(entry)),
+            (Some(to), true) => Box::new(self.ks(ks).range(from..to).rev().map(entry)),
+            (None, false) => Box::new(self.ks(ks).range(from..).map(entry)),
+            (None, true) => Box::new(self.ks(ks).range(from..).rev().map(entry)),
+        }
+    }
+
+    /// Writes the staged batch to the journal, flushed to the OS (no fsync).
+    pub fn commit(&self, staged: Vec<Staged>) -> Result<(), StoreError> {
+        self.check()?;
+        if staged.is_empty() {
+            return Ok(());
+        }
+        let mut batch = self.db.batch().durability(Some(PersistMode::Buffer));
+        for s in staged {
+            match s.value {
+                Some(v) => batch.insert(self.ks(s.ks), s.key, v),
+                None => batch.remove(self.ks(s.ks), s.key),
+            }
+        }
+        batch.commit().map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            StoreError::from(e)
+        })
+    }
+
+    /// Fsyncs the journal; a failure poisons the store.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.check()?;
+        self.db.persist(PersistMode::SyncAll).map_err(|e| {
+            self.poisoned.store(true, Ordering::Release);
+            StoreError::from(e)
+        })
+    }
+
+    pub fn disk_space(&self) -> Result<u64, StoreError> {
+        Ok(self.db.disk_space()?)
+    }
+}

@@ -1,0 +1,237 @@
+//! The ordered key-value layer under the store: the one place that knows which database holds
+//! the bytes. Two backends serve the same interface:
+//!
+//! - [`fjall`]: embedded, one process (the default);
+//! - [`postgres`]: one table in PostgreSQL, shared by any number of gateways.
+//!
+//! Everything above this layer (the approval state machine, grant uses, the audit chain, the
+//! outbox) is the same code for both: the writer runs each group of changes against a
+//! [`Backend`] and commits it atomically. What a backend adds is how a group is made exclusive
+//! and durable: fjall has one writer thread in one process; PostgreSQL serializes the groups of
+//! every gateway with a transaction-scoped advisory lock and commits them in one transaction.
+//!
+//! What it does not do: interpret keys or values (see [`crate::keys`]).
+
+pub(crate) mod fjall;
+pub mod postgres;
+
+use crate::error::StoreError;
+use crate::keys::Ks;
+
+pub use self::postgres::PgOptions;
+
+/// One key and its value.
+pub(crate) type Entry = (Vec<u8>, Vec<u8>);
+
+/// One staged write: a value to put, or `None` to delete.
+pub(crate) struct Staged {
+    pub ks: Ks,
+    pub key: Vec<u8>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// What a committed group changed that someone may be waiting on: the calls it wrote and the
+/// runs it wrote audit records for. `all` says "assume anything changed" (after a reconnect,
+/// when another gateway's changes may have been missed, or when the list was too long to send).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    pub calls: Vec<String>,
+    pub runs: Vec<String>,
+    pub all: bool,
+}
+
+impl Change {
+    pub fn is_empty(&self) -> bool {
+        !self.all && self.calls.is_empty() && self.runs.is_empty()
+    }
+}
+
+/// Told of every committed change: this process's own as it commits, and with PostgreSQL those
+/// of the other gateways on the same database.
+pub type ChangeListener = Box<dyn Fn(&Change) + Send + Sync>;
+
+/// A database the store can live in.
+pub(crate) enum Backend {
+    Fjall(fjall::FjallKv),
+    Postgres(Box<postgres::PgKv>),
+}
+
+/// Entries per page when a backend reads a range in pages.
+const PAGE: usize = 512;
+
+impl Backend {
+    pub fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self {
+            Backend::Fjall(f) => f.get(ks, key),
+            Backend::Postgres(p) => p.get(ks, key),
+        }
+    }
+
+    /// The entries of `ks` with `from <= key < to` (no upper bound without `to`), in key order,
+    /// or in reverse with `rev`. Read lazily: PostgreSQL is read a page at a time.
+    pub fn iter(
+        &self,
+        ks: Ks,
+        from: Vec<u8>,
+        to: Option<Vec<u8>>,
+        rev: bool,
+    ) -> Box<dyn Iterator<Item = Result<Entry, StoreError>> + '_> {
+        match self {
+            Backend::Fjall(f) => f.iter(ks, from, to, rev),
+            Backend::Postgres(p) => Box::new(Pages {
+                kv: p,
+                ks,
+                from,
+                to,
+                rev,
+                page: Vec::new().into_iter(),
+                done: false,
+            }),
+        }
+    }
+
+    /// The entries whose keys start with `prefix`, in key order.
+    pub fn prefix(
+        &self,
+        ks: Ks,
+        prefix: &[u8],
+    ) -> Box<dyn Iterator<Item = Result<Entry, StoreError>> + '_> {
+        self.iter(ks, prefix.to_vec(), prefix_end(prefix), false)
+    }
+
+    /// The entry with the greatest key.
+    pub fn last(&self, ks: Ks) -> Result<Option<Entry>, StoreError> {
+        self.iter(ks, Vec::new(), None, true).next().transpose()
+    }
+
+    /// Starts a group of changes. With PostgreSQL this opens the group's transaction and takes
+    /// the lock every gateway's writer takes, so the group sees everything committed before it
+    /// and nothing commits beside it; it returns `true` then, and the caller must re-read
+    /// whatever it keeps between groups (the audit chain's head).
+    pub fn begin(&self) -> Result<bool, StoreError> {
+        match self {
+            Backend::Fjall(_) => Ok(false),
+            Backend::Postgres(p) => p.begin().map(|()| true),
+        }
+    }
+
+    /// Commits a group's writes atomically, written to the journal (fjall) or committed with
+    /// synchronous commit when `durable` (PostgreSQL). `change` is announced to the other
+    /// gateways with the commit. With PostgreSQL a group that failed to begin is rolled back.
+    pub fn commit(
+        &self,
+        staged: Vec<Staged>,
+        durable: bool,
+        change: &Change,
+    ) -> Result<(), StoreError> {
+        match self {
+            Backend::Fjall(f) => f.commit(staged),
+            Backend::Postgres(p) => p.commit(staged, durable, change),
+        }
+    }
+
+    /// Ends a group that could not begin or whose jobs were all refused, without writing.
+    pub fn abandon(&self) {
+        if let Backend::Postgres(p) = self {
+            p.rollback();
+        }
+    }
+
+    /// Makes everything committed so far durable: an fsync for fjall; nothing for PostgreSQL,
+    /// whose durable groups are durable at commit.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Fjall(f) => f.sync(),
+            Backend::Postgres(_) => Ok(()),
+        }
+    }
+
+    /// Whether the database can be served from: false after a failed fsync (fjall, for good),
+    /// or while PostgreSQL cannot be reached (until it can again).
+    pub fn check(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Fjall(f) => f.check(),
+            Backend::Postgres(p) => p.check(),
+        }
+    }
+
+    pub fn disk_space(&self) -> Result<u64, StoreError> {
+        match self {
+            Backend::Fjall(f) => f.disk_space(),
+            Backend::Postgres(p) => p.disk_space(),
+        }
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix` (none when the prefix is all
+/// `0xff`).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// A range of a PostgreSQL table read a page at a time.
+struct Pages<'a> {
+    kv: &'a postgres::PgKv,
+    ks: Ks,
+    from: Vec<u8>,
+    to: Option<Vec<u8>>,
+    rev: bool,
+    page: std::vec::IntoIter<Entry>,
+    done: bool,
+}
+
+impl Iterator for Pages<'_> {
+    type Item = Result<Entry, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.page.next() {
+            return Some(Ok(e));
+        }
+        if self.done {
+            return None;
+        }
+        let page = match self
+            .kv
+            .scan(self.ks, &self.from, self.to.as_deref(), self.rev, PAGE)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                self.done = true;
+                return Some(Err(e));
+            }
+        };
+        self.done = page.len() < PAGE;
+        if let Some((last, _)) = page.last() {
+            // The next page starts past this one's last key.
+            if self.rev {
+                self.to = Some(last.clone());
+            } else {
+                let mut next = last.clone();
+                next.push(0);
+                self.from = next;
+            }
+        }
+        self.page = page.into_iter();
+        self.page.next().map(Ok)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_is_the_next_prefix() {
+        assert_eq!(prefix_end(b"a\0"), Some(b"a\x01".to_vec()));
+        assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
+        assert_eq!(prefix_end(b"\xff\xff"), None);
+        assert_eq!(prefix_end(b""), None);
+    }
+}

@@ -1,0 +1,599 @@
+//! The PostgreSQL backend: every keyspace in one table, `airlock_kv (ks, k, v)`, shared by any
+//! number of gateways.
+//!
+//! How the store's promises hold across gateways (DESIGN §14):
+//! - **One writer at a time, everywhere.** A group of changes is one transaction that first
+//!   takes `pg_advisory_xact_lock` on one key per schema. Every gateway's writer takes the same
+//!   lock, so groups are serialized across gateways exactly as fjall's one writer thread
+//!   serializes them in one process: a grant use is read and spent under the lock (spent
+//!   once), the audit chain's head is re-read under it and extended by one `seq` per record
+//!   (no gap, no fork), a delivery lease and an expiry sweep are decided under it (each lease
+//!   and each expiry happens once). The group commit that batches one gateway's concurrent
+//!   writers into one transaction batches the chain appends too.
+//! - **Durability**: a durable group commits with `synchronous_commit` on (the WAL is flushed
+//!   before the answer); a lazy one (an allowed call's outcome, or `batched` mode) with it off,
+//!   so a crash of PostgreSQL itself may lose the last moments of lazy writes, never a durable
+//!   one.
+//! - **Wake-ups across gateways**: a commit sends `NOTIFY airlock_changes` with the calls and
+//!   runs it changed; every gateway `LISTEN`s and wakes what waits on them. After the listening
+//!   connection is (re)established, the listener is told "anything may have changed", so a
+//!   decision made while it was away is re-read, not missed.
+//! - **Faults**: an operation that cannot reach the database fails with `store.unavailable`
+//!   and poisons nothing; connections are re-made on the next use, and the store reports
+//!   itself unavailable while its listening connection is down.
+//! - **Migrations** are embedded ([`MIGRATIONS`]), run at open under a session advisory lock,
+//!   and a schema newer than this binary refuses to open.
+//!
+//! The store's API is synchronous; this backend runs its connections on a small runtime of its
+//! own and waits for their answers on the calling thread.
+//!
+//! What it does not do: TLS to the database (connect over a Unix socket or loopback, or put a
+//! TLS-terminating proxy beside the database), or connection pooling beyond a few connections.
+
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
+
+use super::{Change, ChangeListener, Entry, Staged};
+use crate::error::StoreError;
+use crate::keys::Ks;
+
+/// The schema, one step per entry; `airlock_schema.version` counts the steps applied.
+const MIGRATIONS: &[&str] = &["CREATE TABLE airlock_kv (
+        ks smallint NOT NULL,
+        k bytea NOT NULL,
+        v bytea NOT NULL,
+        PRIMARY KEY (ks, k)
+    )"];
+
+/// The schema version this binary writes.
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// The channel commits are announced on.
+const CHANNEL: &str = "airlock_changes";
+
+/// A notification's payload must stay under PostgreSQL's 8000 bytes; past this, the change is
+/// sent as "anything may have changed".
+const MAX_PAYLOAD: usize = 7000;
+
+/// Connections for reads (the writer has its own, and the listener another).
+const READERS: usize = 3;
+
+/// How long one database round trip may take before the operation is `store.unavailable`.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How soon the listener tries again after losing the database.
+const RECONNECT: Duration = Duration::from_millis(250);
+
+/// How to reach the database.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// A libpq-style URL or key=value string (`postgres://user@host:port/db`, or with
+    /// `host=/run/postgresql` for a Unix socket).
+    pub url: String,
+}
+
+/// A connection with its statements prepared.
+struct Conn {
+    client: Client,
+    get: Statement,
+    scan_from: Statement,
+    scan_from_to: Statement,
+    scan_rev: Statement,
+    scan_rev_to: Statement,
+}
+
+pub(crate) struct PgKv {
+    rt: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    config: tokio_postgres::Config,
+    readers: Vec<Mutex<Option<Arc<Conn>>>>,
+    next_reader: AtomicUsize,
+    /// The writer's connection, between groups.
+    writer: Mutex<Option<Arc<Conn>>>,
+    /// The connection of the group in progress, once it began.
+    group: Mutex<Option<Arc<Conn>>>,
+    /// Whether the listening connection is up.
+    up: Arc<AtomicBool>,
+    /// Tells this process's own notifications apart from other gateways'.
+    origin: String,
+}
+
+impl Drop for PgKv {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("the database: {e}"))
+}
+
+/// The key of the advisory lock every writer of this schema takes.
+const WRITER_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(hashtext('airlock.writer.' || current_schema()))";
+const MIGRATE_LOCK: &str = "hashtext('airlock.migrate.' || current_schema())";
+
+impl PgKv {
+    /// Connects, brings the schema up to date (refusing a newer one), and starts listening for
+    /// other gateways' changes, which go to `listener` once it is set.
+    pub fn open(
+        options: &PgOptions,
+        listener: Arc<OnceLock<ChangeListener>>,
+    ) -> Result<PgKv, StoreError> {
+        let mut config = tokio_postgres::Config::from_str(&options.url)
+            .map_err(|e| StoreError::Unavailable(format!("the database URL is invalid: {e}")))?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        config.application_name("airlock");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("airlock-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
+        let handle = rt.handle().clone();
+        let kv = PgKv {
+            rt: Some(rt),
+            handle,
+            config,
+            readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
+            next_reader: AtomicUsize::new(0),
+            writer: Mutex::new(None),
+            group: Mutex::new(None),
+            up: Arc::new(AtomicBool::new(true)),
+            origin: format!("{:x}", uuid::Uuid::now_v7().as_u128()),
+        };
+        let config = kv.config.clone();
+        kv.run(async move { migrate(&config).await.map(|_| ()) })?;
+        kv.handle.spawn(listen(
+            kv.config.clone(),
+            kv.up.clone(),
+            kv.origin.clone(),
+            listener,
+        ));
+        Ok(kv)
+    }
+
+    /// Runs `fut` on the backend's runtime and waits for it on this thread (which may be an
+    /// async worker of the caller's: this blocks it, as a disk read would, and never nests
+    /// runtimes).
+    fn run<T, F>(&self, fut: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.handle.spawn(async move {
+            let out = match tokio::time::timeout(TIMEOUT, fut).await {
+                Ok(out) => out,
+                Err(_) => Err(unavailable("no answer in time")),
+            };
+            let _ = tx.send(out);
+        });
+        rx.recv()
+            .map_err(|_| unavailable("the connection runtime stopped"))?
+    }
+
+    /// The connection in `slot`, connecting it if it is missing or closed.
+    fn conn(&self, slot: &Mutex<Option<Arc<Conn>>>) -> Result<Arc<Conn>, StoreError> {
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = slot.as_ref().filter(|c| !c.client.is_closed()) {
+            return Ok(c.clone());
+        }
+        *slot = None;
+        let config = self.config.clone();
+        let conn = Arc::new(self.run(async move { connect(&config).await })?);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    fn reader(&self) -> Result<Arc<Conn>, StoreError> {
+        let i = self.next_reader.fetch_add(1, Ordering::Relaxed) % READERS;
+        self.conn(&self.readers[i])
+    }
+
+    pub fn check(&self) -> Result<(), StoreError> {
+        if self.up.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err(unavailable("it cannot be reached; retrying"))
+        }
+    }
+
+    pub fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let c = self.reader()?;
+        let key = key.to_vec();
+        self.run(async move {
+            let row = c
+                .client
+                .query_opt(&c.get, &[&ks_id(ks), &key])
+                .await
+                .map_err(unavailable)?;
+            Ok(row.map(|r| r.get::<_, Vec<u8>>(0)))
+        })
+    }
+
+    /// Up to `limit` entries of `ks` with `from <= k < to`, in key order or reversed.
+    pub fn scan(
+        &self,
+        ks: Ks,
+        from: &[u8],
+        to: Option<&[u8]>,
+        rev: bool,
+        limit: usize,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let c = self.reader()?;
+        let from = from.to_vec();
+        let to = to.map(<[u8]>::to_vec);
+        let limit = limit as i64;
+        self.run(async move {
+            let ks = ks_id(ks);
+            let rows = match (&to, rev) {
+                (Some(to), false) => {
+                    c.client
+                        .query(&c.scan_from_to, &[&ks, &from, to, &limit])
+                        .await
+                }
+                (Some(to), true) => {
+                    c.client
+                        .query(&c.scan_rev_to, &[&ks, &from, to, &limit])
+                        .await
+                }
+                (None, false) => c.client.query(&c.scan_from, &[&ks, &from, &limit]).await,
+                (None, true) => c.client.query(&c.scan_rev, &[&ks, &from, &limit]).await,
+            }
+            .map_err(unavailable)?;
+            Ok(rows
+                .into_iter()
+                .map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, Vec<u8>>(1)))
+                .collect())
+        })
+    }
+
+    /// Opens a group's transaction and waits for the writer lock.
+    pub fn begin(&self) -> Result<(), StoreError> {
+        let c = self.conn(&self.writer)?;
+        let conn = c.clone();
+        let begun = self.run(async move {
+            conn.client
+                .batch_execute(&format!("BEGIN; {WRITER_LOCK}"))
+                .await
+                .map_err(unavailable)
+        });
+        match begun {
+            Ok(()) => {
+                *self.group.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+                Ok(())
+            }
+            Err(e) => {
+                self.rollback();
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes a group's final values, announces its change, and commits.
+    pub fn commit(
+        &self,
+        staged: Vec<Staged>,
+        durable: bool,
+        change: &Change,
+    ) -> Result<(), StoreError> {
+        let Some(c) = self.group.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Err(unavailable("the group's transaction did not begin"));
+        };
+        // Only each key's last write counts, and PostgreSQL refuses to upsert a row twice in
+        // one statement.
+        let mut last = std::collections::HashMap::new();
+        for s in staged {
+            last.insert((ks_id(s.ks), s.key), s.value);
+        }
+        let (mut put_ks, mut put_k, mut put_v, mut del_ks, mut del_k) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ((ks, k), v) in last {
+            match v {
+                Some(v) => {
+                    put_ks.push(ks);
+                    put_k.push(k);
+                    put_v.push(v);
+                }
+                None => {
+                    del_ks.push(ks);
+                    del_k.push(k);
+                }
+            }
+        }
+        let payload = (!change.is_empty()).then(|| notification(&self.origin, change));
+        let conn = c.clone();
+        let done = self.run(async move {
+            let client = &conn.client;
+            if !durable {
+                client
+                    .batch_execute("SET LOCAL synchronous_commit TO off")
+                    .await
+                    .map_err(unavailable)?;
+            }
+            if !put_k.is_empty() {
+                client
+                    .execute(
+                        "INSERT INTO airlock_kv (ks, k, v)
+                         SELECT * FROM unnest($1::int2[], $2::bytea[], $3::bytea[])
+                         ON CONFLICT (ks, k) DO UPDATE SET v = EXCLUDED.v",
+                        &[&put_ks, &put_k, &put_v],
+                    )
+                    .await
+                    .map_err(unavailable)?;
+            }
+            if !del_k.is_empty() {
+                client
+                    .execute(
+                        "DELETE FROM airlock_kv WHERE (ks, k) IN
+                         (SELECT * FROM unnest($1::int2[], $2::bytea[]))",
+                        &[&del_ks, &del_k],
+                    )
+                    .await
+                    .map_err(unavailable)?;
+            }
+            if let Some(payload) = payload {
+                client
+                    .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
+                    .await
+                    .map_err(unavailable)?;
+            }
+            client.batch_execute("COMMIT").await.map_err(unavailable)
+        });
+        if done.is_err() {
+            // The connection's state is unknown: drop it, so the next group starts afresh.
+            self.run_quietly(c, "ROLLBACK");
+            *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+        done
+    }
+
+    /// Ends the group in progress without writing.
+    pub fn rollback(&self) {
+        if let Some(c) = self.group.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            self.run_quietly(c, "ROLLBACK");
+        }
+    }
+
+    fn run_quietly(&self, c: Arc<Conn>, sql: &'static str) {
+        let _ = self.run(async move { c.client.batch_execute(sql).await.map_err(unavailable) });
+    }
+
+    pub fn disk_space(&self) -> Result<u64, StoreError> {
+        let c = self.reader()?;
+        self.run(async move {
+            let row = c
+                .client
+                .query_one("SELECT pg_total_relation_size('airlock_kv')", &[])
+                .await
+                .map_err(unavailable)?;
+            Ok(row.get::<_, i64>(0).max(0) as u64)
+        })
+    }
+}
+
+fn ks_id(ks: Ks) -> i16 {
+    ks.index() as i16
+}
+
+/// Connects and prepares the statements every connection uses.
+async fn connect(config: &tokio_postgres::Config) -> Result<Conn, StoreError> {
+    let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
+    tokio::spawn(connection);
+    let prepare = |sql: &'static str| client.prepare(sql);
+    let get = prepare("SELECT v FROM airlock_kv WHERE ks = $1 AND k = $2").await;
+    let scan_from =
+        prepare("SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k LIMIT $3").await;
+    let scan_from_to = prepare(
+        "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 ORDER BY k LIMIT $4",
+    )
+    .await;
+    let scan_rev =
+        prepare("SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k DESC LIMIT $3")
+            .await;
+    let scan_rev_to = prepare(
+        "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 ORDER BY k DESC LIMIT $4",
+    )
+    .await;
+    Ok(Conn {
+        get: get.map_err(unavailable)?,
+        scan_from: scan_from.map_err(unavailable)?,
+        scan_from_to: scan_from_to.map_err(unavailable)?,
+        scan_rev: scan_rev.map_err(unavailable)?,
+        scan_rev_to: scan_rev_to.map_err(unavailable)?,
+        client,
+    })
+}
+
+/// Brings the schema up to date; returns the versions before and after. Refuses a schema
+/// newer than this binary's.
+async fn migrate(config: &tokio_postgres::Config) -> Result<(i32, i32), StoreError> {
+    let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "SELECT pg_advisory_lock({MIGRATE_LOCK});
+             CREATE TABLE IF NOT EXISTS airlock_schema (
+                 id int PRIMARY KEY CHECK (id = 1),
+                 version int NOT NULL
+             );"
+        ))
+        .await
+        .map_err(unavailable)?;
+    let found: i32 = client
+        .query_opt("SELECT version FROM airlock_schema WHERE id = 1", &[])
+        .await
+        .map_err(unavailable)?
+        .map_or(0, |r| r.get(0));
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = i as i32 + 1;
+        client
+            .batch_execute(&format!(
+                "BEGIN; {step};
+                 INSERT INTO airlock_schema (id, version) VALUES (1, {version})
+                 ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version;
+                 COMMIT;"
+            ))
+            .await
+            .map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "migration to schema version {version} failed: {e}"
+                ))
+            })?;
+    }
+    client
+        .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATE_LOCK})"))
+        .await
+        .map_err(unavailable)?;
+    Ok((found, SCHEMA_VERSION))
+}
+
+/// Runs the migrations at `options.url` without opening a store (`airlock store migrate`).
+/// Returns the schema versions before and after.
+pub fn migrate_database(options: &PgOptions) -> Result<(i32, i32), StoreError> {
+    let mut config = tokio_postgres::Config::from_str(&options.url)
+        .map_err(|e| StoreError::Unavailable(format!("the database URL is invalid: {e}")))?;
+    config.connect_timeout(CONNECT_TIMEOUT);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
+    rt.block_on(migrate(&config))
+}
+
+/// The payload announcing `change`: who sent it, and the calls and runs it touched (or `all`
+/// when they do not fit).
+fn notification(origin: &str, change: &Change) -> String {
+    let full =
+        serde_json::json!({"o": origin, "c": change.calls, "r": change.runs, "all": change.all});
+    let text = full.to_string();
+    if text.len() <= MAX_PAYLOAD {
+        text
+    } else {
+        serde_json::json!({"o": origin, "all": true}).to_string()
+    }
+}
+
+/// Reads a notification from another gateway; `None` for this process's own or an unreadable one.
+fn parse_notification(origin: &str, payload: &str) -> Option<Change> {
+    let v: serde_json::Value = serde_json::from_str(payload).ok()?;
+    if v.get("o").and_then(serde_json::Value::as_str) == Some(origin) {
+        return None;
+    }
+    let strings = |field: &str| -> Vec<String> {
+        v.get(field)
+            .and_then(serde_json::Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Some(Change {
+        calls: strings("c"),
+        runs: strings("r"),
+        all: v.get("all").and_then(serde_json::Value::as_bool) == Some(true),
+    })
+}
+
+/// Keeps a connection listening for other gateways' changes, for as long as the runtime runs:
+/// `up` says whether it is connected, and each (re)connection tells the listener that anything
+/// may have changed while it was away.
+async fn listen(
+    config: tokio_postgres::Config,
+    up: Arc<AtomicBool>,
+    origin: String,
+    listener: Arc<OnceLock<ChangeListener>>,
+) {
+    let tell = |change: &Change| {
+        if let Some(l) = listener.get() {
+            l(change);
+        }
+    };
+    loop {
+        if let Ok((client, mut connection)) = config.connect(NoTls).await {
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let driver = tokio::spawn(async move {
+                while let Some(message) =
+                    std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                {
+                    match message {
+                        Ok(AsyncMessage::Notification(n)) => {
+                            if tx.send(n.payload().to_owned()).is_err() {
+                                break;
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(_) => break,
+                    }
+                }
+            });
+            if client
+                .batch_execute(&format!("LISTEN {CHANNEL}"))
+                .await
+                .is_ok()
+            {
+                up.store(true, Ordering::Release);
+                tell(&Change {
+                    all: true,
+                    ..Change::default()
+                });
+                while let Some(payload) = rx.recv().await {
+                    if let Some(change) = parse_notification(&origin, &payload) {
+                        tell(&change);
+                    }
+                }
+            }
+            driver.abort();
+        }
+        up.store(false, Ordering::Release);
+        tokio::time::sleep(RECONNECT).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notifications_round_trip_and_skip_their_sender() {
+        let change = Change {
+            calls: vec!["call_1".into()],
+            runs: vec!["run-a".into()],
+            all: false,
+        };
+        let payload = notification("me", &change);
+        assert_eq!(parse_notification("me", &payload), None);
+        assert_eq!(parse_notification("other", &payload), Some(change));
+    }
+
+    #[test]
+    fn a_change_too_long_to_send_says_anything_changed() {
+        let change = Change {
+            calls: (0..1000).map(|i| format!("call_{i:040}")).collect(),
+            ..Change::default()
+        };
+        let payload = notification("me", &change);
+        assert!(payload.len() <= MAX_PAYLOAD);
+        let got = parse_notification("other", &payload).expect("readable");
+        assert!(got.all && got.calls.is_empty());
+    }
+}
