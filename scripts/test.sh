@@ -8,6 +8,8 @@
 #   revisions and as the upstream MCP servers (HTTP and stdio) behind it;
 # - `selenium` (PyPI) with Debian's `chromium` and `chromium-driver`: the inbox in a real
 #   browser (headless).
+# PostgreSQL (Debian's `postgresql`) runs as a throwaway cluster for the run (scripts/postgres.sh):
+# several gateways on one database, and the store's conformance suite run a second time on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,4 +40,12 @@ if [ "$(cat "$node_peers/.pins" 2>/dev/null)" != "$node_pins" ]; then
 fi
 export MASTRA_TELEMETRY_DISABLED=1
 
+pg_dir=$(mktemp -d /tmp/airlock-pg.XXXXXX)
+pg_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -rf "$pg_dir"' EXIT
+AIRLOCK_TEST_DATABASE_URL=$(bash scripts/postgres.sh start "$pg_dir" "$pg_port")
+export AIRLOCK_TEST_DATABASE_URL
+
 cargo test --workspace "$@"
+# The store's conformance suite again, on PostgreSQL: the same tests, another backend.
+AIRLOCK_TEST_STORE=postgres cargo test -p airlock-storage --tests "$@"

@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use airlock_policy::cases::{self, EvalRequest};
 use airlock_policy::{evaluate, json, PolicySet, ToolCall, MAX_ARGS_DEPTH};
-use airlock_storage::{Store, StoreOptions};
+use airlock_storage::{PgOptions, Store, StoreOptions};
 
 use crate::client;
 use crate::config::Config;
@@ -44,9 +44,13 @@ pub enum Command {
     Policy(PolicyCommand),
     /// Print the canonical args and fingerprint of a call.
     Fingerprint(FingerprintArgs),
-    /// Verify or export the audit chain of a stopped gateway's store, or of an export.
+    /// Verify or export the audit chain of a stopped gateway's store, of a PostgreSQL store,
+    /// or of an export.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Manage a PostgreSQL store.
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Sign and verify Standard Webhooks messages; send a test event.
     #[command(subcommand)]
     Webhooks(WebhooksCommand),
@@ -199,35 +203,57 @@ pub enum ApprovalsCommand {
     },
 }
 
+/// Which store a command reads: a stopped gateway's folder, or a PostgreSQL database (which
+/// running gateways may share).
+#[derive(Args, Debug)]
+pub struct StoreAt {
+    /// The embedded store of a stopped gateway (its `server.data_dir`).
+    #[arg(long, conflicts_with = "database_url")]
+    pub data_dir: Option<PathBuf>,
+    /// A PostgreSQL store's connection string; `env:VAR` reads it from the variable VAR.
+    #[arg(long)]
+    pub database_url: Option<String>,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
     /// Exit 0 and print the record count when the chain is intact; exit 1 naming the first
     /// bad seq otherwise.
     Verify {
-        /// The store of a stopped gateway.
-        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
-        data_dir: Option<PathBuf>,
+        #[command(flatten)]
+        at: StoreAt,
         /// A JSONL export.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["data_dir", "database_url"])]
         file: Option<PathBuf>,
     },
-    /// Drop the records before SEQ from a stopped gateway's store, keeping a checkpoint so
-    /// `verify` still proves the rest; refused for records not exported yet.
+    /// Drop the records before SEQ from a store, keeping a checkpoint so `verify` still proves
+    /// the rest; refused for records not exported yet.
     Prune {
-        #[arg(long)]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        at: StoreAt,
         /// Records with a seq below this are dropped.
         #[arg(long)]
         before: u64,
     },
     /// Write the records after SEQ as JSONL, to stdout or --out.
     Export {
-        #[arg(long)]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        at: StoreAt,
         #[arg(long, default_value_t = 0)]
         after: u64,
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum StoreCommand {
+    /// Bring a PostgreSQL store's schema up to date (gateways also do this when they start);
+    /// refused for a schema newer than this binary.
+    Migrate {
+        /// The database's connection string; `env:VAR` reads it from the variable VAR.
+        #[arg(long)]
+        database_url: String,
     },
 }
 
@@ -292,13 +318,10 @@ pub fn run(cli: Cli) -> u8 {
         Command::Fingerprint(args) => fingerprint(&args),
         Command::Webhooks(cmd) => webhooks(cmd),
         Command::Mcp(McpCommand::Stdio { url, token }) => mcp_stdio(url, token),
-        Command::Audit(AuditCommand::Verify { data_dir, file }) => audit_verify(data_dir, file),
-        Command::Audit(AuditCommand::Prune { data_dir, before }) => audit_prune(&data_dir, before),
-        Command::Audit(AuditCommand::Export {
-            data_dir,
-            after,
-            out,
-        }) => audit_export(&data_dir, after, out),
+        Command::Audit(AuditCommand::Verify { at, file }) => audit_verify(at, file),
+        Command::Audit(AuditCommand::Prune { at, before }) => audit_prune(&at, before),
+        Command::Audit(AuditCommand::Export { at, after, out }) => audit_export(&at, after, out),
+        Command::Store(StoreCommand::Migrate { database_url }) => store_migrate(&database_url),
     }
 }
 
@@ -462,15 +485,61 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
     })
 }
 
-/// Opens a stopped gateway's store; a folder that holds none is an error, never created.
-fn open_store(dir: &std::path::Path) -> Result<Store, u8> {
-    Store::open_existing(dir, StoreOptions::default()).map_err(|e| bad_input(e.code(), e))
+/// Reads `env:VAR` from the environment, or takes the value as it is.
+fn database_url(value: &str) -> Result<String, u8> {
+    match value.strip_prefix("env:") {
+        Some(var) => std::env::var(var).map_err(|_| {
+            bad_input(
+                "store.usage",
+                format!("environment variable `{var}` is not set"),
+            )
+        }),
+        None => Ok(value.to_owned()),
+    }
 }
 
-fn audit_verify(data_dir: Option<PathBuf>, file: Option<PathBuf>) -> u8 {
-    let result = match (data_dir, file) {
-        (Some(dir), _) => {
-            let store = match open_store(&dir) {
+/// Opens the store a command names: a stopped gateway's folder (one that holds none is an
+/// error, never created), or a PostgreSQL database. The command takes over no gateway's calls:
+/// its instance name is its own.
+fn open_store(at: &StoreAt) -> Result<Store, u8> {
+    let opened = match (&at.data_dir, &at.database_url) {
+        (Some(dir), _) => Store::open_existing(dir, StoreOptions::default()),
+        (None, Some(url)) => Store::open_postgres(
+            &PgOptions {
+                url: database_url(url)?,
+            },
+            StoreOptions {
+                instance: format!("airlock-cli-{}", std::process::id()),
+                ..StoreOptions::default()
+            },
+        ),
+        (None, None) => return Err(bad_input("audit.usage", "give --data-dir or --database-url")),
+    };
+    opened.map_err(|e| bad_input(e.code(), e))
+}
+
+fn store_migrate(url: &str) -> u8 {
+    let url = match database_url(url) {
+        Ok(u) => u,
+        Err(code) => return code,
+    };
+    match airlock_storage::migrate_database(&PgOptions { url }) {
+        Ok((before, after)) if before == after => {
+            println!("ok: the schema is at version {after}, this binary's");
+            0
+        }
+        Ok((before, after)) => {
+            println!("ok: migrated the schema from version {before} to {after}");
+            0
+        }
+        Err(e) => bad_input(e.code(), e),
+    }
+}
+
+fn audit_verify(at: StoreAt, file: Option<PathBuf>) -> u8 {
+    let result = match file {
+        None => {
+            let store = match open_store(&at) {
                 Ok(s) => s,
                 Err(code) => return code,
             };
@@ -479,7 +548,7 @@ fn audit_verify(data_dir: Option<PathBuf>, file: Option<PathBuf>) -> u8 {
                 Err(e) => return bad_input(e.code(), e),
             }
         }
-        (None, Some(file)) => {
+        Some(file) => {
             let reader = match std::fs::File::open(&file) {
                 Ok(f) => std::io::BufReader::new(f),
                 Err(e) => return bad_input("audit.io", format!("{}: {e}", file.display())),
@@ -496,7 +565,6 @@ fn audit_verify(data_dir: Option<PathBuf>, file: Option<PathBuf>) -> u8 {
                 .filter(|l| !matches!(l, Ok(l) if l.is_empty()));
             airlock_storage::verify_chain(lines)
         }
-        (None, None) => return bad_input("audit.usage", "give --data-dir or --file"),
     };
     match result {
         Ok(s) if s.records == 0 => {
@@ -520,8 +588,8 @@ fn audit_verify(data_dir: Option<PathBuf>, file: Option<PathBuf>) -> u8 {
     }
 }
 
-fn audit_prune(data_dir: &std::path::Path, before: u64) -> u8 {
-    let store = match open_store(data_dir) {
+fn audit_prune(at: &StoreAt, before: u64) -> u8 {
+    let store = match open_store(at) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -534,8 +602,8 @@ fn audit_prune(data_dir: &std::path::Path, before: u64) -> u8 {
     }
 }
 
-fn audit_export(data_dir: &std::path::Path, after: u64, out: Option<PathBuf>) -> u8 {
-    let store = match open_store(data_dir) {
+fn audit_export(at: &StoreAt, after: u64, out: Option<PathBuf>) -> u8 {
+    let store = match open_store(at) {
         Ok(s) => s,
         Err(code) => return code,
     };

@@ -44,6 +44,16 @@ struct RawConfig {
     classifiers: Vec<RawClassifier>,
     #[serde(default)]
     mcp_servers: Vec<RawMcpServer>,
+    #[serde(default)]
+    store: RawStore,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    kind: Option<String>,
+    url: Option<String>,
+    instance: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -356,6 +366,42 @@ pub struct Config {
     pub batched: bool,
     /// How soon writes not awaited for an fsync are fsynced.
     pub flush_interval: Duration,
+    /// Where the store lives (DESIGN §14).
+    pub store: StoreKind,
+}
+
+/// Where the store lives.
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreKind {
+    /// Embedded fjall in `data_dir`, held by this process alone.
+    Fjall,
+    /// A PostgreSQL database shared by any number of gateways. `instance` names this gateway
+    /// among them: a restarted gateway recovers only the calls it left executing.
+    Postgres { url: String, instance: String },
+}
+
+impl std::fmt::Debug for StoreKind {
+    // The URL may carry a password: it is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreKind::Fjall => f.write_str("Fjall"),
+            StoreKind::Postgres { instance, .. } => f
+                .debug_struct("Postgres")
+                .field("instance", instance)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// A gateway's default name among those sharing a database: its host and its `data_dir`, which
+/// stay the same across its restarts and differ between gateways on one host.
+fn default_instance(data_dir: &Path) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    format!("{host}:{}", dir.display())
 }
 
 /// Resolves `env:VAR` to the variable's value.
@@ -774,14 +820,45 @@ impl Config {
             s.flush_interval.as_deref(),
             Duration::from_millis(5),
         )?;
+        let data_dir = resolve(s.data_dir.unwrap_or_else(|| "airlock-data".into()));
+        let store = match raw.store.kind.as_deref().unwrap_or("fjall") {
+            "fjall" => {
+                if raw.store.url.is_some() {
+                    return Err(err("store.url", "is only for `kind = \"postgres\"`"));
+                }
+                StoreKind::Fjall
+            }
+            "postgres" => {
+                let Some(url) = raw.store.url.as_deref() else {
+                    return Err(err(
+                        "store.url",
+                        "is required with `kind = \"postgres\"` (e.g. `env:AIRLOCK_DATABASE_URL`)",
+                    ));
+                };
+                let url = secret("store.url", url)?;
+                let instance = match raw.store.instance {
+                    Some(i) if !i.trim().is_empty() => i,
+                    Some(_) => return Err(err("store.instance", "must not be empty")),
+                    None => default_instance(&data_dir),
+                };
+                StoreKind::Postgres { url, instance }
+            }
+            other => {
+                return Err(err(
+                    "store.kind",
+                    format!("`{other}` must be `fjall` or `postgres`"),
+                ))
+            }
+        };
         Ok(Config {
             batched,
             flush_interval,
+            store,
             connections,
             mcp_servers,
             allowed_origins: s.allowed_origins,
             listen,
-            data_dir: resolve(s.data_dir.unwrap_or_else(|| "airlock-data".into())),
+            data_dir,
             policy: PolicySource::Path(resolve(
                 s.policy.unwrap_or_else(|| "policies/default".into()),
             )),
@@ -840,6 +917,7 @@ impl Config {
         Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from("airlock-demo-data"),
+            store: StoreKind::Fjall,
             policy: PolicySource::Embedded(vec![(
                 PathBuf::from("default/policy.toml"),
                 include_str!("../../policies/default/policy.toml").to_owned(),

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use airlock_policy::{PolicyErrors, PolicySet};
-use airlock_storage::{ApprovalFilter, ApprovalStatus, Store, StoreError, StoreOptions};
+use airlock_storage::{
+    ApprovalFilter, ApprovalStatus, PgOptions, Store, StoreError, StoreOptions,
+};
 use arc_swap::ArcSwap;
 use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, Notify, Semaphore};
@@ -21,7 +23,7 @@ use crate::auth::Auth;
 use crate::classifiers::Classifiers;
 use crate::clock::now_ms;
 use crate::config::ToolRoute;
-use crate::config::{Config, PolicySource};
+use crate::config::{Config, PolicySource, StoreKind};
 use crate::error::ApiError;
 use crate::limits::PrincipalLimits;
 use crate::mcp::upstream::{McpTool, Registry as McpRegistry};
@@ -53,6 +55,15 @@ impl Holds {
     pub fn notify(&self, call_id: &str) {
         let w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = w.get(call_id) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Wakes every held request: after a change nobody could say the extent of (another
+    /// gateway's, while this one was not listening), each re-reads its call.
+    pub fn notify_all(&self) {
+        let w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        for n in w.values() {
             n.notify_waiters();
         }
     }
@@ -131,15 +142,25 @@ impl Gateway {
         let classifiers = Classifiers::new(&config.classifiers, config.classifier_cache_ttl)?;
         let policy = load_policy(&config.policy, &classifiers.names())
             .map_err(|e| format!("the policy does not load:\n{e}"))?;
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
-        let store = Store::open(
-            &config.data_dir,
-            StoreOptions {
-                redact: config.redact.clone(),
-                flush_interval: config.flush_interval,
-            },
-        )
+        let options = StoreOptions {
+            redact: config.redact.clone(),
+            flush_interval: config.flush_interval,
+            instance: String::new(),
+        };
+        let store = match &config.store {
+            StoreKind::Fjall => {
+                std::fs::create_dir_all(&config.data_dir)
+                    .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
+                Store::open(&config.data_dir, options)
+            }
+            StoreKind::Postgres { url, instance } => Store::open_postgres(
+                &PgOptions { url: url.clone() },
+                StoreOptions {
+                    instance: instance.clone(),
+                    ..options
+                },
+            ),
+        }
         .map_err(|e| e.to_string())?;
         let metrics = Metrics::new()?;
         let pending = store
@@ -174,11 +195,19 @@ impl Gateway {
             let n = by_principal.get(&p.id).copied().unwrap_or(0);
             principal_pending_gauge(&metrics, &limits, &p.id, n);
         }
-        // Run streams wait on the hold registry; the store tells it which runs got records.
+        // Held calls and run streams wait on the hold registry; the store tells it which calls
+        // and runs each commit changed, this gateway's and (on PostgreSQL) every other's.
         let holds = Arc::new(Holds::default());
         let told = holds.clone();
-        store.on_run_events(Box::new(move |runs| {
-            for run in runs {
+        store.on_changes(Box::new(move |change| {
+            if change.all {
+                told.notify_all();
+                return;
+            }
+            for call in &change.calls {
+                told.notify(call);
+            }
+            for run in &change.runs {
                 told.notify(&crate::runs::run_key(run));
             }
         }));

@@ -11,6 +11,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+pub mod pg;
+
 /// The programs the tests drive besides the gateway (`tests/peers/`).
 pub fn peers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")

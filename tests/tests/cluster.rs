@@ -1,0 +1,352 @@
+//! Several gateways on one PostgreSQL database (DESIGN §14): three real `airlock` processes on
+//! one fresh database, a real backend, and a real PostgreSQL server (a throwaway cluster).
+//! A call held on one gateway is answered when another approves it; a grant use is spent once
+//! across all three; parallel calls on all three leave one audit chain without a gap; an
+//! approval that expires is expired once; a killed gateway loses nothing; and the database
+//! going away under traffic gives 503s, then recovery without a restart.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::pg::{Cluster, Database};
+use support::*;
+
+/// A gateway on the database at `url`, named `instance`.
+fn gateway(backend: &Backend, url: &str, instance: &str) -> Gateway {
+    let config = format!(
+        "{}\n[store]\nkind = \"postgres\"\nurl = \"{url}\"\ninstance = \"{instance}\"\n",
+        config_text(backend, "")
+    );
+    Gateway::start_with(&config, POLICY)
+}
+
+fn three(backend: &Backend, db: &Database) -> Vec<Gateway> {
+    ["gw-a", "gw-b", "gw-c"]
+        .iter()
+        .map(|name| gateway(backend, &db.url, name))
+        .collect()
+}
+
+/// Runs `airlock` with `args`; returns exit code and stdout.
+fn airlock(args: &[&str]) -> (i32, String) {
+    let out = Command::new(airlock_bin()).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// The database's audit records, through `airlock audit export --database-url`.
+fn audit(url: &str) -> Vec<Value> {
+    let (code, out) = airlock(&["audit", "export", "--database-url", url]);
+    assert_eq!(code, 0, "{out}");
+    out.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn verify(url: &str) -> String {
+    let (code, out) = airlock(&["audit", "verify", "--database-url", url]);
+    assert_eq!(code, 0, "the chain must verify: {out}");
+    out
+}
+
+/// The pending approval of `call_id`, as gateway `gw` lists it.
+fn pending_approval_of(gw: &Gateway, call_id: Option<&str>, sql: &str) -> (String, String) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (s, b) = gw.req(
+            "GET",
+            "/v1/approvals?status=pending",
+            Some("admin"),
+            None,
+            None,
+        );
+        assert_eq!(s, 200, "{b}");
+        let found = b["approvals"].as_array().unwrap().iter().find(|a| {
+            call_id.is_none_or(|c| a["call_id"] == c) && a["args"]["sql"] == sql
+        });
+        if let Some(a) = found {
+            return (
+                a["id"].as_str().unwrap().to_owned(),
+                a["call_id"].as_str().unwrap().to_owned(),
+            );
+        }
+        assert!(Instant::now() < deadline, "no pending approval for {sql}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_call_held_on_one_gateway_is_answered_when_another_approves_it() {
+    let db = Database::fresh();
+    let backend = Backend::start();
+    let mut gws = three(&backend, &db);
+    let mut latencies = Vec::new();
+    for i in 0..10 {
+        let sql = format!("update t set x = {i}");
+        let (held, approved_at) = std::thread::scope(|s| {
+            let gw_a = &gws[0];
+            let sql_a = sql.clone();
+            let held = s.spawn(move || {
+                let (status, body) = gw_a.call("agent1", "db.query", json!({"sql": sql_a}), None);
+                (status, body, Instant::now())
+            });
+            let (approval, _) = pending_approval_of(&gws[1], None, &sql);
+            let (s, b) = gws[1].approve("dba1", &approval);
+            assert_eq!((s, b["status"].as_str()), (200, Some("approved")), "{b}");
+            let approved_at = Instant::now();
+            (held.join().unwrap(), approved_at)
+        });
+        let (status, body, answered_at) = held;
+        // The hold lasts 5 s: a 200 means the approval on B woke the call held on A.
+        assert_eq!(status, 200, "{body}");
+        latencies.push(answered_at.saturating_duration_since(approved_at));
+    }
+    latencies.sort();
+    eprintln!(
+        "decision on B -> answer on A: p50 {:?}, max {:?}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+    assert!(latencies[latencies.len() - 1] < Duration::from_secs(1));
+    assert_eq!(backend.count(), 10);
+
+    // Kill the gateway a call was held on: the call is decided on another and resumed on a
+    // third, and runs once.
+    let (call, approval) = gws[0].call_async("agent1", "db.query", json!({"sql": "select 42"}));
+    gws[0].kill9();
+    let (s, b) = gws[1].approve("dba2", &approval);
+    assert_eq!(s, 200, "{b}");
+    let (s, b) = gws[2].resume("agent1", &call);
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(backend.count(), 11);
+    let (s, b) = gws[1].resume("agent1", &call);
+    assert_eq!(s, 200, "the outcome is served again, not re-run: {b}");
+    assert_eq!(backend.count(), 11);
+    verify(&db.url);
+}
+
+#[test]
+fn a_grant_use_is_spent_once_across_gateways() {
+    let db = Database::fresh();
+    let backend = Backend::start();
+    let gws = three(&backend, &db);
+    // `multi.*` grants three uses: the approved call itself, one more here, one left.
+    let (call, approval) = gws[0].call_async("agent1", "multi.op", json!({"n": 1}));
+    assert_eq!(gws[1].approve("ops", &approval).0, 200);
+    assert_eq!(gws[2].resume("agent1", &call).0, 200);
+    assert_eq!(
+        gws[1].call("agent1", "multi.op", json!({"n": 1}), None).0,
+        200
+    );
+    assert_eq!(backend.count(), 2);
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..20)
+            .map(|i| {
+                let gw = &gws[i % 3];
+                s.spawn(move || {
+                    gw.call("agent1", "multi.op", json!({"n": 1}), Some("respond-async"))
+                        .0
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(backend.count(), 3, "statuses: {statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert!(statuses.iter().all(|s| [200, 202].contains(s)), "{statuses:?}");
+    verify(&db.url);
+}
+
+#[test]
+fn parallel_calls_on_three_gateways_keep_one_chain() {
+    let db = Database::fresh();
+    let backend = Backend::start();
+    let gws = three(&backend, &db);
+    std::thread::scope(|s| {
+        for (g, gw) in gws.iter().enumerate() {
+            for t in 0..5 {
+                s.spawn(move || {
+                    for i in 0..10 {
+                        let (st, b) =
+                            gw.call("agent1", "echo.x", json!({"g": g, "t": t, "i": i}), None);
+                        assert_eq!(st, 200, "{b}");
+                    }
+                });
+            }
+        }
+    });
+    assert_eq!(backend.count(), 150);
+    let out = verify(&db.url);
+    let records = audit(&db.url);
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "no gap, no fork");
+    assert!(out.contains(&format!("ok: {} records", seqs.len())), "{out}");
+    let decided: BTreeSet<&str> = records
+        .iter()
+        .filter(|r| r["kind"] == "call.decided")
+        .map(|r| r["call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(decided.len(), 150);
+}
+
+#[test]
+fn an_approval_expiring_is_expired_once() {
+    let db = Database::fresh();
+    let backend = Backend::start();
+    let gws = three(&backend, &db);
+    // `short.*` approvals live 1 s; every gateway sweeps four times a second.
+    let ids: Vec<String> = (0..6)
+        .map(|i| gws[i % 3].call_async("agent1", "short.op", json!({"i": i})).1)
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for id in &ids {
+        loop {
+            let (_, b) = gws[1].req("GET", &format!("/v1/approvals/{id}"), Some("admin"), None, None);
+            if b["status"] == "expired" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{id} never expired: {b}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // Give every gateway more sweeps in which to expire them again, wrongly.
+    std::thread::sleep(Duration::from_secs(1));
+    let mut expired: BTreeMap<String, usize> = BTreeMap::new();
+    for r in audit(&db.url) {
+        if r["kind"] == "approval.expired" {
+            *expired
+                .entry(r["approval_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+    }
+    for id in &ids {
+        assert_eq!(expired.get(id), Some(&1), "{id}: {expired:?}");
+    }
+    assert_eq!(backend.count(), 0);
+}
+
+#[test]
+fn the_database_going_away_under_traffic_loses_nothing() {
+    let cluster = Cluster::start();
+    let db = Database::in_cluster(&cluster);
+    let backend = Backend::start();
+    let gw = gateway(&backend, &db.url, "gw-a");
+    let other = gateway(&backend, &db.url, "gw-b");
+    // A call held before the outage, decided after it.
+    let (call, approval) = gw.call_async("agent1", "db.query", json!({"sql": "select 7"}));
+
+    let stop = AtomicBool::new(false);
+    let answers: Mutex<Vec<(u16, String, Value)>> = Mutex::new(Vec::new());
+    let (down_for, back_after) = std::thread::scope(|s| {
+        for t in 0..4 {
+            let (gw, stop, answers) = (&gw, &stop, &answers);
+            s.spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let args = json!({"t": t, "i": i});
+                    let (st, b) = gw.call("agent1", "echo.x", args.clone(), None);
+                    answers.lock().unwrap().push((st, code(&b).to_owned(), args));
+                    i += 1;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        cluster.stop();
+        let stopped = Instant::now();
+        // While it is down: calls are refused with 503, and the gateway says it is not ready.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (s, _) = gw.req("GET", "/readyz", None, None, None);
+            if s == 503 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "/readyz stayed ready with the database down");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(700));
+        let (s, b) = gw.call("agent1", "echo.x", json!({"down": true}), None);
+        assert_eq!((s, code(&b)), (503, "store.unavailable"), "{b}");
+        let down_for = stopped.elapsed();
+        cluster.restart();
+        let restarted = Instant::now();
+        // Back within 10 s, without a restart of the gateway.
+        loop {
+            let (s, b) = gw.call("agent1", "echo.x", json!({"back": true}), None);
+            if s == 200 {
+                break;
+            }
+            assert!(
+                restarted.elapsed() < Duration::from_secs(10),
+                "not serving 10 s after the database came back: {s} {b}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let back_after = restarted.elapsed();
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::Relaxed);
+        (down_for, back_after)
+    });
+    eprintln!("down for {down_for:?}; serving again {back_after:?} after the database was back");
+    let (s, _) = gw.req("GET", "/readyz", None, None, None);
+    assert_eq!(s, 200);
+
+    // The call held across the outage is decided on the other gateway and runs once.
+    assert_eq!(other.approve("dba1", &approval).0, 200);
+    let (s, b) = gw.resume("agent1", &call);
+    assert_eq!(s, 200, "{b}");
+
+    let answers = answers.into_inner().unwrap();
+    let ok = answers.iter().filter(|a| a.0 == 200).count();
+    let refused = answers
+        .iter()
+        .filter(|a| a.0 == 503 && a.1 == "store.unavailable")
+        .count();
+    assert!(ok > 0 && refused > 0, "{ok} answered, {refused} refused");
+    assert!(
+        answers.iter().all(|a| a.0 == 200 || a.0 == 503),
+        "{:?}",
+        answers.iter().filter(|a| a.0 != 200 && a.0 != 503).collect::<Vec<_>>()
+    );
+    // Nothing ran unrecorded: every call the backend saw has its decision in the chain, and
+    // every call answered 200 did run.
+    verify(&db.url);
+    let records = audit(&db.url);
+    let decided: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "call.decided")
+        .map(|r| &r["args"])
+        .collect();
+    let (_, bodies) = backend.seen();
+    for body in &bodies {
+        let args: Value = serde_json::from_str(body).unwrap();
+        assert!(
+            decided.contains(&&args),
+            "the backend ran {body} with no decision recorded"
+        );
+    }
+    for (_, _, args) in answers.iter().filter(|a| a.0 == 200) {
+        assert!(
+            bodies
+                .iter()
+                .any(|b| serde_json::from_str::<Value>(b).unwrap() == *args),
+            "answered 200 but never ran: {args}"
+        );
+    }
+}

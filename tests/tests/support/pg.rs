@@ -1,0 +1,116 @@
+//! PostgreSQL for the tests of several gateways on one database: a throwaway cluster made by
+//! `scripts/postgres.sh` (initdb into a temp dir, its own port and socket dir, stopped when
+//! dropped), and a fresh database per test. The test command starts one cluster for the whole
+//! run (`AIRLOCK_TEST_DATABASE_URL`); without it, each test starts its own.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh")
+}
+
+/// A PostgreSQL cluster of this test's own.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    /// Its connection string (to the `postgres` database).
+    pub url: String,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("airlock-pg")
+            .tempdir()
+            .unwrap();
+        let port = super::free_port();
+        let mut c = Cluster {
+            dir,
+            port,
+            url: String::new(),
+        };
+        c.url = c.up();
+        c
+    }
+
+    fn up(&self) -> String {
+        let out = Command::new("bash")
+            .arg(script())
+            .args(["start", self.dir.path().to_str().unwrap(), &self.port.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "PostgreSQL did not start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Stops the server (fast shutdown: clients are disconnected).
+    pub fn stop(&self) {
+        let status = Command::new("bash")
+            .arg(script())
+            .args(["stop", self.dir.path().to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Starts it again on the same data and port.
+    pub fn restart(&self) {
+        self.up();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A fresh, empty database, on the run's cluster or on one of its own.
+pub struct Database {
+    _cluster: Option<Cluster>,
+    /// The connection string of the fresh database.
+    pub url: String,
+}
+
+impl Database {
+    pub fn fresh() -> Database {
+        let (cluster, base) = match std::env::var("AIRLOCK_TEST_DATABASE_URL") {
+            Ok(url) => (None, url),
+            Err(_) => {
+                let c = Cluster::start();
+                let url = c.url.clone();
+                (Some(c), url)
+            }
+        };
+        Database::create_in(cluster, &base)
+    }
+
+    /// A fresh database in `cluster`, which the caller keeps.
+    pub fn in_cluster(cluster: &Cluster) -> Database {
+        Database::create_in(None, &cluster.url)
+    }
+
+    fn create_in(cluster: Option<Cluster>, base: &str) -> Database {
+        let name = format!(
+            "t_{}_{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        );
+        let mut client = postgres::Client::connect(base, postgres::NoTls).unwrap();
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
+        Database {
+            _cluster: cluster,
+            url: format!("{base} dbname={name}"),
+        }
+    }
+}
