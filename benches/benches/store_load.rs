@@ -8,50 +8,13 @@
 
 use std::time::{Duration, Instant};
 
-use airlock_benches::{held, principal};
-use airlock_storage::{Begin, Store, StoreOptions, Verdict};
+use airlock_benches::{cycle_rate, held};
+use airlock_storage::{Store, StoreOptions};
 use serde_json::{Map, Value};
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(|a, b| a.total_cmp(b));
     xs[xs.len() / 2]
-}
-
-/// One cycle: create (held call + approval), approve, begin execution (spends the grant).
-fn cycle(store: &Store, id: &str) {
-    let (call, approval) = held(id, &format!("sha256:{id}"), 1000);
-    let a = store.create_approval(call, approval, Map::new()).unwrap();
-    store
-        .decide(
-            &a.id,
-            &principal("bob", "admin"),
-            Verdict::Approve {
-                reason: None,
-                edit: None,
-            },
-            1100,
-        )
-        .unwrap();
-    assert!(matches!(
-        store.begin_execution(id, 1200).unwrap(),
-        Begin::Run(_)
-    ));
-}
-
-/// Cycles per second with `threads` threads, each doing `per_thread` cycles.
-fn cycle_rate(store: &Store, threads: usize, per_thread: usize, tag: &str) -> f64 {
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for t in 0..threads {
-            let store = store.clone();
-            s.spawn(move || {
-                for i in 0..per_thread {
-                    cycle(&store, &format!("{tag}-{t}-{i}"));
-                }
-            });
-        }
-    });
-    (threads * per_thread) as f64 / start.elapsed().as_secs_f64()
 }
 
 fn main() {

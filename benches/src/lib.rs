@@ -1,9 +1,52 @@
 //! Shared builders for the benches in `benches/`; see the README for the commands and figures.
 
-use std::collections::BTreeSet;
+#![allow(clippy::unwrap_used, clippy::panic)]
 
-use airlock_storage::{Approval, ApprovalStatus, CallRecord, CallStatus, GrantTerms, Principal};
-use serde_json::json;
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use airlock_storage::{
+    Approval, ApprovalStatus, Begin, CallRecord, CallStatus, GrantTerms, Principal, Store, Verdict,
+};
+use serde_json::{json, Map};
+
+/// One approval cycle: create (held call + approval), approve, begin execution (spends the
+/// grant); each step durable before the next.
+pub fn cycle(store: &Store, id: &str) {
+    let (call, approval) = held(id, &format!("sha256:{id}"), 1000);
+    let a = store.create_approval(call, approval, Map::new()).unwrap();
+    store
+        .decide(
+            &a.id,
+            &principal("bob", "admin"),
+            Verdict::Approve {
+                reason: None,
+                edit: None,
+            },
+            1100,
+        )
+        .unwrap();
+    match store.begin_execution(id, 1200).unwrap() {
+        Begin::Run(_) => {}
+        other => panic!("the approved call must run: {other:?}"),
+    }
+}
+
+/// Approval cycles per second with `threads` threads, each doing `per_thread` cycles.
+pub fn cycle_rate(store: &Store, threads: usize, per_thread: usize, tag: &str) -> f64 {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let store = store.clone();
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    cycle(&store, &format!("{tag}-{t}-{i}"));
+                }
+            });
+        }
+    });
+    (threads * per_thread) as f64 / start.elapsed().as_secs_f64()
+}
 
 pub fn principal(id: &str, role: &str) -> Principal {
     Principal {

@@ -513,7 +513,12 @@ fn open_store(at: &StoreAt) -> Result<Store, u8> {
                 ..StoreOptions::default()
             },
         ),
-        (None, None) => return Err(bad_input("audit.usage", "give --data-dir or --database-url")),
+        (None, None) => {
+            return Err(bad_input(
+                "audit.usage",
+                "give --data-dir or --database-url",
+            ))
+        }
     };
     opened.map_err(|e| bad_input(e.code(), e))
 }

@@ -837,8 +837,13 @@ impl Config {
                 };
                 let url = secret("store.url", url)?;
                 let instance = match raw.store.instance {
-                    Some(i) if !i.trim().is_empty() => i,
-                    Some(_) => return Err(err("store.instance", "must not be empty")),
+                    Some(i) => {
+                        let i = secret("store.instance", &i)?;
+                        if i.trim().is_empty() {
+                            return Err(err("store.instance", "must not be empty"));
+                        }
+                        i
+                    }
                     None => default_instance(&data_dir),
                 };
                 StoreKind::Postgres { url, instance }
@@ -1047,11 +1052,43 @@ mod tests {
             ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nrate = \"fast\"\n", "principals[0].rate"),
             ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nburst = 3\n", "principals[0].burst"),
             ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmax_pending = 0\n", "principals[0].max_pending"),
+            ("[store]\nkind = \"sqlite\"\n", "store.kind"),
+            ("[store]\nkind = \"postgres\"\n", "store.url"),
+            ("[store]\nkind = \"postgres\"\nurl = \"env:AIRLOCK_TEST_UNSET_VAR\"\n", "store.url"),
+            ("[store]\nurl = \"host=/tmp\"\n", "store.url"),
+            ("[store]\nkind = \"postgres\"\nurl = \"host=/tmp\"\ninstance = \" \"\n", "store.instance"),
+            ("[store]\ndsn = \"x\"\n", "line 2"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err();
             assert!(e.key.starts_with(key), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn the_store_is_fjall_unless_postgres_is_named() {
+        assert_eq!(parse("").unwrap().store, StoreKind::Fjall);
+        let c = parse("[store]\nkind = \"postgres\"\nurl = \"host=/run/pg user=airlock password=hunter2\"\ninstance = \"gw-1\"\n").unwrap();
+        assert_eq!(
+            c.store,
+            StoreKind::Postgres {
+                url: "host=/run/pg user=airlock password=hunter2".into(),
+                instance: "gw-1".into()
+            }
+        );
+        assert!(
+            !format!("{c:?}").contains("hunter2"),
+            "the URL is never printed"
+        );
+        // Without a name, a gateway is its host and data_dir: stable across restarts.
+        let c = parse("[store]\nkind = \"postgres\"\nurl = \"host=/run/pg\"\n").unwrap();
+        let StoreKind::Postgres { instance, .. } = &c.store else {
+            panic!("postgres")
+        };
+        assert!(
+            instance.ends_with(":/etc/airlock/airlock-data"),
+            "{instance}"
+        );
     }
 
     #[test]

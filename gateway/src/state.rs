@@ -11,9 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use airlock_policy::{PolicyErrors, PolicySet};
-use airlock_storage::{
-    ApprovalFilter, ApprovalStatus, PgOptions, Store, StoreError, StoreOptions,
-};
+use airlock_storage::{ApprovalFilter, ApprovalStatus, PgOptions, Store, StoreError, StoreOptions};
 use arc_swap::ArcSwap;
 use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, Notify, Semaphore};

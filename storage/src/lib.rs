@@ -439,7 +439,12 @@ impl Store {
 
 /// Reads where the audit chain ends from its last record.
 pub(crate) fn chain_head(shared: &Shared) -> Result<ChainHead, StoreError> {
-    let Some((key, value)) = shared.backend.last(Ks::Audit)? else {
+    head_of(shared.backend.last(Ks::Audit)?)
+}
+
+/// Where the audit chain ends, given its last record (none: the genesis).
+pub(crate) fn head_of(last: Option<(Vec<u8>, Vec<u8>)>) -> Result<ChainHead, StoreError> {
+    let Some((key, value)) = last else {
         return Ok(ChainHead {
             seq: 0,
             hash: GENESIS.to_owned(),

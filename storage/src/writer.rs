@@ -394,9 +394,9 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
         last_group = group.len();
         // With PostgreSQL, other gateways may have extended the chain since this writer's last
         // group: the head is re-read under the group's lock.
-        let begun = shared.backend.begin().and_then(|shared_db| {
-            if shared_db {
-                head = crate::chain_head(shared)?;
+        let begun = shared.backend.begin().and_then(|last| {
+            if let Some(last) = last {
+                head = crate::head_of(last)?;
             }
             Ok(())
         });

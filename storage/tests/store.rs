@@ -697,3 +697,60 @@ fn lazy_writes_are_visible_at_once_and_kept_across_a_reopen() {
     );
     assert!(store.verify_audit().unwrap().is_ok());
 }
+
+#[test]
+fn a_gateway_recovers_only_the_calls_it_left_executing() {
+    let place = Place::new();
+    let named = |name: &str| StoreOptions {
+        instance: name.into(),
+        ..Default::default()
+    };
+    let a = place.open(named("gw-a")).unwrap();
+    let c = a
+        .record_call(
+            call("c-a", "sha256:aa", &agent("bot"), "allow", 1000),
+            Default::default(),
+            true,
+        )
+        .unwrap();
+    assert_eq!(c.status, CallStatus::Executing);
+    drop(a); // as if it crashed: the call is left executing
+    if on_postgres() {
+        // Another gateway starting on the same database must not touch it: gw-a may be
+        // running it right now.
+        let b = place.open(named("gw-b")).unwrap();
+        assert_eq!(
+            b.call("c-a").unwrap().unwrap().status,
+            CallStatus::Executing
+        );
+        drop(b);
+    }
+    let a = place.open(named("gw-a")).unwrap();
+    let c = a.call("c-a").unwrap().unwrap();
+    assert_eq!(c.status, CallStatus::Failed);
+    assert_eq!(
+        c.outcome.unwrap().error.as_deref(),
+        Some("call.interrupted")
+    );
+}
+
+#[test]
+fn a_database_schema_newer_than_the_binary_refuses_to_open() {
+    let place = Place::new();
+    let Some(url) = place.url() else {
+        return; // fjall has no schema versions
+    };
+    drop(place.open(StoreOptions::default()).unwrap());
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    client
+        .batch_execute("UPDATE airlock_schema SET version = version + 1")
+        .unwrap();
+    let err = place.open(StoreOptions::default()).err().unwrap();
+    assert_eq!(err.code(), "store.schema_too_new", "{err}");
+    assert!(err.to_string().contains("newer than this binary"), "{err}");
+    // And migrating does not downgrade it.
+    let err = airlock_storage::migrate_database(&airlock_storage::PgOptions { url: url.into() })
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), "store.schema_too_new");
+}

@@ -40,8 +40,7 @@ fn airlock(args: &[&str]) -> (i32, String) {
     let out = Command::new(airlock_bin()).args(args).output().unwrap();
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
 
@@ -73,9 +72,11 @@ fn pending_approval_of(gw: &Gateway, call_id: Option<&str>, sql: &str) -> (Strin
             None,
         );
         assert_eq!(s, 200, "{b}");
-        let found = b["approvals"].as_array().unwrap().iter().find(|a| {
-            call_id.is_none_or(|c| a["call_id"] == c) && a["args"]["sql"] == sql
-        });
+        let found = b["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| call_id.is_none_or(|c| a["call_id"] == c) && a["args"]["sql"] == sql);
         if let Some(a) = found {
             return (
                 a["id"].as_str().unwrap().to_owned(),
@@ -169,7 +170,10 @@ fn a_grant_use_is_spent_once_across_gateways() {
         1,
         "{statuses:?}"
     );
-    assert!(statuses.iter().all(|s| [200, 202].contains(s)), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| [200, 202].contains(s)),
+        "{statuses:?}"
+    );
     verify(&db.url);
 }
 
@@ -195,8 +199,15 @@ fn parallel_calls_on_three_gateways_keep_one_chain() {
     let out = verify(&db.url);
     let records = audit(&db.url);
     let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "no gap, no fork");
-    assert!(out.contains(&format!("ok: {} records", seqs.len())), "{out}");
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "no gap, no fork"
+    );
+    assert!(
+        out.contains(&format!("ok: {} records", seqs.len())),
+        "{out}"
+    );
     let decided: BTreeSet<&str> = records
         .iter()
         .filter(|r| r["kind"] == "call.decided")
@@ -212,12 +223,22 @@ fn an_approval_expiring_is_expired_once() {
     let gws = three(&backend, &db);
     // `short.*` approvals live 1 s; every gateway sweeps four times a second.
     let ids: Vec<String> = (0..6)
-        .map(|i| gws[i % 3].call_async("agent1", "short.op", json!({"i": i})).1)
+        .map(|i| {
+            gws[i % 3]
+                .call_async("agent1", "short.op", json!({"i": i}))
+                .1
+        })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     for id in &ids {
         loop {
-            let (_, b) = gws[1].req("GET", &format!("/v1/approvals/{id}"), Some("admin"), None, None);
+            let (_, b) = gws[1].req(
+                "GET",
+                &format!("/v1/approvals/{id}"),
+                Some("admin"),
+                None,
+                None,
+            );
             if b["status"] == "expired" {
                 break;
             }
@@ -261,7 +282,10 @@ fn the_database_going_away_under_traffic_loses_nothing() {
                 while !stop.load(Ordering::Relaxed) {
                     let args = json!({"t": t, "i": i});
                     let (st, b) = gw.call("agent1", "echo.x", args.clone(), None);
-                    answers.lock().unwrap().push((st, code(&b).to_owned(), args));
+                    answers
+                        .lock()
+                        .unwrap()
+                        .push((st, code(&b).to_owned(), args));
                     i += 1;
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -277,7 +301,10 @@ fn the_database_going_away_under_traffic_loses_nothing() {
             if s == 503 {
                 break;
             }
-            assert!(Instant::now() < deadline, "/readyz stayed ready with the database down");
+            assert!(
+                Instant::now() < deadline,
+                "/readyz stayed ready with the database down"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(Duration::from_millis(700));
@@ -322,7 +349,10 @@ fn the_database_going_away_under_traffic_loses_nothing() {
     assert!(
         answers.iter().all(|a| a.0 == 200 || a.0 == 503),
         "{:?}",
-        answers.iter().filter(|a| a.0 != 200 && a.0 != 503).collect::<Vec<_>>()
+        answers
+            .iter()
+            .filter(|a| a.0 != 200 && a.0 != 503)
+            .collect::<Vec<_>>()
     );
     // Nothing ran unrecorded: every call the backend saw has its decision in the chain, and
     // every call answered 200 did run.
@@ -349,4 +379,58 @@ fn the_database_going_away_under_traffic_loses_nothing() {
             "answered 200 but never ran: {args}"
         );
     }
+}
+
+#[test]
+fn migrations_run_by_command_and_a_newer_schema_refuses_to_start() {
+    let db = Database::fresh();
+    let out = Command::new(airlock_bin())
+        .args(["store", "migrate", "--database-url", "env:AIRLOCK_DB"])
+        .env("AIRLOCK_DB", &db.url)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("from version 0 to 1"), "{text}");
+    let (code, text) = airlock(&["store", "migrate", "--database-url", &db.url]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("at version 1"), "{text}");
+
+    // A schema from a newer binary: the gateway refuses to start, and says why.
+    let mut client = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    client
+        .batch_execute("UPDATE airlock_schema SET version = 99")
+        .unwrap();
+    let backend = Backend::start();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("policy")).unwrap();
+    std::fs::write(dir.path().join("policy/policy.toml"), POLICY).unwrap();
+    let config = format!(
+        "{}\n[store]\nkind = \"postgres\"\nurl = \"{}\"\n",
+        config_text(&backend, ""),
+        db.url
+    );
+    std::fs::write(dir.path().join("airlock.toml"), config).unwrap();
+    let out = Command::new(airlock_bin())
+        .args(["serve", "--config"])
+        .arg(dir.path().join("airlock.toml"))
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("newer than this binary"), "{stderr}");
+    let (code, text) = airlock(&["store", "migrate", "--database-url", &db.url]);
+    assert_ne!(code, 0);
+    assert!(text.contains("store.schema_too_new"), "{text}");
+
+    // A database that cannot be reached is `store.unavailable`, not a new empty chain.
+    let (code, text) = airlock(&[
+        "audit",
+        "verify",
+        "--database-url",
+        "host=127.0.0.1 port=9 user=postgres connect_timeout=2",
+    ]);
+    assert_ne!(code, 0);
+    assert!(text.contains("store.unavailable"), "{text}");
 }

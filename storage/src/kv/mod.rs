@@ -101,17 +101,23 @@ impl Backend {
 
     /// The entry with the greatest key.
     pub fn last(&self, ks: Ks) -> Result<Option<Entry>, StoreError> {
-        self.iter(ks, Vec::new(), None, true).next().transpose()
+        match self {
+            Backend::Fjall(f) => f.iter(ks, Vec::new(), None, true).next().transpose(),
+            // One row, not a page: the writer reads the chain's head in every group.
+            Backend::Postgres(p) => Ok(p.scan(ks, &[], None, true, 1)?.pop()),
+        }
     }
 
     /// Starts a group of changes. With PostgreSQL this opens the group's transaction and takes
     /// the lock every gateway's writer takes, so the group sees everything committed before it
-    /// and nothing commits beside it; it returns `true` then, and the caller must re-read
-    /// whatever it keeps between groups (the audit chain's head).
-    pub fn begin(&self) -> Result<bool, StoreError> {
+    /// and nothing commits beside it; and since other gateways may have extended the audit
+    /// chain meanwhile, it returns the chain's last record (`Some`, holding `None` for an empty
+    /// chain) for the writer to continue from. fjall returns `None`: this process's writer is
+    /// the only one, and keeps the head itself.
+    pub fn begin(&self) -> Result<Option<Option<Entry>>, StoreError> {
         match self {
-            Backend::Fjall(_) => Ok(false),
-            Backend::Postgres(p) => p.begin().map(|()| true),
+            Backend::Fjall(_) => Ok(None),
+            Backend::Postgres(p) => p.begin(Ks::Audit).map(Some),
         }
     }
 

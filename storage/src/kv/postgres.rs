@@ -259,23 +259,42 @@ impl PgKv {
         })
     }
 
-    /// Opens a group's transaction and waits for the writer lock.
-    pub fn begin(&self) -> Result<(), StoreError> {
+    /// Opens a group's transaction, waits for the writer lock, and reads the last entry of
+    /// `head_of` (the audit chain's head, which other gateways may have moved): one round trip.
+    pub fn begin(&self, head_of: Ks) -> Result<Option<Entry>, StoreError> {
         let c = self.conn(&self.writer)?;
         let conn = c.clone();
+        let sql = format!(
+            "BEGIN; {WRITER_LOCK}; SELECT encode(k, 'hex'), encode(v, 'hex') FROM airlock_kv \
+             WHERE ks = {} ORDER BY k DESC LIMIT 1",
+            ks_id(head_of)
+        );
         let begun = self.run(async move {
-            conn.client
-                .batch_execute(&format!("BEGIN; {WRITER_LOCK}"))
-                .await
-                .map_err(unavailable)
+            let messages = conn.client.simple_query(&sql).await.map_err(unavailable)?;
+            for m in messages {
+                // The lock's SELECT answers a row of one column; the head's has two.
+                if let tokio_postgres::SimpleQueryMessage::Row(row) = m {
+                    if row.len() != 2 {
+                        continue;
+                    }
+                    let field = |i: usize| {
+                        row.get(i)
+                            .and_then(unhex)
+                            .ok_or_else(|| StoreError::Corrupt("an unreadable row".into()))
+                    };
+                    return Ok(Some((field(0)?, field(1)?)));
+                }
+            }
+            Ok(None)
         });
         match begun {
-            Ok(()) => {
+            Ok(head) => {
                 *self.group.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-                Ok(())
+                Ok(head)
             }
             Err(e) => {
-                self.rollback();
+                self.run_quietly(c, "ROLLBACK");
+                *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 Err(e)
             }
         }
@@ -312,45 +331,44 @@ impl PgKv {
                 }
             }
         }
-        let payload = (!change.is_empty()).then(|| notification(&self.origin, change));
+        // One round trip: the statements go as one message, in the group's transaction; the
+        // first that fails stops the rest, COMMIT included. Values travel as hex literals, so
+        // no byte of them is ever read as SQL.
+        let mut sql = String::new();
+        if !durable {
+            sql.push_str("SET LOCAL synchronous_commit TO off;");
+        }
+        if !put_k.is_empty() {
+            sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");
+            for (i, ((ks, k), v)) in put_ks.iter().zip(&put_k).zip(&put_v).enumerate() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                sql.push_str(&format!("({ks},{},{})", bytea(k), bytea(v)));
+            }
+            sql.push_str(" ON CONFLICT (ks, k) DO UPDATE SET v = EXCLUDED.v;");
+        }
+        if !del_k.is_empty() {
+            sql.push_str("DELETE FROM airlock_kv WHERE (ks, k) IN (");
+            for (i, (ks, k)) in del_ks.iter().zip(&del_k).enumerate() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                sql.push_str(&format!("({ks},{})", bytea(k)));
+            }
+            sql.push_str(");");
+        }
+        if !change.is_empty() {
+            let payload = notification(&self.origin, change);
+            sql.push_str(&format!(
+                "SELECT pg_notify('{CHANNEL}', convert_from({}, 'UTF8'));",
+                bytea(payload.as_bytes())
+            ));
+        }
+        sql.push_str("COMMIT;");
         let conn = c.clone();
-        let done = self.run(async move {
-            let client = &conn.client;
-            if !durable {
-                client
-                    .batch_execute("SET LOCAL synchronous_commit TO off")
-                    .await
-                    .map_err(unavailable)?;
-            }
-            if !put_k.is_empty() {
-                client
-                    .execute(
-                        "INSERT INTO airlock_kv (ks, k, v)
-                         SELECT * FROM unnest($1::int2[], $2::bytea[], $3::bytea[])
-                         ON CONFLICT (ks, k) DO UPDATE SET v = EXCLUDED.v",
-                        &[&put_ks, &put_k, &put_v],
-                    )
-                    .await
-                    .map_err(unavailable)?;
-            }
-            if !del_k.is_empty() {
-                client
-                    .execute(
-                        "DELETE FROM airlock_kv WHERE (ks, k) IN
-                         (SELECT * FROM unnest($1::int2[], $2::bytea[]))",
-                        &[&del_ks, &del_k],
-                    )
-                    .await
-                    .map_err(unavailable)?;
-            }
-            if let Some(payload) = payload {
-                client
-                    .execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])
-                    .await
-                    .map_err(unavailable)?;
-            }
-            client.batch_execute("COMMIT").await.map_err(unavailable)
-        });
+        let done =
+            self.run(async move { conn.client.batch_execute(&sql).await.map_err(unavailable) });
         if done.is_err() {
             // The connection's state is unknown: drop it, so the next group starts afresh.
             self.run_quietly(c, "ROLLBACK");
@@ -385,6 +403,30 @@ impl PgKv {
 
 fn ks_id(ks: Ks) -> i16 {
     ks.index() as i16
+}
+
+/// `bytes` as an SQL bytea literal, `E'\\x` then hex digits only (so no byte is read as SQL).
+fn bytea(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2 + 6);
+    out.push_str("E'\\\\x");
+    for b in bytes {
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 15) as usize] as char);
+    }
+    out.push('\'');
+    out
+}
+
+/// Lower-case or upper-case hex digits to bytes.
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// Connects and prepares the statements every connection uses.
@@ -572,6 +614,18 @@ async fn listen(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytea_literals_are_hex_only_and_round_trip() {
+        let bytes = b"a'; DROP TABLE airlock_kv; --\\\x00\xff";
+        let lit = bytea(bytes);
+        assert!(lit.starts_with("E'\\\\x") && lit.ends_with('\''));
+        let digits = &lit[5..lit.len() - 1];
+        assert!(digits.bytes().all(|b| b.is_ascii_hexdigit()), "{lit}");
+        assert_eq!(unhex(digits).as_deref(), Some(&bytes[..]));
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(unhex("zz"), None);
+    }
 
     #[test]
     fn notifications_round_trip_and_skip_their_sender() {

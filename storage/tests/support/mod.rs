@@ -44,6 +44,11 @@ impl Place {
         }
     }
 
+    /// The connection string of the fresh schema (PostgreSQL only).
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
     /// What a child process needs to open the same store ([`Place::from_env_value`]).
     pub fn env_value(&self) -> String {
         match &self.url {

@@ -1,12 +1,16 @@
 //! PostgreSQL for the tests of several gateways on one database: a throwaway cluster made by
 //! `scripts/postgres.sh` (initdb into a temp dir, its own port and socket dir, stopped when
 //! dropped), and a fresh database per test. The test command starts one cluster for the whole
-//! run (`AIRLOCK_TEST_DATABASE_URL`); without it, each test starts its own.
+//! run (`AIRLOCK_TEST_DATABASE_URL`); without it, each test starts its own. The cluster bench
+//! (`benches/benches/cluster_load.rs`) uses this file too.
+
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn script() -> PathBuf {
+    // Both users of this file sit one level below the workspace root.
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/postgres.sh")
 }
 
@@ -24,7 +28,11 @@ impl Cluster {
             .prefix("airlock-pg")
             .tempdir()
             .unwrap();
-        let port = super::free_port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let mut c = Cluster {
             dir,
             port,
@@ -37,7 +45,11 @@ impl Cluster {
     fn up(&self) -> String {
         let out = Command::new("bash")
             .arg(script())
-            .args(["start", self.dir.path().to_str().unwrap(), &self.port.to_string()])
+            .args([
+                "start",
+                self.dir.path().to_str().unwrap(),
+                &self.port.to_string(),
+            ])
             .output()
             .unwrap();
         assert!(

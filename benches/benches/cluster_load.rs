@@ -1,0 +1,195 @@
+//! Several gateways on one PostgreSQL database (DESIGN §14), measured side by side in one run:
+//!
+//! - approval cycles per second on PostgreSQL with 1 and 8 threads, beside fjall;
+//! - allowed calls per second through three gateways on one database (32 clients spread over
+//!   them), against one gateway on fjall (32 clients);
+//! - decision -> answer across gateways: a call held on A, approved on B; the time from B's
+//!   answer to A's, p50 and p99.
+//!
+//! `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench
+//! cluster_load`. The database is a throwaway cluster the bench starts (Debian's PostgreSQL,
+//! `scripts/postgres.sh`), or `AIRLOCK_TEST_DATABASE_URL`'s.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../../tests/tests/support/pg.rs"]
+mod pg;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use airlock_benches::cycle_rate;
+use airlock_storage::{PgOptions, Store, StoreOptions};
+use sha2::{Digest, Sha256};
+use support::{client, closed_loop, pct, send, start_backend, GatewayProcess};
+
+const AGENT: &str = "bench-agent-token";
+const APPROVER: &str = "bench-approver-token";
+const ROUNDS: usize = 3;
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs[xs.len() / 2]
+}
+
+const POLICY: &str = "version = 1\n[defaults]\ndecision = \"deny\"\n\
+    [[rules]]\nid = \"allow\"\ntools = [\"bench.allow\"]\ndecision = \"allow\"\n\
+    [[rules]]\nid = \"hold\"\ntools = [\"bench.hold\"]\ndecision = \"require_approval\"\n";
+
+/// A gateway on fjall (`url` None) or on the database at `url`.
+fn gateway(backend: u16, url: Option<&str>, instance: &str) -> GatewayProcess {
+    let store = url.map_or(String::new(), |u| {
+        format!("[store]\nkind = \"postgres\"\nurl = \"{u}\"\ninstance = \"{instance}\"\n")
+    });
+    let hash = |t: &str| airlock_policy::hex(&Sha256::digest(t.as_bytes()));
+    let config = format!(
+        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"10s\"\n\
+         [[principals]]\nid = \"agent\"\nrole = \"agent\"\ntoken_sha256 = \"{}\"\n\
+         [[principals]]\nid = \"approver\"\nrole = \"approver\"\ntoken_sha256 = \"{}\"\n\
+         [[tools]]\nname = \"bench.*\"\nupstream = \"http://127.0.0.1:{backend}/echo\"\n{store}",
+        hash(AGENT),
+        hash(APPROVER),
+    );
+    GatewayProcess::start(&config, POLICY)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list" || a == "--test") {
+        return; // `cargo test --benches` probes harness=false benches; nothing to list.
+    }
+    let db = pg::Database::fresh();
+
+    // Approval cycles: fjall and PostgreSQL, 1 and 8 threads, alternating.
+    let dir = tempfile::tempdir().unwrap();
+    let fjall = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let pg = Store::open_postgres(
+        &PgOptions {
+            url: db.url.clone(),
+        },
+        StoreOptions {
+            instance: "bench".into(),
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let (mut f1, mut f8, mut p1, mut p8) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for run in 0..ROUNDS {
+        f1.push(cycle_rate(&fjall, 1, 100, &format!("f1-{run}")));
+        p1.push(cycle_rate(&pg, 1, 100, &format!("p1-{run}")));
+        f8.push(cycle_rate(&fjall, 8, 50, &format!("f8-{run}")));
+        p8.push(cycle_rate(&pg, 8, 50, &format!("p8-{run}")));
+    }
+    println!(
+        "approval cycles/s (create+approve+consume, each durable): fjall 1 thread {:.0}, 8 threads {:.0}; PostgreSQL 1 thread {:.0}, 8 threads {:.0}",
+        median(f1),
+        median(f8),
+        median(p1),
+        median(p8)
+    );
+    drop(pg);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (backend, _) = start_backend();
+    let http = client();
+    let body = r#"{"tool":"bench.allow","args":{"n":1}}"#;
+
+    // Allowed calls: three gateways on one database against one on fjall.
+    let cluster: Vec<GatewayProcess> = ["a", "b", "c"]
+        .iter()
+        .map(|n| gateway(backend, Some(&db.url), n))
+        .collect();
+    let single = gateway(backend, None, "");
+    let (mut three, mut one) = (Vec::new(), Vec::new());
+    rt.block_on(async {
+        for _ in 0..ROUNDS {
+            let loops = cluster.iter().enumerate().map(|(i, g)| {
+                let uri = format!("http://127.0.0.1:{}/v1/calls", g.port);
+                let http = http.clone();
+                // 32 clients in all: 11, 11 and 10.
+                let workers = if i < 2 { 11 } else { 10 };
+                async move { closed_loop(&http, &uri, Some(AGENT), body, workers, 3).await }
+            });
+            let rates = futures_join(loops.collect()).await;
+            three.push(rates.iter().sum::<f64>());
+            let uri = format!("http://127.0.0.1:{}/v1/calls", single.port);
+            one.push(closed_loop(&http, &uri, Some(AGENT), body, 32, 3).await);
+        }
+    });
+    let (three, one) = (median(three), median(one));
+    println!(
+        "allowed calls/s, 32 clients: three gateways on one PostgreSQL {three:.0}, one gateway on fjall {one:.0} ({:.2}x)",
+        three / one
+    );
+
+    // Decision -> answer across gateways.
+    let (a, b) = (&cluster[0], &cluster[1]);
+    let mut lat = Vec::new();
+    rt.block_on(async {
+        for i in 0..100 {
+            let held = {
+                let http = http.clone();
+                let uri = format!("http://127.0.0.1:{}/v1/calls", a.port);
+                let body = format!(r#"{{"tool":"bench.hold","args":{{"i":{i}}}}}"#);
+                tokio::spawn(async move {
+                    let (status, _) = send(&http, &uri, Some(AGENT), None, body).await;
+                    (status, Instant::now())
+                })
+            };
+            let approval = loop {
+                let (_, list) = get(&http, b.port, "/v1/approvals?status=pending").await;
+                let v: serde_json::Value = serde_json::from_slice(&list).unwrap();
+                if let Some(id) = v["approvals"]
+                    .as_array()
+                    .and_then(|a| a.iter().find(|a| a["args"]["i"] == i))
+                    .and_then(|a| a["id"].as_str())
+                {
+                    break id.to_owned();
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            };
+            let uri = format!(
+                "http://127.0.0.1:{}/v1/approvals/{approval}/approve",
+                b.port
+            );
+            let (status, _) = send(&http, &uri, Some(APPROVER), None, "{}".into()).await;
+            assert_eq!(status, 200);
+            let decided = Instant::now();
+            let (status, answered) = held.await.unwrap();
+            assert_eq!(status, 200);
+            lat.push(answered.saturating_duration_since(decided));
+        }
+    });
+    lat.sort();
+    println!(
+        "decision on B -> answer on A: p50 {:.2} ms, p99 {:.2} ms (100 calls)",
+        pct(&lat, 0.5).as_secs_f64() * 1000.0,
+        pct(&lat, 0.99).as_secs_f64() * 1000.0
+    );
+}
+
+/// Runs the futures concurrently on the current runtime; their outputs in order.
+async fn futures_join<F>(futures: Vec<F>) -> Vec<f64>
+where
+    F: std::future::Future<Output = f64> + Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+async fn get(http: &support::HttpClient, port: u16, path: &str) -> (u16, bytes::Bytes) {
+    use http_body_util::BodyExt;
+    let req = hyper::Request::get(format!("http://127.0.0.1:{port}{path}"))
+        .header("authorization", format!("Bearer {APPROVER}"))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let resp = http.request(req).await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.into_body().collect().await.unwrap().to_bytes())
+}
