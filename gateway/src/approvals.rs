@@ -1,6 +1,6 @@
 //! Approvals as the outside world sees them: the JSON view of an approval record (the API,
-//! events, webhook payloads) and the links to decide it. Views only: deciding is
-//! [`crate::pipeline::decide`], storing is the store's.
+//! events, webhook payloads), the links to decide it, and a finished call's event. Views only:
+//! deciding is [`crate::pipeline::decide`], storing is the store's.
 
 use std::time::Duration;
 
@@ -68,4 +68,15 @@ fn public_base(config: &Config) -> String {
         .clone()
         .unwrap_or_else(|| format!("http://{}", config.listen));
     base.trim_end_matches('/').to_owned()
+}
+
+/// A finished call as `call.completed` events carry it.
+pub fn call_completed_event(call: &airlock_storage::CallRecord) -> Value {
+    json!({
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "status": call.status.as_str(),
+        "approval_id": call.approval_id,
+        "upstream_status": call.outcome.as_ref().and_then(|o| o.upstream_status),
+    })
 }

@@ -105,6 +105,9 @@ pub struct Gateway {
     attached: Mutex<HashMap<String, String>>,
     /// Resume schemas, compiled once per suspension.
     pub schemas: crate::pipeline::suspend::Schemas,
+    /// The audit records other gateways on the same database appended, by seq range: the
+    /// approvals and calls in them are told on this gateway's event streams too.
+    remote_audit: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(u64, u64)>>>,
 }
 
 /// What makes two calls identical for attaching (DESIGN §10): principal, fingerprint and run
@@ -197,7 +200,11 @@ impl Gateway {
         // and runs each commit changed, this gateway's and (on PostgreSQL) every other's.
         let holds = Arc::new(Holds::default());
         let told = holds.clone();
+        let (remote_tx, remote_rx) = tokio::sync::mpsc::unbounded_channel();
         store.on_changes(Box::new(move |change| {
+            if let (true, Some(range)) = (change.remote, change.audit) {
+                let _ = remote_tx.send(range);
+            }
             if change.all {
                 told.notify_all();
                 return;
@@ -227,6 +234,7 @@ impl Gateway {
             mcp: Arc::new(McpRegistry::new(&config.mcp_servers)?),
             attached: Mutex::new(attached),
             schemas: Default::default(),
+            remote_audit: Mutex::new(Some(remote_rx)),
             config,
         };
         let version = gw.policy.load().version().to_owned();
@@ -435,9 +443,85 @@ impl Gateway {
         }
     }
 
-    /// Background work: the expiry sweep (every 250 ms) and, for a policy read from disk, a
-    /// watch for changes (every second, by modification time and size).
+    /// Tells this gateway's event streams of the approvals and calls in audit records
+    /// `from..=to`, which another gateway appended: an approver's inbox on any gateway sees
+    /// every approval.
+    async fn tell_remote(self: &Arc<Self>, from: u64, to: u64) {
+        let limit = (to - from + 1).min(10_000) as usize;
+        let records = match self
+            .store_op(move |s| s.audit_after(from.saturating_sub(1), limit))
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(
+                    code = e.code,
+                    "cannot read another gateway's records: {}",
+                    e.message
+                );
+                return;
+            }
+        };
+        for r in records {
+            let kind = match r.get("kind").and_then(Value::as_str) {
+                Some("approval.requested") => "approval.requested",
+                Some("approval.decided") => "approval.decided",
+                Some("approval.expired") => "approval.expired",
+                Some("call.completed" | "call.failed") => "call.completed",
+                _ => continue,
+            };
+            let data = if kind == "call.completed" {
+                let Some(id) = r.get("call_id").and_then(Value::as_str).map(str::to_owned) else {
+                    continue;
+                };
+                match self.store_op(move |s| s.call(&id)).await {
+                    Ok(Some(call)) => crate::approvals::call_completed_event(&call),
+                    _ => continue,
+                }
+            } else {
+                let Some(id) = r
+                    .get("approval_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                else {
+                    continue;
+                };
+                match self.store_op(move |s| s.approval(&id)).await {
+                    Ok(Some(a)) => self.approval_event(&a),
+                    _ => continue,
+                }
+            };
+            let _ = self.events.send(Event { kind, data });
+        }
+    }
+
+    /// Background work: the expiry sweep (every 250 ms), events from other gateways on the
+    /// same database and, for a policy read from disk, a watch for changes (every second, by
+    /// modification time and size).
     pub fn spawn_tasks(self: &Arc<Self>) {
+        let remote = self
+            .remote_audit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(mut remote) = remote {
+            let gw = self.clone();
+            tokio::spawn(async move {
+                loop {
+                    let (from, to) = tokio::select! {
+                        r = remote.recv() => match r {
+                            Some(r) => r,
+                            None => break,
+                        },
+                        _ = gw.shutdown.cancelled() => break,
+                    };
+                    // Nobody listening: nothing to read or build.
+                    if gw.events.receiver_count() > 0 {
+                        gw.tell_remote(from, to).await;
+                    }
+                }
+            });
+        }
         let gw = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(250));

@@ -77,6 +77,8 @@ pub struct Tx<'a> {
     runs: Vec<String>,
     /// Why the group could not begin: then every read fails, and nothing is committed.
     failed: Option<StoreError>,
+    /// The seq the group's first audit record gets.
+    first_seq: u64,
 }
 
 /// A point to roll a failed job back to.
@@ -209,6 +211,8 @@ impl Tx<'_> {
             calls,
             runs,
             all: false,
+            audit: (self.head.seq >= self.first_seq).then_some((self.first_seq, self.head.seq)),
+            remote: false,
         }
     }
 
@@ -403,6 +407,7 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
         let mut tx = Tx {
             shared,
             staged: Vec::new(),
+            first_seq: head.seq + 1,
             head: head.clone(),
             runs: Vec::new(),
             failed: begun.err(),

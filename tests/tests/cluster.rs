@@ -434,3 +434,49 @@ fn migrations_run_by_command_and_a_newer_schema_refuses_to_start() {
     assert_ne!(code, 0);
     assert!(text.contains("store.unavailable"), "{text}");
 }
+
+#[test]
+fn an_event_stream_on_one_gateway_tells_what_happens_on_the_others() {
+    use std::io::{BufRead, BufReader};
+    let db = Database::fresh();
+    let backend = Backend::start();
+    let gws = three(&backend, &db);
+    let resp = gws[2]
+        .client
+        .get(format!("{}/v1/events", gws[2].base))
+        .bearer_auth("token-ops")
+        .send()
+        .unwrap();
+    let mut lines = BufReader::new(resp).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), ": connected");
+    let (call, approval) = gws[0].call_async("agent1", "db.query", json!({"sql": "select 9"}));
+    assert_eq!(gws[1].approve("dba1", &approval).0, 200);
+    assert_eq!(gws[0].resume("agent1", &call).0, 200);
+    let mut seen = Vec::new();
+    let mut kind = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(k) = line.strip_prefix("event: ") {
+            kind = k.to_owned();
+        } else if let Some(data) = line.strip_prefix("data: ") {
+            let v: Value = serde_json::from_str(data).unwrap();
+            let id = v
+                .get("id")
+                .or(v.get("call_id"))
+                .cloned()
+                .unwrap_or_default();
+            seen.push((kind.clone(), id));
+            if kind == "call.completed" {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            ("approval.requested".to_owned(), json!(approval)),
+            ("approval.decided".to_owned(), json!(approval)),
+            ("call.completed".to_owned(), json!(call)),
+        ]
+    );
+}

@@ -767,7 +767,7 @@ async fn run_claimed(
     // Told in the background: the agent's answer does not wait for the notification. Nobody
     // listening (no event stream open, no webhook subscribed): nothing to build or send.
     if gw.events.receiver_count() > 0 || gw.webhooks.wants("call.completed") {
-        let event = json!({"call_id": record.call_id, "tool": record.tool, "status": record.status.as_str(), "approval_id": record.approval_id, "upstream_status": record.outcome.as_ref().and_then(|o| o.upstream_status)});
+        let event = crate::approvals::call_completed_event(&record);
         let announcer = gw.clone();
         tokio::spawn(async move { announcer.announce("call.completed", event).await });
     }

@@ -38,6 +38,11 @@ pub struct Change {
     pub calls: Vec<String>,
     pub runs: Vec<String>,
     pub all: bool,
+    /// The first and last seq of the audit records the group appended, if any.
+    pub audit: Option<(u64, u64)>,
+    /// Whether another gateway made the change (PostgreSQL): this one has not told its own
+    /// listeners (event streams) of it.
+    pub remote: bool,
 }
 
 impl Change {

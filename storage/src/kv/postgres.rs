@@ -523,13 +523,14 @@ pub fn migrate_database(options: &PgOptions) -> Result<(i32, i32), StoreError> {
 /// The payload announcing `change`: who sent it, and the calls and runs it touched (or `all`
 /// when they do not fit).
 fn notification(origin: &str, change: &Change) -> String {
-    let full =
-        serde_json::json!({"o": origin, "c": change.calls, "r": change.runs, "all": change.all});
+    let full = serde_json::json!({
+        "o": origin, "c": change.calls, "r": change.runs, "all": change.all, "a": change.audit
+    });
     let text = full.to_string();
     if text.len() <= MAX_PAYLOAD {
         text
     } else {
-        serde_json::json!({"o": origin, "all": true}).to_string()
+        serde_json::json!({"o": origin, "all": true, "a": change.audit}).to_string()
     }
 }
 
@@ -549,10 +550,13 @@ fn parse_notification(origin: &str, payload: &str) -> Option<Change> {
             })
             .unwrap_or_default()
     };
+    let seq = |i: usize| v.get("a")?.get(i)?.as_u64();
     Some(Change {
         calls: strings("c"),
         runs: strings("r"),
         all: v.get("all").and_then(serde_json::Value::as_bool) == Some(true),
+        audit: seq(0).zip(seq(1)),
+        remote: true,
     })
 }
 
@@ -596,6 +600,7 @@ async fn listen(
                 up.store(true, Ordering::Release);
                 tell(&Change {
                     all: true,
+                    remote: true,
                     ..Change::default()
                 });
                 while let Some(payload) = rx.recv().await {
@@ -633,10 +638,18 @@ mod tests {
             calls: vec!["call_1".into()],
             runs: vec!["run-a".into()],
             all: false,
+            audit: Some((7, 9)),
+            remote: false,
         };
         let payload = notification("me", &change);
         assert_eq!(parse_notification("me", &payload), None);
-        assert_eq!(parse_notification("other", &payload), Some(change));
+        assert_eq!(
+            parse_notification("other", &payload),
+            Some(Change {
+                remote: true,
+                ..change
+            })
+        );
     }
 
     #[test]
