@@ -2,7 +2,7 @@
 //!
 //! - approval cycles per second on PostgreSQL with 1 and 8 threads, beside fjall;
 //! - allowed calls per second through three gateways on one database (32 clients spread over
-//!   them), against one gateway on fjall (32 clients);
+//!   them), against one gateway on fjall and one on PostgreSQL (32 clients each);
 //! - decision -> answer across gateways: a call held on A, approved on B; the time from B's
 //!   answer to A's, p50 and p99.
 //!
@@ -102,7 +102,8 @@ fn main() {
         .map(|n| gateway(backend, Some(&db.url), n))
         .collect();
     let single = gateway(backend, None, "");
-    let (mut three, mut one) = (Vec::new(), Vec::new());
+    let solo = gateway(backend, Some(&db.url), "solo");
+    let (mut three, mut one, mut one_pg) = (Vec::new(), Vec::new(), Vec::new());
     rt.block_on(async {
         for _ in 0..ROUNDS {
             let loops = cluster.iter().enumerate().map(|(i, g)| {
@@ -116,13 +117,16 @@ fn main() {
             three.push(rates.iter().sum::<f64>());
             let uri = format!("http://127.0.0.1:{}/v1/calls", single.port);
             one.push(closed_loop(&http, &uri, Some(AGENT), body, 32, 3).await);
+            let uri = format!("http://127.0.0.1:{}/v1/calls", solo.port);
+            one_pg.push(closed_loop(&http, &uri, Some(AGENT), body, 32, 3).await);
         }
     });
-    let (three, one) = (median(three), median(one));
+    let (three, one, one_pg) = (median(three), median(one), median(one_pg));
     println!(
-        "allowed calls/s, 32 clients: three gateways on one PostgreSQL {three:.0}, one gateway on fjall {one:.0} ({:.2}x)",
+        "allowed calls/s, 32 clients: three gateways on one PostgreSQL {three:.0}, one gateway on PostgreSQL {one_pg:.0}, one gateway on fjall {one:.0} (three on PostgreSQL / one on fjall: {:.2}x)",
         three / one
     );
+    drop(solo);
 
     // Decision -> answer across gateways.
     let (a, b) = (&cluster[0], &cluster[1]);

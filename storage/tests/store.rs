@@ -754,3 +754,48 @@ fn a_database_schema_newer_than_the_binary_refuses_to_open() {
         .unwrap();
     assert_eq!(err.code(), "store.schema_too_new");
 }
+
+#[test]
+fn another_store_on_the_same_schema_hears_of_each_commit_and_no_other_schema_does() {
+    if !on_postgres() {
+        return; // one process holds a fjall store: there is nobody else to tell
+    }
+    let (here, elsewhere) = (Place::new(), Place::new());
+    let a = here.open(StoreOptions::default()).unwrap();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = heard.clone();
+    a.on_changes(Box::new(move |c| {
+        if c.remote && !c.all {
+            h.lock().unwrap().push(c.clone());
+        }
+    }));
+    let twin = here.open(StoreOptions::default()).unwrap();
+    let other = elsewhere.open(StoreOptions::default()).unwrap();
+    other
+        .record_call(
+            call("c-other", "sha256:bb", &agent("bot"), "allow", 1000),
+            Default::default(),
+            false,
+        )
+        .unwrap();
+    twin.record_call(
+        call("c-twin", "sha256:cc", &agent("bot"), "allow", 1000),
+        Default::default(),
+        false,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while heard.lock().unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no notification");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let heard = heard.lock().unwrap();
+    assert_eq!(heard.len(), 1, "{heard:?}");
+    assert_eq!(heard[0].calls, vec!["c-twin".to_owned()]);
+    // The audit records it appended, by seq, for the gateway's event streams.
+    let (from, to) = heard[0].audit.unwrap();
+    let records = a.audit_after(from - 1, 10).unwrap();
+    assert_eq!(records.len() as u64, to - from + 1);
+    assert_eq!(records[0]["call_id"], "c-twin");
+}

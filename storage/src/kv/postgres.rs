@@ -14,13 +14,16 @@
 //!   before the answer); a lazy one (an allowed call's outcome, or `batched` mode) with it off,
 //!   so a crash of PostgreSQL itself may lose the last moments of lazy writes, never a durable
 //!   one.
-//! - **Wake-ups across gateways**: a commit sends `NOTIFY airlock_changes` with the calls and
-//!   runs it changed; every gateway `LISTEN`s and wakes what waits on them. After the listening
+//! - **Wake-ups across gateways**: a commit sends a `NOTIFY` (on a channel of its schema's) with
+//!   the calls and runs it changed and the seqs of the audit records it appended; every gateway
+//!   `LISTEN`s and wakes what waits on them. After the listening
 //!   connection is (re)established, the listener is told "anything may have changed", so a
 //!   decision made while it was away is re-read, not missed.
 //! - **Faults**: an operation that cannot reach the database fails with `store.unavailable`
 //!   and poisons nothing; connections are re-made on the next use, and the store reports
-//!   itself unavailable while its listening connection is down.
+//!   itself unavailable while its listening connection is down. A session left inside a
+//!   transaction (a gateway frozen while it holds the lock) is ended by PostgreSQL after
+//!   [`IDLE_IN_TRANSACTION`].
 //! - **Migrations** are embedded ([`MIGRATIONS`]), run at open under a session advisory lock,
 //!   and a schema newer than this binary refuses to open.
 //!
@@ -53,8 +56,14 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE airlock_kv (
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
 
-/// The channel commits are announced on.
-const CHANNEL: &str = "airlock_changes";
+/// The channel commits are announced on is this, then a digest of the schema's name: stores in
+/// other schemas of the same database do not hear each other.
+const CHANNEL_PREFIX: &str = "airlock_changes_";
+
+/// How long a session may sit in an open transaction before PostgreSQL ends it: a gateway that
+/// stops answering while it holds the writer lock (a frozen process, a lost host) releases it
+/// after this, instead of stopping every other gateway's writes.
+const IDLE_IN_TRANSACTION: &str = "15s";
 
 /// A notification's payload must stay under PostgreSQL's 8000 bytes; past this, the change is
 /// sent as "anything may have changed".
@@ -104,6 +113,8 @@ pub(crate) struct PgKv {
     up: Arc<AtomicBool>,
     /// Tells this process's own notifications apart from other gateways'.
     origin: String,
+    /// The channel of this schema's store.
+    channel: String,
 }
 
 impl Drop for PgKv {
@@ -134,6 +145,9 @@ impl PgKv {
             .map_err(|e| StoreError::Unavailable(format!("the database URL is invalid: {e}")))?;
         config.connect_timeout(CONNECT_TIMEOUT);
         config.application_name("airlock");
+        // A database host that vanishes is noticed, not waited on forever.
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(10));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("airlock-postgres")
@@ -151,11 +165,15 @@ impl PgKv {
             group: Mutex::new(None),
             up: Arc::new(AtomicBool::new(true)),
             origin: format!("{:x}", uuid::Uuid::now_v7().as_u128()),
+            channel: String::new(),
         };
         let config = kv.config.clone();
-        kv.run(async move { migrate(&config).await.map(|_| ()) })?;
+        let mut kv = kv;
+        let schema = kv.run(async move { migrate(&config).await.map(|m| m.schema) })?;
+        kv.channel = channel_of(&schema);
         kv.handle.spawn(listen(
             kv.config.clone(),
+            kv.channel.clone(),
             kv.up.clone(),
             kv.origin.clone(),
             listener,
@@ -361,7 +379,8 @@ impl PgKv {
         if !change.is_empty() {
             let payload = notification(&self.origin, change);
             sql.push_str(&format!(
-                "SELECT pg_notify('{CHANNEL}', convert_from({}, 'UTF8'));",
+                "SELECT pg_notify('{}', convert_from({}, 'UTF8'));",
+                self.channel,
                 bytea(payload.as_bytes())
             ));
         }
@@ -429,10 +448,25 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The notification channel of the store in `schema`: a fixed prefix and hex digits only, so
+/// it is a plain identifier whatever the schema is called.
+fn channel_of(schema: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(schema.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{CHANNEL_PREFIX}{hex}")
+}
+
 /// Connects and prepares the statements every connection uses.
 async fn connect(config: &tokio_postgres::Config) -> Result<Conn, StoreError> {
     let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
     tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}'"
+        ))
+        .await
+        .map_err(unavailable)?;
     let prepare = |sql: &'static str| client.prepare(sql);
     let get = prepare("SELECT v FROM airlock_kv WHERE ks = $1 AND k = $2").await;
     let scan_from =
@@ -458,9 +492,17 @@ async fn connect(config: &tokio_postgres::Config) -> Result<Conn, StoreError> {
     })
 }
 
+/// What [`migrate`] found and did.
+struct Migrated {
+    before: i32,
+    after: i32,
+    /// The schema the store's tables are in (the connection's `current_schema()`).
+    schema: String,
+}
+
 /// Brings the schema up to date; returns the versions before and after. Refuses a schema
 /// newer than this binary's.
-async fn migrate(config: &tokio_postgres::Config) -> Result<(i32, i32), StoreError> {
+async fn migrate(config: &tokio_postgres::Config) -> Result<Migrated, StoreError> {
     let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
     tokio::spawn(connection);
     client
@@ -504,7 +546,16 @@ async fn migrate(config: &tokio_postgres::Config) -> Result<(i32, i32), StoreErr
         .batch_execute(&format!("SELECT pg_advisory_unlock({MIGRATE_LOCK})"))
         .await
         .map_err(unavailable)?;
-    Ok((found, SCHEMA_VERSION))
+    let schema: Option<String> = client
+        .query_one("SELECT current_schema()::text", &[])
+        .await
+        .map_err(unavailable)?
+        .get(0);
+    Ok(Migrated {
+        before: found,
+        after: SCHEMA_VERSION,
+        schema: schema.unwrap_or_default(),
+    })
 }
 
 /// Runs the migrations at `options.url` without opening a store (`airlock store migrate`).
@@ -517,7 +568,7 @@ pub fn migrate_database(options: &PgOptions) -> Result<(i32, i32), StoreError> {
         .enable_all()
         .build()
         .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
-    rt.block_on(migrate(&config))
+    rt.block_on(migrate(&config)).map(|m| (m.before, m.after))
 }
 
 /// The payload announcing `change`: who sent it, and the calls and runs it touched (or `all`
@@ -565,6 +616,7 @@ fn parse_notification(origin: &str, payload: &str) -> Option<Change> {
 /// may have changed while it was away.
 async fn listen(
     config: tokio_postgres::Config,
+    channel: String,
     up: Arc<AtomicBool>,
     origin: String,
     listener: Arc<OnceLock<ChangeListener>>,
@@ -593,7 +645,7 @@ async fn listen(
                 }
             });
             if client
-                .batch_execute(&format!("LISTEN {CHANNEL}"))
+                .batch_execute(&format!("LISTEN {channel}"))
                 .await
                 .is_ok()
             {
