@@ -269,12 +269,21 @@ fn the_database_going_away_under_traffic_loses_nothing() {
     let backend = Backend::start();
     let gw = gateway(&backend, &db.url, "gw-a");
     let other = gateway(&backend, &db.url, "gw-b");
-    // A call held before the outage, decided after it.
+    // A call resumed after the outage, and one held through it, both decided after it.
     let (call, approval) = gw.call_async("agent1", "db.query", json!({"sql": "select 7"}));
 
     let stop = AtomicBool::new(false);
     let answers: Mutex<Vec<(u16, String, Value)>> = Mutex::new(Vec::new());
-    let (down_for, back_after) = std::thread::scope(|s| {
+    let (down_for, back_after, held) = std::thread::scope(|s| {
+        let held = s.spawn(|| {
+            gw.call(
+                "agent1",
+                "db.query",
+                json!({"sql": "select 8"}),
+                Some("wait=30"),
+            )
+        });
+        pending_approval_of(&other, None, "select 8");
         for t in 0..4 {
             let (gw, stop, answers) = (&gw, &stop, &answers);
             s.spawn(move || {
@@ -328,8 +337,13 @@ fn the_database_going_away_under_traffic_loses_nothing() {
         let back_after = restarted.elapsed();
         std::thread::sleep(Duration::from_millis(300));
         stop.store(true, Ordering::Relaxed);
-        (down_for, back_after)
+        // The request held through the outage is still waiting, and a decision on the other
+        // gateway answers it.
+        let (held_approval, _) = pending_approval_of(&other, None, "select 8");
+        assert_eq!(other.approve("dba2", &held_approval).0, 200);
+        (down_for, back_after, held.join().unwrap())
     });
+    assert_eq!(held.0, 200, "the call held through the outage: {}", held.1);
     eprintln!("down for {down_for:?}; serving again {back_after:?} after the database was back");
     let (s, _) = gw.req("GET", "/readyz", None, None, None);
     assert_eq!(s, 200);
