@@ -13,13 +13,18 @@
 //! one writer writes at a time. Lazy writes are fsynced within the flush interval, or with the
 //! next durable group (the journal is one sequence, so an fsync covers everything before it).
 //!
+//! A lazy job submitted from async code (an allowed call's outcome; in `batched` mode its
+//! decision too) may instead run at once on its caller's thread, when the store is fjall and
+//! the writer is idle: the same rules, under the same lock ([`Core`]), minus two thread
+//! hand-offs.
+//!
 //! A job that fails leaves nothing behind: its staged writes are rolled back before the next
 //! job runs. A fjall commit that fails poisons the store: every later call is
 //! `store.unavailable`. A PostgreSQL group that fails is answered `store.unavailable` and the
 //! next one starts afresh.
 
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
@@ -51,6 +56,22 @@ pub enum Durability {
 pub(crate) struct ChainHead {
     pub seq: u64,
     pub hash: String,
+}
+
+/// What whoever writes must hold: the chain's head, and what is written but not yet fsynced.
+/// The writer thread holds it for each group; a lazy write may take it on its caller's thread
+/// when nobody else has it (see [`Writer::submit_async`]).
+struct Core {
+    head: ChainHead,
+    /// Since when lazy writes have waited for an fsync.
+    unsynced: Option<Instant>,
+    /// Commits that wrote something, counted: an fsync clears `unsynced` only if no commit
+    /// came in while it ran.
+    commits: u64,
+}
+
+fn lock(core: &Mutex<Core>) -> std::sync::MutexGuard<'_, Core> {
+    core.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What the writer shares with readers.
@@ -241,6 +262,7 @@ type Job = (Durability, Box<dyn FnOnce(&mut Tx<'_>) -> Finish + Send>);
 pub(crate) struct Writer {
     jobs: Option<SyncSender<Job>>,
     shared: Arc<Shared>,
+    core: Arc<Mutex<Core>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -262,14 +284,20 @@ impl Writer {
         flush_interval: Duration,
     ) -> Result<Writer, StoreError> {
         let (jobs, rx) = mpsc::sync_channel::<Job>(4096);
-        let thread_shared = shared.clone();
+        let core = Arc::new(Mutex::new(Core {
+            head,
+            unsynced: None,
+            commits: 0,
+        }));
+        let (thread_shared, thread_core) = (shared.clone(), core.clone());
         let thread = std::thread::Builder::new()
             .name("airlock-store-writer".into())
-            .spawn(move || run(&thread_shared, rx, head, flush_interval))
+            .spawn(move || run(&thread_shared, rx, &thread_core, flush_interval))
             .map_err(|e| StoreError::Unavailable(format!("cannot start the writer: {e}")))?;
         Ok(Writer {
             jobs: Some(jobs),
             shared,
+            core,
             thread: Some(thread),
         })
     }
@@ -297,9 +325,11 @@ impl Writer {
         rx.recv().map_err(|_| stopped())?
     }
 
-    /// [`Writer::submit_with`] for async callers: the job is queued now, and the returned
-    /// future resolves when its result is as durable as `durability` promises. No thread
-    /// waits for it: the writer wakes the caller's task.
+    /// [`Writer::submit_with`] for async callers: the returned future resolves when the
+    /// result is as durable as `durability` promises. No thread waits for it: the writer wakes
+    /// the caller's task. A lazy write to fjall that finds the writer idle is done at once on
+    /// the caller's thread instead (it waits for no fsync, so it blocks nothing for long), which
+    /// spares the two thread hand-offs a queued job costs.
     pub fn submit_async<T, F>(
         &self,
         durability: Durability,
@@ -309,14 +339,93 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let queued = self.enqueue(durability, f, move |r| {
-            let _ = tx.send(r);
-        });
+        let done = match durability {
+            Durability::Lazy => self.try_inline(f),
+            Durability::Durable => Err(f),
+        };
+        // `Ok`: a receiver to wait on; `Err`: the result, already there.
+        let waiting = match done {
+            Ok(result) => Err(result),
+            Err(f) => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.enqueue(durability, f, move |r| {
+                    let _ = tx.send(r);
+                })
+                .map(|()| rx)
+                .map_err(Err)
+            }
+        };
         async move {
-            queued?;
-            rx.await.map_err(|_| stopped())?
+            match waiting {
+                Ok(rx) => rx.await.map_err(|_| stopped())?,
+                Err(result) => result,
+            }
         }
+    }
+
+    /// Runs a lazy job now, on this thread, if the store is fjall and nobody holds the writer's
+    /// core (else hands `f` back to be queued). Same rules as a group of one: the job runs
+    /// against committed state, its writes and audit records are committed as one batch, and
+    /// it is fsynced within the flush interval (the writer thread is told to keep time).
+    fn try_inline<T, F>(&self, f: F) -> Result<Result<T, StoreError>, F>
+    where
+        F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
+    {
+        if !matches!(self.shared.backend, Backend::Fjall(_)) {
+            return Err(f);
+        }
+        let mut core = match self.core.try_lock() {
+            Ok(core) => core,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(f),
+        };
+        if let Err(e) = self.shared.check() {
+            return Ok(Err(e));
+        }
+        let mut tx = Tx {
+            shared: &self.shared,
+            staged: Vec::new(),
+            first_seq: core.head.seq + 1,
+            head: core.head.clone(),
+            runs: Vec::new(),
+            failed: None,
+        };
+        let out = match f(&mut tx) {
+            Ok(out) => out,
+            Err(e) => return Ok(Err(e)),
+        };
+        let wrote = !tx.staged.is_empty();
+        let change = tx.change();
+        if let Err(e) = self
+            .shared
+            .backend
+            .commit(std::mem::take(&mut tx.staged), false, &change)
+        {
+            return Ok(Err(e));
+        }
+        core.head = tx.head;
+        let mut tell_writer = false;
+        if wrote {
+            core.commits += 1;
+            tell_writer = core.unsynced.is_none();
+            core.unsynced = core.unsynced.or(Some(Instant::now()));
+        }
+        drop(core);
+        if tell_writer {
+            // An empty job: the writer wakes, sees what waits for an fsync, and keeps time.
+            if let Some(jobs) = &self.jobs {
+                let _ = jobs.try_send((
+                    Durability::Lazy,
+                    Box::new(|_: &mut Tx<'_>| Box::new(|_| {}) as Finish),
+                ));
+            }
+        }
+        if !change.is_empty() {
+            if let Some(listener) = self.shared.listener.get() {
+                listener(&change);
+            }
+        }
+        Ok(Ok(out))
     }
 
     /// Queues `f`; `answer` gets its result once the group it ran in is committed.
@@ -350,11 +459,10 @@ fn stopped() -> StoreError {
     StoreError::Unavailable("the writer has stopped".into())
 }
 
-fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: Duration) {
+fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: Duration) {
     let mut last_group = 1;
-    // Lazy writes not yet fsynced, and since when.
-    let mut unsynced: Option<Instant> = None;
     loop {
+        let unsynced = lock(core).unsynced;
         let first = match unsynced {
             None => match rx.recv() {
                 Ok(job) => job,
@@ -365,9 +473,8 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
                 match rx.recv_timeout(wait) {
                     Ok(job) => job,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if shared.backend.sync().is_ok() {
-                            unsynced = None;
-                        }
+                        // A failed fsync poisons fjall: every later call hears of it.
+                        let _ = sync(shared, core);
                         continue;
                     }
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -396,19 +503,20 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
             }
         }
         last_group = group.len();
+        let mut held = lock(core);
         // With PostgreSQL, other gateways may have extended the chain since this writer's last
         // group: the head is re-read under the group's lock.
         let begun = shared.backend.begin().and_then(|last| {
             if let Some(last) = last {
-                head = crate::head_of(last)?;
+                held.head = crate::head_of(last)?;
             }
             Ok(())
         });
         let mut tx = Tx {
             shared,
             staged: Vec::new(),
-            first_seq: head.seq + 1,
-            head: head.clone(),
+            first_seq: held.head.seq + 1,
+            head: held.head.clone(),
             runs: Vec::new(),
             failed: begun.err(),
         };
@@ -435,28 +543,28 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
             }
         };
         if written.is_ok() {
-            head = tx.head;
+            held.head = tx.head;
+            if wrote {
+                held.commits += 1;
+            }
         }
+        // Nothing written by this group and nothing waiting for an fsync (an expiry sweep that
+        // found nothing, a refused change): everything committed is already on disk.
+        let needs_sync = !durable.is_empty() && (wrote || held.unsynced.is_some());
+        if durable.is_empty() && wrote {
+            held.unsynced = held.unsynced.or(Some(Instant::now()));
+        }
+        // The core is free while this group waits for its fsync: a lazy write may go on.
+        drop(held);
         for finish in lazy {
             finish(written.clone());
         }
-        let synced = if durable.is_empty() {
-            if wrote {
-                unsynced = unsynced.or(Some(Instant::now()));
-            }
-            written.clone()
-        } else if !wrote && unsynced.is_none() {
-            // Nothing written by this group and nothing waiting for an fsync (an expiry sweep
-            // that found nothing, a refused change): everything committed is already on disk.
-            written.clone()
-        } else {
+        let synced = if needs_sync {
             // INVARIANT: a durable caller hears back only after this fsync, which also covers
             // every lazy write before it in the journal.
-            let r = written.clone().and_then(|()| shared.backend.sync());
-            if r.is_ok() {
-                unsynced = None;
-            }
-            r
+            written.clone().and_then(|()| sync(shared, core))
+        } else {
+            written.clone()
         };
         for finish in durable {
             finish(synced.clone());
@@ -467,7 +575,21 @@ fn run(shared: &Shared, rx: Receiver<Job>, mut head: ChainHead, flush_interval: 
             }
         }
     }
-    if unsynced.is_some() {
-        let _ = shared.backend.sync();
+    if lock(core).unsynced.is_some() {
+        let _ = sync(shared, core);
     }
+}
+
+/// Fsyncs everything written so far; if no commit came in meanwhile, nothing waits for an
+/// fsync any more.
+fn sync(shared: &Shared, core: &Mutex<Core>) -> Result<(), StoreError> {
+    let commits = lock(core).commits;
+    let r = shared.backend.sync();
+    if r.is_ok() {
+        let mut held = lock(core);
+        if held.commits == commits {
+            held.unsynced = None;
+        }
+    }
+    r
 }
