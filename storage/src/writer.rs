@@ -68,9 +68,6 @@ struct Core {
     /// Commits that wrote something, counted: an fsync clears `unsynced` only if no commit
     /// came in while it ran.
     commits: u64,
-    /// Whether the writer thread has a group in hand (until its callers are answered): then a
-    /// durable write joins its group rather than fsync on its own.
-    busy: bool,
 }
 
 fn lock(core: &Mutex<Core>) -> std::sync::MutexGuard<'_, Core> {
@@ -291,7 +288,6 @@ impl Writer {
             head,
             unsynced: None,
             commits: 0,
-            busy: false,
         }));
         let (thread_shared, thread_core) = (shared.clone(), core.clone());
         let thread = std::thread::Builder::new()
@@ -331,11 +327,9 @@ impl Writer {
 
     /// [`Writer::submit_with`] for async callers: the returned future resolves when the
     /// result is as durable as `durability` promises. No thread waits for it: the writer wakes
-    /// the caller's task. A write to fjall that finds the writer idle is done at once on the
-    /// caller's thread instead, which spares the two thread hand-offs a queued job costs: a
-    /// lazy one whenever nobody holds the core, a durable one (which then blocks this thread
-    /// for its fsync) only when the writer thread has no group in hand, so that under load
-    /// durable writes still share fsyncs.
+    /// the caller's task. A lazy write to fjall that finds the writer idle is done at once on
+    /// the caller's thread instead (it waits for no fsync, so it blocks nothing for long), which
+    /// spares the two thread hand-offs a queued job costs.
     pub fn submit_async<T, F>(
         &self,
         durability: Durability,
@@ -345,7 +339,10 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     {
-        let done = self.try_inline(durability, f);
+        let done = match durability {
+            Durability::Lazy => self.try_inline(f),
+            Durability::Durable => Err(f),
+        };
         // `Ok`: a receiver to wait on; `Err`: the result, already there.
         let waiting = match done {
             Ok(result) => Err(result),
@@ -370,7 +367,7 @@ impl Writer {
     /// core (else hands `f` back to be queued). Same rules as a group of one: the job runs
     /// against committed state, its writes and audit records are committed as one batch, and
     /// it is fsynced within the flush interval (the writer thread is told to keep time).
-    fn try_inline<T, F>(&self, durability: Durability, f: F) -> Result<Result<T, StoreError>, F>
+    fn try_inline<T, F>(&self, f: F) -> Result<Result<T, StoreError>, F>
     where
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError>,
     {
@@ -382,10 +379,6 @@ impl Writer {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return Err(f),
         };
-        let durable = durability == Durability::Durable;
-        if durable && core.busy {
-            return Err(f);
-        }
         if let Err(e) = self.shared.check() {
             return Ok(Err(e));
         }
@@ -414,19 +407,10 @@ impl Writer {
         let mut tell_writer = false;
         if wrote {
             core.commits += 1;
-            if !durable {
-                tell_writer = core.unsynced.is_none();
-                core.unsynced = core.unsynced.or(Some(Instant::now()));
-            }
+            tell_writer = core.unsynced.is_none();
+            core.unsynced = core.unsynced.or(Some(Instant::now()));
         }
-        let needs_sync = durable && (wrote || core.unsynced.is_some());
         drop(core);
-        // INVARIANT: a durable caller hears back only after its write is fsynced.
-        if needs_sync {
-            if let Err(e) = sync(&self.shared, &self.core) {
-                return Ok(Err(e));
-            }
-        }
         if tell_writer {
             // An empty job: the writer wakes, sees what waits for an fsync, and keeps time.
             if let Some(jobs) = &self.jobs {
@@ -520,7 +504,6 @@ fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: D
         }
         last_group = group.len();
         let mut held = lock(core);
-        held.busy = true;
         // With PostgreSQL, other gateways may have extended the chain since this writer's last
         // group: the head is re-read under the group's lock.
         let begun = shared.backend.begin().and_then(|last| {
@@ -583,7 +566,6 @@ fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: D
         } else {
             written.clone()
         };
-        lock(core).busy = false;
         for finish in durable {
             finish(synced.clone());
         }

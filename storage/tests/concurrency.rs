@@ -100,20 +100,14 @@ fn lazy_async_writes_and_the_writer_thread_keep_one_chain() {
             s.spawn(move || {
                 for i in 0..60 {
                     let id = format!("c-{t}-{i}");
-                    // Durable: through the writer thread, or (async, the writer idle) at once
-                    // with an fsync of its own.
-                    let c = call(&id, &format!("sha256:{id}"), &agent("bot"), "allow", 1000);
-                    if t % 2 == 0 {
-                        store.record_call(c, no_fields(), true).unwrap();
-                    } else {
-                        rt.block_on(store.record_call_async(
-                            c,
+                    // Durable: through the writer thread.
+                    store
+                        .record_call(
+                            call(&id, &format!("sha256:{id}"), &agent("bot"), "allow", 1000),
                             no_fields(),
                             true,
-                            Durability::Durable,
-                        ))
+                        )
                         .unwrap();
-                    }
                     // Lazy and async: at once on this thread when the writer is idle.
                     let done = rt
                         .block_on(store.complete_call_async(
