@@ -178,6 +178,13 @@ pub async fn serve(
     {
         tracing::warn!("some connections did not finish within {DRAIN:?}");
     }
+    // Memtables out to tables: the next start replays little of the journal.
+    let store = gw.store.clone();
+    match tokio::task::spawn_blocking(move || store.flush()).await {
+        Ok(Err(e)) => tracing::warn!("the store was not flushed at stop: {e}"),
+        Err(e) => tracing::warn!("the store was not flushed at stop: {e}"),
+        Ok(Ok(())) => {}
+    }
     drop(gw);
     Ok(())
 }

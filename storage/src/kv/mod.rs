@@ -166,6 +166,15 @@ impl Backend {
         }
     }
 
+    /// Writes what is only in memory and the journal out to tables (fjall); nothing to do for
+    /// PostgreSQL.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        match self {
+            Backend::Fjall(f) => f.flush(),
+            Backend::Postgres(_) => Ok(()),
+        }
+    }
+
     pub fn disk_space(&self) -> Result<u64, StoreError> {
         match self {
             Backend::Fjall(f) => f.disk_space(),
