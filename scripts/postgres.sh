@@ -2,7 +2,8 @@
 # A throwaway PostgreSQL cluster for the tests: `start DIR PORT` makes a cluster in DIR (initdb),
 # listening on 127.0.0.1:PORT and a socket in DIR, and prints the connection string;
 # `stop DIR` stops it. PostgreSQL refuses to run as root, so the cluster runs as the `postgres`
-# user that Debian's package creates. Installs Debian's `postgresql` if it is missing.
+# user that Debian's package creates. Installs Debian's `postgresql` if it is missing. With
+# PG_SSL_CERT and PG_SSL_KEY set (PEM files), `start` also serves TLS with them.
 set -euo pipefail
 
 bin=""
@@ -26,7 +27,15 @@ case "${1:-}" in
     if ! [ -f "$dir/PG_VERSION" ]; then
       "${as_pg[@]}" "$bin/initdb" -D "$dir" -U postgres -A trust --no-sync >/dev/null
     fi
-    "${as_pg[@]}" "$bin/pg_ctl" -D "$dir" -l "$dir/log" -w -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on" start >/dev/null
+    ssl=""
+    if [ -n "${PG_SSL_CERT:-}" ]; then
+      cp "$PG_SSL_CERT" "$dir/server.crt"
+      cp "$PG_SSL_KEY" "$dir/server.key"
+      chmod 600 "$dir/server.key"
+      [ "$(id -u)" = 0 ] && chown postgres "$dir/server.crt" "$dir/server.key"
+      ssl="-c ssl=on"
+    fi
+    "${as_pg[@]}" "$bin/pg_ctl" -D "$dir" -l "$dir/log" -w -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on $ssl" start >/dev/null
     echo "host=$dir port=$port user=postgres dbname=postgres"
     ;;
   stop)

@@ -65,6 +65,7 @@ fn main() {
     let pg = Store::open_postgres(
         &PgOptions {
             url: db.url.clone(),
+            ..PgOptions::default()
         },
         StoreOptions {
             instance: "bench".into(),

@@ -213,6 +213,9 @@ pub struct StoreAt {
     /// A PostgreSQL store's connection string; `env:VAR` reads it from the variable VAR.
     #[arg(long)]
     pub database_url: Option<String>,
+    /// PEM certificates to verify the database's TLS certificate with (else the system's).
+    #[arg(long, requires = "database_url")]
+    pub database_ca: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -254,6 +257,9 @@ pub enum StoreCommand {
         /// The database's connection string; `env:VAR` reads it from the variable VAR.
         #[arg(long)]
         database_url: String,
+        /// PEM certificates to verify the database's TLS certificate with (else the system's).
+        #[arg(long)]
+        database_ca: Option<PathBuf>,
     },
 }
 
@@ -321,7 +327,10 @@ pub fn run(cli: Cli) -> u8 {
         Command::Audit(AuditCommand::Verify { at, file }) => audit_verify(at, file),
         Command::Audit(AuditCommand::Prune { at, before }) => audit_prune(&at, before),
         Command::Audit(AuditCommand::Export { at, after, out }) => audit_export(&at, after, out),
-        Command::Store(StoreCommand::Migrate { database_url }) => store_migrate(&database_url),
+        Command::Store(StoreCommand::Migrate {
+            database_url,
+            database_ca,
+        }) => store_migrate(&database_url, database_ca.as_deref()),
     }
 }
 
@@ -507,6 +516,7 @@ fn open_store(at: &StoreAt) -> Result<Store, u8> {
         (None, Some(url)) => Store::open_postgres(
             &PgOptions {
                 url: database_url(url)?,
+                ca_pem: read_ca(at.database_ca.as_deref())?,
             },
             StoreOptions {
                 instance: format!("airlock-cli-{}", std::process::id()),
@@ -523,12 +533,20 @@ fn open_store(at: &StoreAt) -> Result<Store, u8> {
     opened.map_err(|e| bad_input(e.code(), e))
 }
 
-fn store_migrate(url: &str) -> u8 {
-    let url = match database_url(url) {
-        Ok(u) => u,
-        Err(code) => return code,
+/// Reads `--database-ca`, if given.
+fn read_ca(path: Option<&std::path::Path>) -> Result<Option<Vec<u8>>, u8> {
+    path.map(|p| {
+        std::fs::read(p).map_err(|e| bad_input("store.usage", format!("{}: {e}", p.display())))
+    })
+    .transpose()
+}
+
+fn store_migrate(url: &str, ca: Option<&std::path::Path>) -> u8 {
+    let (url, ca_pem) = match (database_url(url), read_ca(ca)) {
+        (Ok(u), Ok(ca)) => (u, ca),
+        (Err(code), _) | (_, Err(code)) => return code,
     };
-    match airlock_storage::migrate_database(&PgOptions { url }) {
+    match airlock_storage::migrate_database(&PgOptions { url, ca_pem }) {
         Ok((before, after)) if before == after => {
             println!("ok: the schema is at version {after}, this binary's");
             0

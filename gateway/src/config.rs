@@ -54,6 +54,7 @@ struct RawStore {
     kind: Option<String>,
     url: Option<String>,
     instance: Option<String>,
+    ca: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -376,8 +377,13 @@ pub enum StoreKind {
     /// Embedded fjall in `data_dir`, held by this process alone.
     Fjall,
     /// A PostgreSQL database shared by any number of gateways. `instance` names this gateway
-    /// among them: a restarted gateway recovers only the calls it left executing.
-    Postgres { url: String, instance: String },
+    /// among them: a restarted gateway recovers only the calls it left executing. `ca`: PEM
+    /// certificates to verify the database's TLS certificate with, instead of the system's.
+    Postgres {
+        url: String,
+        instance: String,
+        ca: Option<PathBuf>,
+    },
 }
 
 impl std::fmt::Debug for StoreKind {
@@ -385,9 +391,10 @@ impl std::fmt::Debug for StoreKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreKind::Fjall => f.write_str("Fjall"),
-            StoreKind::Postgres { instance, .. } => f
+            StoreKind::Postgres { instance, ca, .. } => f
                 .debug_struct("Postgres")
                 .field("instance", instance)
+                .field("ca", ca)
                 .finish_non_exhaustive(),
         }
     }
@@ -826,6 +833,9 @@ impl Config {
                 if raw.store.url.is_some() {
                     return Err(err("store.url", "is only for `kind = \"postgres\"`"));
                 }
+                if raw.store.ca.is_some() {
+                    return Err(err("store.ca", "is only for `kind = \"postgres\"`"));
+                }
                 StoreKind::Fjall
             }
             "postgres" => {
@@ -846,7 +856,11 @@ impl Config {
                     }
                     None => default_instance(&data_dir),
                 };
-                StoreKind::Postgres { url, instance }
+                StoreKind::Postgres {
+                    url,
+                    instance,
+                    ca: raw.store.ca.map(resolve),
+                }
             }
             other => {
                 return Err(err(
@@ -1058,6 +1072,7 @@ mod tests {
             ("[store]\nurl = \"host=/tmp\"\n", "store.url"),
             ("[store]\nkind = \"postgres\"\nurl = \"host=/tmp\"\ninstance = \" \"\n", "store.instance"),
             ("[store]\ndsn = \"x\"\n", "line 2"),
+            ("[store]\nca = \"db-ca.pem\"\n", "store.ca"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err();
@@ -1073,7 +1088,8 @@ mod tests {
             c.store,
             StoreKind::Postgres {
                 url: "host=/run/pg user=airlock password=hunter2".into(),
-                instance: "gw-1".into()
+                instance: "gw-1".into(),
+                ca: None,
             }
         );
         assert!(

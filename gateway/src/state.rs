@@ -154,13 +154,25 @@ impl Gateway {
                     .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
                 Store::open(&config.data_dir, options)
             }
-            StoreKind::Postgres { url, instance } => Store::open_postgres(
-                &PgOptions { url: url.clone() },
-                StoreOptions {
-                    instance: instance.clone(),
-                    ..options
-                },
-            ),
+            StoreKind::Postgres { url, instance, ca } => {
+                let ca_pem =
+                    match ca {
+                        Some(path) => Some(std::fs::read(path).map_err(|e| {
+                            format!("store.ca: cannot read {}: {e}", path.display())
+                        })?),
+                        None => None,
+                    };
+                Store::open_postgres(
+                    &PgOptions {
+                        url: url.clone(),
+                        ca_pem,
+                    },
+                    StoreOptions {
+                        instance: instance.clone(),
+                        ..options
+                    },
+                )
+            }
         }
         .map_err(|e| e.to_string())?;
         let metrics = Metrics::new()?;

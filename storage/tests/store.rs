@@ -749,9 +749,12 @@ fn a_database_schema_newer_than_the_binary_refuses_to_open() {
     assert_eq!(err.code(), "store.schema_too_new", "{err}");
     assert!(err.to_string().contains("newer than this binary"), "{err}");
     // And migrating does not downgrade it.
-    let err = airlock_storage::migrate_database(&airlock_storage::PgOptions { url: url.into() })
-        .err()
-        .unwrap();
+    let err = airlock_storage::migrate_database(&airlock_storage::PgOptions {
+        url: url.into(),
+        ..Default::default()
+    })
+    .err()
+    .unwrap();
     assert_eq!(err.code(), "store.schema_too_new");
 }
 

@@ -494,3 +494,64 @@ fn an_event_stream_on_one_gateway_tells_what_happens_on_the_others() {
         ]
     );
 }
+
+#[test]
+fn the_database_over_tls_is_verified_before_it_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certs(dir.path(), "pg");
+    let cluster = Cluster::start_tls(&cert, &key);
+    let db = Database::in_cluster(&cluster);
+    let tcp = format!(
+        "host=127.0.0.1 port={} user=postgres dbname={} sslmode=require",
+        cluster.port, db.name
+    );
+    // A server whose certificate the system does not trust is refused, not used.
+    let (code, text) = airlock(&["store", "migrate", "--database-url", &tcp]);
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        text.contains("store.unavailable") && text.contains("certificate"),
+        "{text}"
+    );
+    let ca_arg = ca.to_str().unwrap();
+    let (code, text) = airlock(&[
+        "store",
+        "migrate",
+        "--database-url",
+        &tcp,
+        "--database-ca",
+        ca_arg,
+    ]);
+    assert_eq!(code, 0, "{text}");
+
+    // A gateway told which CA to trust serves calls over TLS.
+    let backend = Backend::start();
+    let config = format!(
+        "{}\n[store]\nkind = \"postgres\"\nurl = \"{tcp}\"\ninstance = \"gw-tls\"\nca = \"{ca_arg}\"\n",
+        config_text(&backend, "")
+    );
+    let gw = Gateway::start_with(&config, POLICY);
+    let (s, b) = gw.call("agent1", "echo.x", json!({"tls": true}), None);
+    assert_eq!(s, 200, "{b}");
+    let mut client = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    let rows = client
+        .query(
+            "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = 'airlock' AND a.datname = $1",
+            &[&db.name],
+        )
+        .unwrap();
+    assert!(!rows.is_empty());
+    assert!(
+        rows.iter().all(|r| r.get::<_, bool>(0)),
+        "every connection of the gateway is encrypted"
+    );
+    let (code, text) = airlock(&[
+        "audit",
+        "verify",
+        "--database-url",
+        &tcp,
+        "--database-ca",
+        ca_arg,
+    ]);
+    assert_eq!(code, 0, "{text}");
+}

@@ -5,35 +5,8 @@
 
 mod support;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use serde_json::json;
 use support::*;
-
-/// A test CA and a leaf for 127.0.0.1 signed by it, written as PEM files: (ca, cert, key).
-fn certs(
-    dir: &std::path::Path,
-    name: &str,
-) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let paths = (
-        dir.join(format!("{name}-ca.pem")),
-        dir.join(format!("{name}.pem")),
-        dir.join(format!("{name}-key.pem")),
-    );
-    std::fs::write(&paths.0, ca_cert.pem()).unwrap();
-    std::fs::write(&paths.1, leaf.pem()).unwrap();
-    std::fs::write(&paths.2, leaf_key.serialize_pem()).unwrap();
-    paths
-}
 
 #[test]
 fn tls_listener_and_https_upstream() {

@@ -30,8 +30,9 @@
 //! The store's API is synchronous; this backend runs its connections on a small runtime of its
 //! own and waits for their answers on the calling thread.
 //!
-//! What it does not do: TLS to the database (connect over a Unix socket or loopback, or put a
-//! TLS-terminating proxy beside the database), or connection pooling beyond a few connections.
+//! TLS: see [`PgOptions`]; the server's certificate is always verified.
+//!
+//! What it does not do: client certificates, or connection pooling beyond a few connections.
 
 use std::future::Future;
 use std::str::FromStr;
@@ -39,7 +40,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
+use tokio_postgres::{AsyncMessage, Client, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{Change, ChangeListener, Entry, Staged};
 use crate::error::StoreError;
@@ -82,11 +84,48 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const RECONNECT: Duration = Duration::from_millis(250);
 
 /// How to reach the database.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct PgOptions {
     /// A libpq-style URL or key=value string (`postgres://user@host:port/db`, or with
     /// `host=/run/postgresql` for a Unix socket).
     pub url: String,
+    /// PEM certificates to trust for TLS to the database, instead of the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+/// The connector every connection uses. Over TCP, `sslmode=prefer` (the default) and `require`
+/// encrypt whenever the server offers TLS, and the server's certificate is always verified
+/// (against [`PgOptions::ca_pem`], or the system's roots): an unverifiable server is refused,
+/// never used unencrypted or unchecked. `sslmode=disable` sends in the clear; a Unix socket
+/// never uses TLS.
+fn tls(options: &PgOptions) -> Result<MakeRustlsConnect, StoreError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let bad = |e: &dyn std::fmt::Display| {
+        StoreError::Unavailable(format!("the database's TLS settings: {e}"))
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| bad(&e))?;
+    let config = match &options.ca_pem {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
+                roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+            }
+            if roots.is_empty() {
+                return Err(bad(&"the CA file holds no PEM certificate"));
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        None => builder
+            .with_platform_verifier()
+            .map_err(|e| bad(&e))?
+            .with_no_client_auth(),
+    };
+    Ok(MakeRustlsConnect::new(config))
 }
 
 /// A connection with its statements prepared.
@@ -103,6 +142,7 @@ pub(crate) struct PgKv {
     rt: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
     config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     readers: Vec<Mutex<Option<Arc<Conn>>>>,
     next_reader: AtomicUsize,
     /// The writer's connection, between groups.
@@ -127,6 +167,19 @@ impl Drop for PgKv {
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("the database: {e}"))
+}
+
+/// A failed connection, with its causes (a TLS certificate the server's name does not match,
+/// a refused connection, ...).
+fn not_connected(e: tokio_postgres::Error) -> StoreError {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    unavailable(text)
 }
 
 /// The key of the advisory lock every writer of this schema takes.
@@ -159,6 +212,7 @@ impl PgKv {
             rt: Some(rt),
             handle,
             config,
+            tls: tls(options)?,
             readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
             next_reader: AtomicUsize::new(0),
             writer: Mutex::new(None),
@@ -167,12 +221,13 @@ impl PgKv {
             origin: format!("{:x}", uuid::Uuid::now_v7().as_u128()),
             channel: String::new(),
         };
-        let config = kv.config.clone();
+        let (config, tls) = (kv.config.clone(), kv.tls.clone());
         let mut kv = kv;
-        let schema = kv.run(async move { migrate(&config).await.map(|m| m.schema) })?;
+        let schema = kv.run(async move { migrate(&config, tls).await.map(|m| m.schema) })?;
         kv.channel = channel_of(&schema);
         kv.handle.spawn(listen(
             kv.config.clone(),
+            kv.tls.clone(),
             kv.channel.clone(),
             kv.up.clone(),
             kv.origin.clone(),
@@ -208,8 +263,8 @@ impl PgKv {
             return Ok(c.clone());
         }
         *slot = None;
-        let config = self.config.clone();
-        let conn = Arc::new(self.run(async move { connect(&config).await })?);
+        let (config, tls) = (self.config.clone(), self.tls.clone());
+        let conn = Arc::new(self.run(async move { connect(&config, tls).await })?);
         *slot = Some(conn.clone());
         Ok(conn)
     }
@@ -458,8 +513,11 @@ fn channel_of(schema: &str) -> String {
 }
 
 /// Connects and prepares the statements every connection uses.
-async fn connect(config: &tokio_postgres::Config) -> Result<Conn, StoreError> {
-    let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
+async fn connect(
+    config: &tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+) -> Result<Conn, StoreError> {
+    let (client, connection) = config.connect(tls).await.map_err(not_connected)?;
     tokio::spawn(connection);
     client
         .batch_execute(&format!(
@@ -502,8 +560,11 @@ struct Migrated {
 
 /// Brings the schema up to date; returns the versions before and after. Refuses a schema
 /// newer than this binary's.
-async fn migrate(config: &tokio_postgres::Config) -> Result<Migrated, StoreError> {
-    let (client, connection) = config.connect(NoTls).await.map_err(unavailable)?;
+async fn migrate(
+    config: &tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+) -> Result<Migrated, StoreError> {
+    let (client, connection) = config.connect(tls).await.map_err(not_connected)?;
     tokio::spawn(connection);
     client
         .batch_execute(&format!(
@@ -568,7 +629,8 @@ pub fn migrate_database(options: &PgOptions) -> Result<(i32, i32), StoreError> {
         .enable_all()
         .build()
         .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
-    rt.block_on(migrate(&config)).map(|m| (m.before, m.after))
+    rt.block_on(migrate(&config, tls(options)?))
+        .map(|m| (m.before, m.after))
 }
 
 /// The payload announcing `change`: who sent it, and the calls and runs it touched (or `all`
@@ -616,6 +678,7 @@ fn parse_notification(origin: &str, payload: &str) -> Option<Change> {
 /// may have changed while it was away.
 async fn listen(
     config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     channel: String,
     up: Arc<AtomicBool>,
     origin: String,
@@ -627,7 +690,7 @@ async fn listen(
         }
     };
     loop {
-        if let Ok((client, mut connection)) = config.connect(NoTls).await {
+        if let Ok((client, mut connection)) = config.connect(tls.clone()).await {
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
             let driver = tokio::spawn(async move {
                 while let Some(message) =

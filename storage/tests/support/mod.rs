@@ -65,7 +65,13 @@ impl Place {
 /// Opens the store an [`Place::env_value`] names.
 pub fn open_at(value: &str, options: StoreOptions) -> Result<Store, StoreError> {
     match value.strip_prefix("pg:") {
-        Some(url) => Store::open_postgres(&PgOptions { url: url.into() }, options),
+        Some(url) => Store::open_postgres(
+            &PgOptions {
+                url: url.into(),
+                ..PgOptions::default()
+            },
+            options,
+        ),
         None => Store::open(std::path::Path::new(value), options),
     }
 }

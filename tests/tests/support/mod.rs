@@ -395,3 +395,29 @@ impl Drop for Gateway {
 pub fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("")
 }
+
+/// A test CA and a leaf for 127.0.0.1 signed by it, written as PEM files: (ca, cert, key).
+pub fn certs(
+    dir: &std::path::Path,
+    name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let paths = (
+        dir.join(format!("{name}-ca.pem")),
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}-key.pem")),
+    );
+    std::fs::write(&paths.0, ca_cert.pem()).unwrap();
+    std::fs::write(&paths.1, leaf.pem()).unwrap();
+    std::fs::write(&paths.2, leaf_key.serialize_pem()).unwrap();
+    paths
+}

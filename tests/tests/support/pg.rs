@@ -17,13 +17,25 @@ fn script() -> PathBuf {
 /// A PostgreSQL cluster of this test's own.
 pub struct Cluster {
     dir: tempfile::TempDir,
-    port: u16,
-    /// Its connection string (to the `postgres` database).
+    /// Its TCP port on 127.0.0.1.
+    pub port: u16,
+    /// Its connection string (to the `postgres` database, over its Unix socket).
     pub url: String,
+    /// The certificate and key it serves TLS with, if any.
+    tls: Option<(PathBuf, PathBuf)>,
 }
 
 impl Cluster {
     pub fn start() -> Cluster {
+        Cluster::start_with(None)
+    }
+
+    /// A cluster that also serves TLS on its TCP port with `cert` and `key` (PEM).
+    pub fn start_tls(cert: &std::path::Path, key: &std::path::Path) -> Cluster {
+        Cluster::start_with(Some((cert.to_path_buf(), key.to_path_buf())))
+    }
+
+    fn start_with(tls: Option<(PathBuf, PathBuf)>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("airlock-pg")
             .tempdir()
@@ -37,21 +49,23 @@ impl Cluster {
             dir,
             port,
             url: String::new(),
+            tls,
         };
         c.url = c.up();
         c
     }
 
     fn up(&self) -> String {
-        let out = Command::new("bash")
-            .arg(script())
-            .args([
-                "start",
-                self.dir.path().to_str().unwrap(),
-                &self.port.to_string(),
-            ])
-            .output()
-            .unwrap();
+        let mut cmd = Command::new("bash");
+        cmd.arg(script()).args([
+            "start",
+            self.dir.path().to_str().unwrap(),
+            &self.port.to_string(),
+        ]);
+        if let Some((cert, key)) = &self.tls {
+            cmd.env("PG_SSL_CERT", cert).env("PG_SSL_KEY", key);
+        }
+        let out = cmd.output().unwrap();
         assert!(
             out.status.success(),
             "PostgreSQL did not start: {}",
@@ -87,6 +101,8 @@ pub struct Database {
     _cluster: Option<Cluster>,
     /// The connection string of the fresh database.
     pub url: String,
+    /// Its name.
+    pub name: String,
 }
 
 impl Database {
@@ -123,6 +139,7 @@ impl Database {
         Database {
             _cluster: cluster,
             url: format!("{base} dbname={name}"),
+            name,
         }
     }
 }
