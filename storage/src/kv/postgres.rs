@@ -194,13 +194,7 @@ impl PgKv {
         options: &PgOptions,
         listener: Arc<OnceLock<ChangeListener>>,
     ) -> Result<PgKv, StoreError> {
-        let mut config = tokio_postgres::Config::from_str(&options.url)
-            .map_err(|e| StoreError::Unavailable(format!("the database URL is invalid: {e}")))?;
-        config.connect_timeout(CONNECT_TIMEOUT);
-        config.application_name("airlock");
-        // A database host that vanishes is noticed, not waited on forever.
-        config.keepalives(true);
-        config.keepalives_idle(Duration::from_secs(10));
+        let config = config_of(options)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("airlock-postgres")
@@ -503,6 +497,19 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The connection settings every connection uses: the URL's, with a connect timeout, our
+/// application name, and TCP keepalives (a database host that vanishes is noticed, not waited
+/// on for ever).
+fn config_of(options: &PgOptions) -> Result<tokio_postgres::Config, StoreError> {
+    let mut config = tokio_postgres::Config::from_str(&options.url)
+        .map_err(|e| StoreError::Unavailable(format!("the database URL is invalid: {e}")))?;
+    config.connect_timeout(CONNECT_TIMEOUT);
+    config.application_name("airlock");
+    config.keepalives(true);
+    config.keepalives_idle(Duration::from_secs(10));
+    Ok(config)
+}
+
 /// The notification channel of the store in `schema`: a fixed prefix and hex digits only, so
 /// it is a plain identifier whatever the schema is called.
 fn channel_of(schema: &str) -> String {
@@ -622,9 +629,7 @@ async fn migrate(
 /// Runs the migrations at `options.url` without opening a store (`airlock store migrate`).
 /// Returns the schema versions before and after.
 pub fn migrate_database(options: &PgOptions) -> Result<(i32, i32), StoreError> {
-    let mut config = tokio_postgres::Config::from_str(&options.url)
-        .map_err(|e| StoreError::Unavailable(format!("the database URL is invalid: {e}")))?;
-    config.connect_timeout(CONNECT_TIMEOUT);
+    let config = config_of(options)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
