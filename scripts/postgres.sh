@@ -13,8 +13,14 @@ find_bin() {
 find_bin
 if [ -z "$bin" ] || ! [ -x "$bin/postgres" ]; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  # The package's own cluster may fail to start where there is no init system; only the
+  # binaries are needed, so that failure does not count, a missing binary does.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null || true
   find_bin
+  if [ -z "$bin" ] || ! [ -x "$bin/postgres" ]; then
+    echo "PostgreSQL's server binaries are missing after installing Debian's postgresql" >&2
+    exit 1
+  fi
 fi
 as_pg=(runuser -u postgres --)
 if [ "$(id -u)" != 0 ]; then as_pg=(); fi
