@@ -68,6 +68,10 @@ struct Core {
     /// Commits that wrote something, counted: an fsync clears `unsynced` only if no commit
     /// came in while it ran.
     commits: u64,
+    /// Whether the writer thread waits for jobs with no timeout: then a lazy write on another
+    /// thread must wake it to keep time for the fsync. While it waits with a timeout (for one
+    /// flush interval after any work) it checks by itself, and nobody pays for a wake-up.
+    sleeping: bool,
 }
 
 fn lock(core: &Mutex<Core>) -> std::sync::MutexGuard<'_, Core> {
@@ -288,6 +292,7 @@ impl Writer {
             head,
             unsynced: None,
             commits: 0,
+            sleeping: false,
         }));
         let (thread_shared, thread_core) = (shared.clone(), core.clone());
         let thread = std::thread::Builder::new()
@@ -407,7 +412,7 @@ impl Writer {
         let mut tell_writer = false;
         if wrote {
             core.commits += 1;
-            tell_writer = core.unsynced.is_none();
+            tell_writer = core.unsynced.is_none() && core.sleeping;
             core.unsynced = core.unsynced.or(Some(Instant::now()));
         }
         drop(core);
@@ -461,26 +466,42 @@ fn stopped() -> StoreError {
 
 fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: Duration) {
     let mut last_group = 1;
+    // Whether there was work within the last flush interval.
+    let mut active = false;
     loop {
-        let unsynced = lock(core).unsynced;
-        let first = match unsynced {
+        // INVARIANT: `sleeping` and `unsynced` are read and set under the one lock, so a lazy
+        // write either sees the writer sleeping and wakes it, or is seen here before it sleeps.
+        let unsynced = {
+            let mut held = lock(core);
+            held.sleeping = held.unsynced.is_none() && !active;
+            held.unsynced
+        };
+        let wait = match (unsynced, active) {
+            (None, false) => None,
+            (None, true) => Some(flush_interval),
+            (Some(since), _) => {
+                Some((since + flush_interval).saturating_duration_since(Instant::now()))
+            }
+        };
+        let first = match wait {
             None => match rx.recv() {
                 Ok(job) => job,
                 Err(_) => break,
             },
-            Some(since) => {
-                let wait = (since + flush_interval).saturating_duration_since(Instant::now());
-                match rx.recv_timeout(wait) {
-                    Ok(job) => job,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
+            Some(wait) => match rx.recv_timeout(wait) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    active = false;
+                    if lock(core).unsynced.is_some() {
                         // A failed fsync poisons fjall: every later call hears of it.
                         let _ = sync(shared, core);
-                        continue;
                     }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    continue;
                 }
-            }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            },
         };
+        active = true;
         let mut group = vec![first];
         // Writers that were answered together come back together: when the last group had
         // company, wait a moment for as many, so they share one fsync instead of splitting
@@ -504,6 +525,7 @@ fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: D
         }
         last_group = group.len();
         let mut held = lock(core);
+        held.sleeping = false;
         // With PostgreSQL, other gateways may have extended the chain since this writer's last
         // group: the head is re-read under the group's lock.
         let begun = shared.backend.begin().and_then(|last| {
