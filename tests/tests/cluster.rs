@@ -555,3 +555,61 @@ fn the_database_over_tls_is_verified_before_it_is_used() {
     ]);
     assert_eq!(code, 0, "{text}");
 }
+
+#[test]
+fn each_webhook_delivery_is_sent_by_one_gateway() {
+    let db = Database::fresh();
+    let backend = Backend::start();
+    // The first four attempts fail, so retries are due while all three gateways poll the outbox.
+    let receiver = Receiver::start("fail:4");
+    let hook = format!(
+        "[[webhooks]]\nid = \"oncall\"\nurl = \"http://127.0.0.1:{}/hook\"\nsecret = \"{SECRET}\"\n\
+         events = [\"approval.requested\"]\nretry_schedule = [\"1s\", \"1s\"]\n",
+        receiver.port
+    );
+    let gws: Vec<Gateway> = ["gw-a", "gw-b", "gw-c"]
+        .iter()
+        .map(|name| {
+            let config = format!(
+                "{}{hook}\n[store]\nkind = \"postgres\"\nurl = \"{}\"\ninstance = \"{name}\"\n",
+                config_text(&backend, ""),
+                db.url
+            );
+            Gateway::start_with(&config, POLICY)
+        })
+        .collect();
+    let approvals: BTreeSet<String> = (0..9)
+        .map(|i| {
+            gws[i % 3]
+                .call_async("agent1", "db.query", json!({"sql": format!("select {i}")}))
+                .1
+        })
+        .collect();
+    // Nine messages, four failed attempts retried: thirteen requests, and no more.
+    receiver.wait_for(13, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    let records = receiver.records();
+    assert_eq!(records.len(), 13, "{records:#?}");
+    assert!(records.iter().all(|r| r["valid"] == true));
+    let delivered: Vec<&str> = records
+        .iter()
+        .filter(|r| r["n"].as_u64().unwrap() > 4)
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    let distinct: BTreeSet<&str> = delivered.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        9,
+        "each message delivered once: {delivered:?}"
+    );
+    let named: BTreeSet<String> = records
+        .iter()
+        .map(|r| {
+            r["body"]["data"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert!(approvals.is_subset(&named), "{approvals:?} vs {named:?}");
+}

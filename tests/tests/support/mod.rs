@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -420,4 +420,77 @@ pub fn certs(
     std::fs::write(&paths.1, leaf.pem()).unwrap();
     std::fs::write(&paths.2, leaf_key.serialize_pem()).unwrap();
     paths
+}
+
+/// The webhook secret the test receiver verifies with.
+pub const SECRET: &str = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+/// `tests/receiver.py`: a real webhook receiver that verifies each delivery with the reference
+/// Standard Webhooks library and logs it.
+pub struct Receiver {
+    pub port: u16,
+    child: Child,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Receiver {
+    pub fn start(mode: &str) -> Receiver {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("deliveries.jsonl");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("receiver.py");
+        let mut child = Command::new("python3")
+            .args([
+                script.to_str().unwrap(),
+                SECRET,
+                mode,
+                log.to_str().unwrap(),
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 with standardwebhooks (installed by scripts/test.sh)");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("listening ")
+            .unwrap_or_else(|| panic!("receiver: {line}"))
+            .parse()
+            .unwrap();
+        Receiver {
+            child,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn records(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Waits until at least `n` deliveries arrived (or `within` passes).
+    pub fn wait_for(&self, n: usize, within: Duration) -> Vec<Value> {
+        let start = Instant::now();
+        loop {
+            let r = self.records();
+            if r.len() >= n || start.elapsed() > within {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
