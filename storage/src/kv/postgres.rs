@@ -232,26 +232,19 @@ impl PgKv {
 
     /// Runs `fut` on the backend's runtime and waits for it on this thread (which may be an
     /// async worker of the caller's: this blocks it, as a disk read would, and never nests
-    /// runtimes). Its connections' I/O is driven by the backend's runtime either way.
+    /// runtimes).
     fn run<T, F>(&self, fut: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
-        let timed = async move {
-            match tokio::time::timeout(TIMEOUT, fut).await {
-                Ok(out) => out,
-                Err(_) => Err(unavailable("no answer in time")),
-            }
-        };
-        // A thread outside any runtime (the store's writer) polls the future itself: no task to
-        // spawn, no thread to hand the answer back through.
-        if tokio::runtime::Handle::try_current().is_err() {
-            return self.handle.block_on(timed);
-        }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.handle.spawn(async move {
-            let _ = tx.send(timed.await);
+            let out = match tokio::time::timeout(TIMEOUT, fut).await {
+                Ok(out) => out,
+                Err(_) => Err(unavailable("no answer in time")),
+            };
+            let _ = tx.send(out);
         });
         rx.recv()
             .map_err(|_| unavailable("the connection runtime stopped"))?
