@@ -613,3 +613,120 @@ fn each_webhook_delivery_is_sent_by_one_gateway() {
         .collect();
     assert!(approvals.is_subset(&named), "{approvals:?} vs {named:?}");
 }
+
+const MCP_HOLD_POLICY: &str = r#"
+version = 1
+
+[defaults]
+decision = "allow"
+on_error = "deny"
+approval_ttl = "15m"
+grant = { uses = 1, ttl = "10m", scope = "run" }
+
+[[rules]]
+id = "approve-big-n"
+tools = ["*.echo"]
+when = 'has(args.n) && args.n > 100'
+decision = "require_approval"
+"#;
+
+/// A round-robin balancer (`tests/peers/round_robin.py`) in front of `ports`; its port, its
+/// process and its log of which backend served each request.
+fn balancer(ports: &[u16], log: &std::path::Path) -> (u16, std::process::Child) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new("python3")
+        .arg(peers().join("round_robin.py"))
+        .arg(log)
+        .args(ports.iter().map(u16::to_string))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("listening ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    (port, child)
+}
+
+#[test]
+fn a_2026_mcp_client_behind_a_round_robin_balancer_is_held_approved_and_run_across_gateways() {
+    let db = Database::fresh();
+    let backend = Backend::start();
+    let up = Upstream::start();
+    let gws: Vec<Gateway> = ["gw-a", "gw-b"]
+        .iter()
+        .map(|name| {
+            let config = format!(
+                "{}[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\n\n\
+                 [store]\nkind = \"postgres\"\nurl = \"{}\"\ninstance = \"{name}\"\n",
+                config_text(&backend, ""),
+                up.port,
+                db.url
+            );
+            Gateway::start_with(&config, MCP_HOLD_POLICY)
+        })
+        .collect();
+    let port_of = |gw: &Gateway| -> u16 { gw.base.rsplit(':').next().unwrap().parse().unwrap() };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("balancer.log");
+    let (lb, mut lb_child) = balancer(&[port_of(&gws[0]), port_of(&gws[1])], &log);
+    // The official SDK client, stateless revision, through the balancer: its call is held for
+    // approval with a sealed request state, the approval is decided on one gateway, and the
+    // retry carrying the state may land on either.
+    let out = Command::new("python3")
+        .arg(peers().join("mcp_client.py"))
+        .args([
+            &format!("http://127.0.0.1:{lb}/mcp"),
+            "token-agent1",
+            "2026-07-28",
+            "approve-on-elicit",
+            "up.echo",
+            r#"{"text":"balanced","n":777}"#,
+            &gws[1].base,
+            "token-ops",
+            "approve",
+        ])
+        .output()
+        .unwrap();
+    let _ = lb_child.kill();
+    let _ = lb_child.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["elicited"]["mode"], "url", "{lines:?}");
+    assert_eq!(lines[0]["elicited"]["decided"], 200, "{lines:?}");
+    assert_eq!(lines[1]["result"]["isError"], false, "{lines:?}");
+    assert_eq!(lines[1]["result"]["resultType"], "complete", "{lines:?}");
+    // The call was held by one gateway and its retry, carrying the sealed state, was served by
+    // the other.
+    let log = std::fs::read_to_string(&log).unwrap();
+    let port_for = |rpc: &str| -> Vec<&str> {
+        log.lines()
+            .filter(|l| l.ends_with(&format!(" {rpc}")))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect()
+    };
+    let (held, retried) = (port_for("tools/call"), port_for("tools/call+state"));
+    assert_eq!((held.len(), retried.len()), (1, 1), "{log}");
+    assert_ne!(held[0], retried[0], "{log}");
+    // The call ran once, and the one chain says so.
+    verify(&db.url);
+    let completed = audit(&db.url)
+        .into_iter()
+        .filter(|r| r["kind"] == "call.completed" && r["tool"] == "up.echo")
+        .count();
+    assert_eq!(completed, 1);
+}

@@ -494,3 +494,35 @@ impl Drop for Receiver {
         let _ = self.child.wait();
     }
 }
+
+/// The Python SDK's server as an HTTP upstream.
+pub struct Upstream {
+    child: Child,
+    pub port: u16,
+}
+
+impl Upstream {
+    pub fn start() -> Upstream {
+        let port = free_port();
+        let child = Command::new("python3")
+            .arg(peers().join("mcp_upstream.py"))
+            .args(["http", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 with the `mcp` package (installed by scripts/test.sh)");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the MCP upstream did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Upstream { child, port }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
