@@ -3,6 +3,9 @@
 //! A group is written as one atomic batch flushed to the OS, and fsynced separately
 //! ([`FjallKv::sync`]), so the writer can answer lazy writes before the fsync. A failed fsync
 //! poisons the store for good: what reached the disk is no longer known.
+//!
+//! What it does not do: share the store with another process (fjall locks the folder), or
+//! order writes itself (the writer does).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
