@@ -34,7 +34,7 @@ pub use audit::{
     GENESIS,
 };
 pub use error::StoreError;
-pub use kv::postgres::{migrate_database, SCHEMA_VERSION};
+pub use kv::postgres::migrate_database;
 pub use kv::{Change, ChangeListener, PgOptions};
 pub use model::{
     Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
@@ -285,11 +285,6 @@ impl Store {
     /// on the store's threads and must not call the store. Set once; later calls are ignored.
     pub fn on_changes(&self, listener: ChangeListener) {
         let _ = self.shared.listener.set(listener);
-    }
-
-    /// Whether other processes may share this store's database (PostgreSQL).
-    pub fn is_shared(&self) -> bool {
-        matches!(self.shared.backend, Backend::Postgres(_))
     }
 
     /// The raw audit records with seq > `after`, oldest first.

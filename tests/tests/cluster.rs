@@ -614,22 +614,6 @@ fn each_webhook_delivery_is_sent_by_one_gateway() {
     assert!(approvals.is_subset(&named), "{approvals:?} vs {named:?}");
 }
 
-const MCP_HOLD_POLICY: &str = r#"
-version = 1
-
-[defaults]
-decision = "allow"
-on_error = "deny"
-approval_ttl = "15m"
-grant = { uses = 1, ttl = "10m", scope = "run" }
-
-[[rules]]
-id = "approve-big-n"
-tools = ["*.echo"]
-when = 'has(args.n) && args.n > 100'
-decision = "require_approval"
-"#;
-
 /// A round-robin balancer (`tests/peers/round_robin.py`) in front of `ports`; its port, its
 /// process and its log of which backend served each request.
 fn balancer(ports: &[u16], log: &std::path::Path) -> (u16, std::process::Child) {
@@ -669,7 +653,7 @@ fn a_2026_mcp_client_behind_a_round_robin_balancer_is_held_approved_and_run_acro
                 up.port,
                 db.url
             );
-            Gateway::start_with(&config, MCP_HOLD_POLICY)
+            Gateway::start_with(&config, MCP_POLICY)
         })
         .collect();
     let port_of = |gw: &Gateway| -> u16 { gw.base.rsplit(':').next().unwrap().parse().unwrap() };

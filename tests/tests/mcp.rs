@@ -16,28 +16,6 @@ use support::*;
 
 const MODES: [&str; 2] = ["legacy", "2026-07-28"];
 
-const MCP_POLICY: &str = r#"
-version = 1
-
-[defaults]
-decision = "allow"
-on_error = "deny"
-approval_ttl = "15m"
-grant = { uses = 1, ttl = "10m", scope = "run" }
-
-[[rules]]
-id = "deny-rm"
-when = 'has(args.text) && args.text.matches("rm -rf")'
-decision = "deny"
-message = "rm -rf is never allowed"
-
-[[rules]]
-id = "approve-big-n"
-tools = ["*.echo"]
-when = 'has(args.n) && args.n > 100'
-decision = "require_approval"
-"#;
-
 /// `[server]` with `hold_timeout`, and the e2e principals.
 fn base_config(hold: &str) -> String {
     let mut s =

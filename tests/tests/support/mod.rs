@@ -526,3 +526,27 @@ impl Drop for Upstream {
         let _ = self.child.wait();
     }
 }
+
+/// The policy of the MCP tests: allow, but never `rm -rf`, and hold `*.echo` with `n > 100`
+/// for approval.
+pub const MCP_POLICY: &str = r#"
+version = 1
+
+[defaults]
+decision = "allow"
+on_error = "deny"
+approval_ttl = "15m"
+grant = { uses = 1, ttl = "10m", scope = "run" }
+
+[[rules]]
+id = "deny-rm"
+when = 'has(args.text) && args.text.matches("rm -rf")'
+decision = "deny"
+message = "rm -rf is never allowed"
+
+[[rules]]
+id = "approve-big-n"
+tools = ["*.echo"]
+when = 'has(args.n) && args.n > 100'
+decision = "require_approval"
+"#;
