@@ -930,3 +930,69 @@ fn the_audit_log_is_exported_and_pruned_online_and_still_verifies() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains(&format!("(seq {last}..")), "{text}");
 }
+
+#[test]
+fn a_client_that_leaves_a_running_call_gets_it_recorded_not_left_executing() {
+    // The backend takes 1.5 s; the client gives up after 0.3 s and closes its connection.
+    let backend = Backend::start();
+    let config = format!(
+        "{}[[tools]]\nname = \"lag.*\"\nupstream = \"{}\"\ntimeout = \"5s\"\n",
+        config_text(&backend, ""),
+        backend.url("/slow/1500")
+    );
+    let gw = Gateway::start_with(
+        &config,
+        &POLICY.replace("\"ask.*\"]", "\"ask.*\", \"lag.*\"]"),
+    );
+    let impatient = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let gone = impatient
+        .post(format!("{}/v1/calls", gw.base))
+        .bearer_auth("token-agent1")
+        .json(&json!({"tool": "lag.op", "args": {"n": 1}}))
+        .send();
+    assert!(
+        gone.is_err(),
+        "the client gave up before the backend answered"
+    );
+    // The call is not left `executing`: its outcome is recorded at once, as unknown.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let failed = loop {
+        let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+        let records = audit["records"].as_array().unwrap().clone();
+        let decided = records
+            .iter()
+            .find(|r| r["kind"] == "call.decided" && r["tool"] == "lag.op")
+            .cloned();
+        if let Some(f) = records
+            .iter()
+            .find(|r| r["kind"] == "call.failed" && r["tool"] == "lag.op")
+        {
+            break (decided.unwrap(), f.clone());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no outcome recorded: {records:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (decided, failed) = failed;
+    assert_eq!(failed["error"], "call.interrupted");
+    assert_eq!(failed["call_id"], decided["call_id"]);
+    // Its requester reads the same from the call.
+    let id = decided["call_id"].as_str().unwrap();
+    let (s, b) = gw.req(
+        "GET",
+        &format!("/v1/calls/{id}"),
+        Some("agent1"),
+        None,
+        None,
+    );
+    assert_eq!(s, 502, "{b}");
+    assert_eq!(code(&b), "call.interrupted");
+    assert!(gw
+        .metrics()
+        .contains("airlock_calls_total{decision=\"allow\",outcome=\"failed\"} 1"));
+}

@@ -836,6 +836,17 @@ fn a_clients_cancel_reaches_the_upstream_over_http_and_stdio() {
             assert!(Instant::now() < deadline, "{server} never saw the cancel");
             std::thread::sleep(Duration::from_millis(200));
         }
+        // The cancelled call is not left executing: its outcome is recorded as unknown.
+        let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+        let tool = format!("{server}.wait");
+        let ended: Vec<&Value> = audit["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["tool"] == tool.as_str() && r["kind"] == "call.failed")
+            .collect();
+        assert_eq!(ended.len(), 1, "{server}: {audit}");
+        assert_eq!(ended[0]["error"], "call.interrupted");
     }
 }
 

@@ -305,10 +305,16 @@ async fn decide_and_run(
             } else {
                 Durability::Durable
             };
-            let record = gw
+            // Armed before the claim: the call id is new, so nobody else can own its claim.
+            let guard = Unfinished::arm(gw, &call_id, "allow");
+            let record = match gw
                 .store_async(gw.store.record_call_async(record, expl, true, durability))
-                .await?;
-            run_claimed(gw, record, None).await
+                .await
+            {
+                Ok(record) => record,
+                Err(e) => return Err(guard.disarm(e)),
+            };
+            run_claimed(gw, record, None, guard).await
         }
         DecisionKind::RequireApproval => {
             let Some(settings) = decision.approval.clone() else {
@@ -329,11 +335,14 @@ async fn decide_and_run(
                 record.status = CallStatus::Allowed;
                 let expl = explanation(&decision, &classified);
                 let (k, r) = (key.clone(), record.clone());
-                if let Some(record) = gw
+                let guard = Unfinished::arm(gw, &call_id, "require_approval");
+                match gw
                     .store_op(move |s| s.call_with_grant(r, &k, expl, true))
-                    .await?
+                    .await
                 {
-                    return run_claimed(gw, record, None).await;
+                    Ok(Some(record)) => return run_claimed(gw, record, None, guard).await,
+                    Ok(None) => guard.disarm(()),
+                    Err(e) => return Err(guard.disarm(e)),
                 }
                 record.status = CallStatus::PendingApproval;
             }
@@ -692,15 +701,109 @@ async fn execute(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiErro
         }
         Begin::Pending(call) | Begin::Finished(call) => return Box::pin(respond(gw, call)).await,
     };
-    run_claimed(gw, call, None).await
+    let guard = Unfinished::arm(gw, &call.call_id, &call.decision);
+    run_claimed(gw, call, None, guard).await
+}
+
+/// A claimed call's outcome, written if the request is dropped before it is: the client went
+/// away or cancelled (an MCP `notifications/cancelled`) while the backend was being called.
+/// The request to the backend is dropped with it, so whether the call ran is unknown: it is
+/// recorded `call.interrupted` at once, as a crash would be at the next start, and never
+/// left `executing`. Disarmed once the outcome is written.
+pub(crate) struct Unfinished {
+    gw: Arc<Gateway>,
+    /// The call, while its outcome is still to be written.
+    call_id: Option<String>,
+    decision: String,
+}
+
+impl Unfinished {
+    pub(crate) fn arm(gw: &Arc<Gateway>, call_id: &str, decision: &str) -> Unfinished {
+        Unfinished {
+            gw: gw.clone(),
+            call_id: Some(call_id.to_owned()),
+            decision: decision.to_owned(),
+        }
+    }
+
+    /// The outcome is written (or the call was never claimed): nothing to do when dropped.
+    /// Returns `pass` so an error can go through it.
+    pub(crate) fn disarm<T>(mut self, pass: T) -> T {
+        self.call_id = None;
+        pass
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let Some(call_id) = self.call_id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (gw, decision) = (self.gw.clone(), std::mem::take(&mut self.decision));
+        runtime.spawn(async move {
+            let outcome = CallOutcome {
+                upstream_status: None,
+                result: None,
+                error: Some("call.interrupted".into()),
+                message: Some(
+                    "the client went away or cancelled while the backend was being called; \
+                     the request to it was dropped, so whether the call ran is unknown"
+                        .into(),
+                ),
+            };
+            match record_outcome(&gw, &call_id, &decision, outcome).await {
+                Ok(_) => tracing::warn!(
+                    call_id,
+                    "the client left a running call: recorded call.interrupted"
+                ),
+                // Not claimed after all (the claim itself failed): nothing was left running.
+                Err(e) => tracing::debug!(call_id, code = e.code, "no unfinished call to record"),
+            }
+        });
+    }
+}
+
+/// Writes a claimed call's outcome (not awaited for an fsync: a crash before it leaves the call
+/// `call.interrupted`, its claim was durable, never re-run), counts it, wakes whoever waits on
+/// the call and tells listeners.
+async fn record_outcome(
+    gw: &Arc<Gateway>,
+    call_id: &str,
+    decision: &str,
+    outcome: CallOutcome,
+) -> Result<CallRecord, ApiError> {
+    let failed = outcome.error.is_some();
+    let record = gw
+        .store_async(
+            gw.store
+                .complete_call_async(call_id, outcome, now_ms(), Durability::Lazy),
+        )
+        .await?;
+    gw.metrics
+        .call(decision, if failed { "failed" } else { "completed" });
+    // A request waiting for a suspended call resumed elsewhere learns it has ended.
+    gw.holds.notify(&record.call_id);
+    // Told in the background: the agent's answer does not wait for the notification. Nobody
+    // listening (no event stream open, no webhook subscribed): nothing to build or send.
+    if gw.events.receiver_count() > 0 || gw.webhooks.wants("call.completed") {
+        let event = crate::approvals::call_completed_event(&record);
+        let announcer = gw.clone();
+        tokio::spawn(async move { announcer.announce("call.completed", event).await });
+    }
+    Ok(record)
 }
 
 /// Forwards a call this request has claimed (it is `executing`), records the outcome, answers.
-/// `resume` carries the resume data of a suspended call being resumed.
+/// `resume` carries the resume data of a suspended call being resumed; `guard` records the
+/// outcome if this request is dropped before it does.
 async fn run_claimed(
     gw: &Arc<Gateway>,
     call: CallRecord,
     resume: Option<&Value>,
+    guard: Unfinished,
 ) -> Result<Outcome, ApiError> {
     let decision = call.decision.clone();
     let canonical = airlock_policy::canonicalize(&call.args);
@@ -717,7 +820,7 @@ async fn run_claimed(
     };
     let answer = match answer {
         Ok(Answer::Suspend(s)) => match suspend::check_schema(&s.resume_schema) {
-            Ok(()) => return suspend::suspend(gw, &call, s).await,
+            Ok(()) => return guard.disarm(suspend::suspend(gw, &call, s)).await,
             Err(why) => {
                 // Not suspended: an upstream request kept open for it is abandoned.
                 gw.mcp.drop_live(&call.call_id);
@@ -744,33 +847,9 @@ async fn run_claimed(
             message: Some(e.message.clone()),
         },
     };
-    // The outcome is not awaited for an fsync: a crash before it leaves the call
-    // `call.interrupted` (its claim was durable), never re-run.
-    let record = gw
-        .store_async(gw.store.complete_call_async(
-            &call.call_id,
-            stored,
-            now_ms(),
-            Durability::Lazy,
-        ))
-        .await?;
-    gw.metrics.call(
-        &decision,
-        if answer.is_ok() {
-            "completed"
-        } else {
-            "failed"
-        },
-    );
-    // A request waiting for a suspended call resumed elsewhere learns it has ended.
-    gw.holds.notify(&record.call_id);
-    // Told in the background: the agent's answer does not wait for the notification. Nobody
-    // listening (no event stream open, no webhook subscribed): nothing to build or send.
-    if gw.events.receiver_count() > 0 || gw.webhooks.wants("call.completed") {
-        let event = crate::approvals::call_completed_event(&record);
-        let announcer = gw.clone();
-        tokio::spawn(async move { announcer.announce("call.completed", event).await });
-    }
+    // Disarmed whatever the write did: a failed write is not retried as an interruption.
+    let written = record_outcome(gw, &call.call_id, &decision, stored).await;
+    let record = guard.disarm(written)?;
     finished(&record)
 }
 

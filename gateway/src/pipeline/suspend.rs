@@ -280,7 +280,8 @@ pub async fn resume(
     gw.schemas.forget(&claimed.call_id);
     tracing::info!(call_id, by = %principal.id, "call resumed");
     gw.metrics.call(&claimed.decision, "resumed");
-    run_claimed(gw, claimed, Some(&data)).await
+    let guard = super::Unfinished::arm(gw, &claimed.call_id, &claimed.decision);
+    run_claimed(gw, claimed, Some(&data), guard).await
 }
 
 /// `POST /v1/runs/{run_id}/resume`: resumes the run's one suspended call (narrowed by
