@@ -352,6 +352,13 @@ impl Gateway {
         self.store_result(result)
     }
 
+    /// Whether the request asking is the only one being served: then nobody could share its
+    /// fsync, and the store may do a durable write on this thread (see
+    /// [`airlock_storage::Store::record_call_async`]).
+    pub fn alone(&self) -> bool {
+        self.config.max_in_flight - self.in_flight.available_permits() <= 1
+    }
+
     /// Awaits one of the store's async writes (the allow path's): the writer wakes this task
     /// itself, so no thread is handed the wait.
     pub async fn store_async<T>(

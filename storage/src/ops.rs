@@ -167,16 +167,22 @@ impl Store {
             .submit_with(durability, self.record_call_job(call, explanation, begin))
     }
 
-    /// [`Store::record_call_with`] for async callers (the allow path): no thread blocks.
+    /// [`Store::record_call_with`] for async callers (the allow path): no thread blocks,
+    /// except that a durable write of a caller `alone` (no other request in flight) may wait
+    /// for its fsync on the caller's thread, where it costs least.
     pub fn record_call_async(
         &self,
         call: CallRecord,
         explanation: Map<String, Value>,
         begin: bool,
         durability: Durability,
+        alone: bool,
     ) -> impl std::future::Future<Output = Result<CallRecord, StoreError>> + Send + 'static {
-        self.writer
-            .submit_async(durability, self.record_call_job(call, explanation, begin))
+        self.writer.submit_async(
+            durability,
+            alone,
+            self.record_call_job(call, explanation, begin),
+        )
     }
 
     fn record_call_job(
@@ -724,8 +730,11 @@ impl Store {
         now: Millis,
         durability: Durability,
     ) -> impl std::future::Future<Output = Result<CallRecord, StoreError>> + Send + 'static {
-        self.writer
-            .submit_async(durability, complete_job(call_id.to_owned(), outcome, now))
+        self.writer.submit_async(
+            durability,
+            false,
+            complete_job(call_id.to_owned(), outcome, now),
+        )
     }
 
     /// Appends an audit record of its own (for example `policy.loaded`).

@@ -308,7 +308,10 @@ async fn decide_and_run(
             // Armed before the claim: the call id is new, so nobody else can own its claim.
             let guard = Unfinished::arm(gw, &call_id, "allow");
             let record = match gw
-                .store_async(gw.store.record_call_async(record, expl, true, durability))
+                .store_async(
+                    gw.store
+                        .record_call_async(record, expl, true, durability, gw.alone()),
+                )
                 .await
             {
                 Ok(record) => record,
