@@ -1,11 +1,29 @@
 //! Forwarding a call to its backend: exactly the canonical args that were fingerprinted, over
-//! a pooled client with `TCP_NODELAY` and the route's timeout, or to a built-in demo tool.
+//! pooled HTTP/1.1 connections with `TCP_NODELAY` and the route's timeout, or to a built-in
+//! demo tool.
 //!
-//! It never retries: a call that failed after approval needs a new decision. It does not
-//! touch the store; the pipeline records what this returns.
+//! A pooled connection is driven by the task that forwards the call, not by a connection task
+//! of its own: the request is written and the answer read with no hand-off between tasks (a
+//! lone forward to a loopback backend measured 66 µs through a general-purpose client with a
+//! connection task, 38 µs driven in the task). TLS backends are verified against
+//! `server.upstream_ca` alone when it is set, else the system's roots.
+//!
+//! It never retries a call that may have reached the backend: a call that failed after approval
+//! needs a new decision. The one retry is of a request that was never sent, because the pooled
+//! connection it was given had been closed by the backend meanwhile. It does not touch the
+//! store; the pipeline records what this returns.
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 
 use crate::config::{Config, ToolRoute, Upstream};
@@ -16,6 +34,10 @@ pub const BUILTINS: [&str; 3] = ["demo.echo", "demo.shell_preview", "demo.deploy
 
 /// The largest backend answer kept; a larger one is `upstream.too_large`.
 const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// Idle connections kept per backend origin, and for how long.
+const MAX_IDLE_PER_ORIGIN: usize = 256;
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// What the backend answered.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,28 +56,95 @@ pub struct CallHeaders<'a> {
     pub resume: bool,
 }
 
+/// An HTTP/1.1 connection to a backend: the handle requests are sent through, and the
+/// connection itself, polled by whoever sends.
+struct Conn {
+    send: SendRequest<Full<Bytes>>,
+    io: Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>,
+    idle_since: Instant,
+}
+
+impl Conn {
+    /// Whether a pooled connection can take a request: not idle too long, and not closed by
+    /// the backend meanwhile (polled once, without waiting, to notice a close).
+    fn usable(&mut self) -> bool {
+        if self.idle_since.elapsed() > IDLE_TIMEOUT || self.send.is_closed() {
+            return false;
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        self.io.as_mut().poll(&mut cx).is_pending() && self.send.is_ready()
+    }
+}
+
+/// Where a backend URL points.
+struct Target {
+    tls: bool,
+    host: String,
+    port: u16,
+    /// `scheme://host:port`, the pool's key.
+    origin: String,
+    /// The `host` header.
+    authority: String,
+    path: String,
+}
+
+impl Target {
+    fn parse(url: &str) -> Result<Target, ApiError> {
+        let bad = |why: &str| {
+            ApiError::new(
+                "upstream.unavailable",
+                format!("the backend URL `{url}` {why}"),
+            )
+        };
+        let uri: hyper::Uri = url.parse().map_err(|_| bad("is not a URL"))?;
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => return Err(bad("is neither http nor https")),
+        };
+        let authority = uri.authority().ok_or_else(|| bad("names no host"))?;
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        Ok(Target {
+            tls,
+            host: host.to_owned(),
+            port,
+            origin: format!("{}://{}:{port}", if tls { "https" } else { "http" }, host),
+            authority: authority.as_str().to_owned(),
+            path: uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
+        })
+    }
+}
+
 pub struct Upstreams {
-    client: reqwest::Client,
+    idle: Mutex<HashMap<String, Vec<Conn>>>,
+    tls: tokio_rustls::TlsConnector,
 }
 
 impl Upstreams {
     pub fn new(config: &Config) -> Result<Upstreams, String> {
-        let mut builder = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .redirect(reqwest::redirect::Policy::none());
-        if let Some(ca) = &config.upstream_ca {
-            let pem = std::fs::read(ca)
-                .map_err(|e| format!("server.upstream_ca: cannot read {}: {e}", ca.display()))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| format!("server.upstream_ca: {}: {e}", ca.display()))?;
-            builder = builder.tls_certs_only(certs);
-        }
-        let client = builder
-            .build()
-            .map_err(|e| format!("cannot build the upstream client: {e}"))?;
-        Ok(Upstreams { client })
+        let ca =
+            match &config.upstream_ca {
+                Some(ca) => Some(std::fs::read(ca).map_err(|e| {
+                    format!("server.upstream_ca: cannot read {}: {e}", ca.display())
+                })?),
+                None => None,
+            };
+        let mut tls =
+            airlock_storage::tls_client_config(ca.as_deref()).map_err(|e| {
+                match &config.upstream_ca {
+                    Some(ca) => format!("server.upstream_ca: {}: {e}", ca.display()),
+                    None => format!("cannot set up TLS to upstreams: {e}"),
+                }
+            })?;
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Upstreams {
+            idle: Mutex::new(HashMap::new()),
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+        })
     }
 
     /// Sends `canonical_args` to the route's backend.
@@ -70,63 +159,171 @@ impl Upstreams {
         let answer = match &route.upstream {
             Upstream::Builtin(name) => builtin(name, tool, canonical_args, headers.resume),
             Upstream::Http(url) => {
-                self.http(url, route.timeout, canonical_args, &headers)
-                    .await
+                let timeout = route.timeout;
+                match tokio::time::timeout(timeout, self.http(url, canonical_args, &headers)).await
+                {
+                    Ok(answer) => answer,
+                    Err(_) => Err(ApiError::new(
+                        "upstream.timeout",
+                        format!("the backend did not answer within {timeout:?}"),
+                    )),
+                }
             }
         }?;
         Ok((answer, start.elapsed()))
     }
 
-    async fn http(
-        &self,
-        url: &str,
-        timeout: Duration,
-        body: &str,
-        h: &CallHeaders<'_>,
-    ) -> Result<Answer, ApiError> {
-        let mut req = self
-            .client
-            .post(url)
-            .timeout(timeout)
-            .header("content-type", "application/json")
+    async fn http(&self, url: &str, body: &str, h: &CallHeaders<'_>) -> Result<Answer, ApiError> {
+        let target = Target::parse(url)?;
+        let mut req = hyper::Request::post(target.path.as_str())
+            .header(hyper::header::HOST, target.authority.as_str())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
             .header("airlock-call-id", h.call_id)
-            .header("airlock-fingerprint", h.fingerprint)
-            .body(body.to_owned());
+            .header("airlock-fingerprint", h.fingerprint);
         if let Some(a) = h.approval_id {
             req = req.header("airlock-approval-id", a);
         }
         if h.resume {
             req = req.header("airlock-resume", h.call_id);
         }
-        let classify = |e: reqwest::Error| {
-            if e.is_timeout() {
-                ApiError::new(
-                    "upstream.timeout",
-                    format!("the backend did not answer within {timeout:?}"),
-                )
-            } else {
-                ApiError::new(
-                    "upstream.unavailable",
-                    format!("the backend could not be reached: {e}"),
-                )
+        let mut req = req
+            .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
+            .map_err(|e| unreachable_backend(&e))?;
+        loop {
+            let (mut conn, pooled) = match self.checkout(&target.origin) {
+                Some(conn) => (conn, true),
+                None => (self.connect(&target).await?, false),
+            };
+            let sent = conn.send.try_send_request(req);
+            let exchange = async {
+                let resp = sent.await.map_err(|e| Failed::Send(Box::new(e)))?;
+                let status = resp.status().as_u16();
+                let mut body = resp.into_body();
+                let mut bytes = Vec::new();
+                while let Some(frame) = body.frame().await {
+                    if let Ok(data) = frame.map_err(Failed::Read)?.into_data() {
+                        if bytes.len() + data.len() > MAX_RESPONSE_BYTES {
+                            return Ok(None);
+                        }
+                        bytes.extend_from_slice(&data);
+                    }
+                }
+                Ok(Some((status, bytes)))
+            };
+            let (result, open) = drive(&mut conn, exchange).await;
+            match result {
+                Ok(Some((status, bytes))) => {
+                    if open {
+                        self.checkin(&target.origin, conn);
+                    }
+                    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+                        Value::String(String::from_utf8_lossy(&bytes).into_owned())
+                    });
+                    return Ok(Answer { status, body });
+                }
+                Ok(None) => {
+                    return Err(ApiError::new(
+                        "upstream.too_large",
+                        format!("the backend's answer is larger than {MAX_RESPONSE_BYTES} bytes"),
+                    ))
+                }
+                Err(Failed::Send(mut e)) => match e.take_message() {
+                    // Never sent: a pooled connection the backend had closed. Another one.
+                    Some(unsent) if pooled => req = unsent,
+                    _ => return Err(unreachable_backend(e.error())),
+                },
+                Err(Failed::Read(e)) => return Err(unreachable_backend(&e)),
             }
-        };
-        let mut resp = req.send().await.map_err(classify)?;
-        let status = resp.status().as_u16();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(classify)? {
-            if bytes.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                return Err(ApiError::new(
-                    "upstream.too_large",
-                    format!("the backend's answer is larger than {MAX_RESPONSE_BYTES} bytes"),
-                ));
-            }
-            bytes.extend_from_slice(&chunk);
         }
-        let body = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        Ok(Answer { status, body })
     }
+
+    /// An idle connection to `origin` that can take a request, newest first.
+    fn checkout(&self, origin: &str) -> Option<Conn> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let conns = idle.get_mut(origin)?;
+        while let Some(mut conn) = conns.pop() {
+            if conn.usable() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    fn checkin(&self, origin: &str, mut conn: Conn) {
+        conn.idle_since = Instant::now();
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let conns = idle.entry(origin.to_owned()).or_default();
+        if conns.len() < MAX_IDLE_PER_ORIGIN {
+            conns.push(conn);
+        }
+    }
+
+    async fn connect(&self, target: &Target) -> Result<Conn, ApiError> {
+        let tcp = tokio::net::TcpStream::connect((target.host.as_str(), target.port))
+            .await
+            .map_err(|e| unreachable_backend(&e))?;
+        tcp.set_nodelay(true).map_err(|e| unreachable_backend(&e))?;
+        if !target.tls {
+            return handshake(TokioIo::new(tcp)).await;
+        }
+        let name = rustls::pki_types::ServerName::try_from(target.host.clone())
+            .map_err(|e| unreachable_backend(&e))?;
+        let tls = self
+            .tls
+            .connect(name, tcp)
+            .await
+            .map_err(|e| unreachable_backend(&e))?;
+        handshake(TokioIo::new(tls)).await
+    }
+}
+
+/// Why an exchange failed: sending (the request comes back if it was never sent), or reading
+/// the answer.
+enum Failed {
+    Send(Box<hyper::client::conn::TrySendError<hyper::Request<Full<Bytes>>>>),
+    Read(hyper::Error),
+}
+
+/// HTTP/1.1 over an open stream.
+async fn handshake<T>(io: T) -> Result<Conn, ApiError>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (send, conn) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| unreachable_backend(&e))?;
+    Ok(Conn {
+        send,
+        io: Box::pin(conn),
+        idle_since: Instant::now(),
+    })
+}
+
+/// Runs `exchange` while polling the connection that carries it. Returns its result, and
+/// whether the connection is still open and ready for another request.
+async fn drive<T>(conn: &mut Conn, exchange: impl Future<Output = T>) -> (T, bool) {
+    tokio::pin!(exchange);
+    let mut closed = false;
+    let result = std::future::poll_fn(|cx| {
+        if let Poll::Ready(out) = exchange.as_mut().poll(cx) {
+            return Poll::Ready(out);
+        }
+        // Once the connection has ended, the exchange learns it from its own future.
+        if !closed && conn.io.as_mut().poll(cx).is_ready() {
+            closed = true;
+            return exchange.as_mut().poll(cx);
+        }
+        Poll::Pending
+    })
+    .await;
+    (result, !closed && conn.send.is_ready())
+}
+
+fn unreachable_backend(e: &dyn std::fmt::Display) -> ApiError {
+    ApiError::new(
+        "upstream.unavailable",
+        format!("the backend could not be reached: {e}"),
+    )
 }
 
 /// The demo tools: they show what would run and run nothing. `demo.deploy` asks which

@@ -78,6 +78,37 @@ pub struct Store {
     redact: Arc<Vec<String>>,
 }
 
+/// The TLS client settings of every connection airlock opens (to PostgreSQL, to upstreams):
+/// the server's certificate is verified against `ca_pem` alone when given, else against the
+/// system's roots. There is no setting that skips verification.
+pub fn tls_client_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?;
+    Ok(match ca_pem {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
+                roots
+                    .add(cert.map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            }
+            if roots.is_empty() {
+                return Err("the CA file holds no PEM certificate".into());
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        None => builder
+            .with_platform_verifier()
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth(),
+    })
+}
+
 /// A fresh sortable unique id: `prefix`, `_`, then a UUIDv7 (time-ordered, then random).
 /// The prefix says what the id names (`call`, `apr`, `msg`), so a call id pasted where an
 /// approval id belongs can be told apart and explained.

@@ -99,32 +99,8 @@ pub struct PgOptions {
 /// never used unencrypted or unchecked. `sslmode=disable` sends in the clear; a Unix socket
 /// never uses TLS.
 fn tls(options: &PgOptions) -> Result<MakeRustlsConnect, StoreError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls_platform_verifier::BuilderVerifierExt;
-    let bad = |e: &dyn std::fmt::Display| {
-        StoreError::Unavailable(format!("the database's TLS settings: {e}"))
-    };
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| bad(&e))?;
-    let config = match &options.ca_pem {
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
-                roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
-            }
-            if roots.is_empty() {
-                return Err(bad(&"the CA file holds no PEM certificate"));
-            }
-            builder.with_root_certificates(roots).with_no_client_auth()
-        }
-        None => builder
-            .with_platform_verifier()
-            .map_err(|e| bad(&e))?
-            .with_no_client_auth(),
-    };
+    let config = crate::tls_client_config(options.ca_pem.as_deref())
+        .map_err(|e| StoreError::Unavailable(format!("the database's TLS settings: {e}")))?;
     Ok(MakeRustlsConnect::new(config))
 }
 
