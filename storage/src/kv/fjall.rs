@@ -36,6 +36,11 @@ impl FjallKv {
     pub fn open(path: &Path) -> Result<FjallKv, StoreError> {
         let db = Database::builder(path)
             .cache_size(CACHE_BYTES)
+            // One background worker for flushes and compactions. With two or more, fjall's
+            // first worker hands every compaction request back to the queue for the others
+            // and picks it up again at once: while another worker compacts, it spins (seen as
+            // a tenth of the allow path's CPU under load).
+            .worker_threads(1)
             .open()
             .map_err(|e| {
                 StoreError::Unavailable(format!(
