@@ -11,7 +11,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::io::Write as _;
 
-use serde_json::{Number, Value};
+use serde_json::{Map, Number, Value};
 use sha2::{Digest, Sha256};
 
 use crate::error::RequestError;
@@ -38,24 +38,63 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
             out.push(b']');
         }
         Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            // serde_json's map is usually ordered by UTF-8 bytes already, which agrees with
-            // UTF-16 order except between U+E000..U+FFFF and astral characters.
-            if !entries.is_sorted_by(|a, b| key_cmp(a.0, b.0) != Ordering::Greater) {
-                entries.sort_by(|a, b| key_cmp(a.0, b.0));
-            }
-            out.push(b'{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_string(key, out);
-                out.push(b':');
-                write_canonical(item, out);
-            }
-            out.push(b'}');
+            write_object(map, None, out);
         }
     }
+}
+
+/// Appends the canonical form of `map`; returns where in `out` a member keyed `slot` would
+/// go: the start of the first member that sorts after it, or the closing brace.
+fn write_object(map: &Map<String, Value>, slot: Option<&str>, out: &mut Vec<u8>) -> usize {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    // serde_json's map is usually ordered by UTF-8 bytes already, which agrees with
+    // UTF-16 order except between U+E000..U+FFFF and astral characters.
+    if !entries.is_sorted_by(|a, b| key_cmp(a.0, b.0) != Ordering::Greater) {
+        entries.sort_by(|a, b| key_cmp(a.0, b.0));
+    }
+    let mut at = None;
+    out.push(b'{');
+    for (i, (key, item)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if at.is_none() && slot.is_some_and(|s| key_cmp(key, s) == Ordering::Greater) {
+            at = Some(out.len());
+        }
+        write_string(key, out);
+        out.push(b':');
+        write_canonical(item, out);
+    }
+    let end = out.len();
+    out.push(b'}');
+    at.unwrap_or(end)
+}
+
+/// Appends the canonical form of `map` plus one string member `key` whose value is computed
+/// from the canonical form of `map` alone (a hash over the record it is added to): one pass
+/// instead of canonicalizing the record twice. `key` must not be in `map`.
+pub fn write_canonical_with(
+    map: &Map<String, Value>,
+    key: &str,
+    value_of: impl FnOnce(&[u8]) -> String,
+    out: &mut Vec<u8>,
+) {
+    let start = out.len();
+    let at = write_object(map, Some(key), out);
+    let value = value_of(&out[start..]);
+    let mut member = Vec::with_capacity(key.len() + value.len() + 8);
+    // A member goes before the one at `at` (a comma after it), or last (a comma before it).
+    let last = out[at] == b'}';
+    if last && !map.is_empty() {
+        member.push(b',');
+    }
+    write_string(key, &mut member);
+    member.push(b':');
+    write_string(&value, &mut member);
+    if !last {
+        member.push(b',');
+    }
+    out.splice(at..at, member);
 }
 
 /// The canonical form of `value` as a string.
@@ -195,6 +234,43 @@ pub fn validate_tool_name(tool: &str) -> Result<(), RequestError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn one_member_computed_from_the_rest_lands_where_canonical_order_puts_it() {
+        use serde_json::json;
+        for (record, key) in [
+            (json!({}), "hash"),
+            (json!({"a": 1}), "hash"),
+            (json!({"z": 1}), "hash"),
+            (
+                json!({"a": [1, {"y": 2, "b": null}], "kind": "x", "z": "\u{e9}"}),
+                "hash",
+            ),
+            (json!({"a": 1, "\u{e000}": 2, "\u{1f600}": 3}), "\u{f000}"),
+        ] {
+            let map = record.as_object().unwrap();
+            let mut out = b"prefix".to_vec();
+            let mut seen = Vec::new();
+            write_canonical_with(
+                map,
+                key,
+                |without| {
+                    seen = without.to_vec();
+                    "v\"1".into()
+                },
+                &mut out,
+            );
+            assert_eq!(seen, canonicalize(&record).into_bytes(), "{record}");
+            let mut with = map.clone();
+            with.insert(key.into(), Value::from("v\"1"));
+            assert_eq!(
+                &out[6..],
+                canonicalize(&Value::Object(with)).as_bytes(),
+                "{record}"
+            );
+        }
+    }
+
     use super::*;
     use crate::json::parse;
 

@@ -25,7 +25,7 @@ mod model;
 pub use call::{ToolCall, MAX_ARGS_DEPTH};
 pub use canonical::{
     canonicalize, fingerprint, fingerprint_canonical, hex, validate_tool_name, write_canonical,
-    Fingerprint,
+    write_canonical_with, Fingerprint,
 };
 pub use cel::build_env;
 pub use classify::BuiltinClassifier;

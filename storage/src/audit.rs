@@ -32,20 +32,33 @@ pub fn seal(
     fields.insert("ts".into(), Value::from(ts));
     fields.insert("kind".into(), Value::from(kind));
     fields.insert("v".into(), Value::from(FORMAT_VERSION));
-    let mut record = Value::Object(fields);
-    let hash = hash_of(prev_hash, &record);
-    if let Value::Object(map) = &mut record {
-        map.insert("hash".into(), Value::from(hash.clone()));
-    }
-    (airlock_policy::canonicalize(&record).into_bytes(), hash)
+    // The hash covers the canonical record without it; the stored bytes are the canonical
+    // record with it, spliced in where canonical order puts it (one pass, not two).
+    let mut bytes = Vec::with_capacity(768);
+    let mut hash = String::new();
+    airlock_policy::write_canonical_with(
+        &fields,
+        "hash",
+        |canonical| {
+            hash = hash_canonical(prev_hash, canonical);
+            hash.clone()
+        },
+        &mut bytes,
+    );
+    (bytes, hash)
 }
 
 fn hash_of(prev_hash: &str, record_without_hash: &Value) -> String {
-    let mut h = Sha256::new();
-    h.update(prev_hash.as_bytes());
     let mut canonical = Vec::with_capacity(512);
     airlock_policy::write_canonical(record_without_hash, &mut canonical);
-    h.update(&canonical);
+    hash_canonical(prev_hash, &canonical)
+}
+
+/// SHA-256 over the previous hash and a record's canonical bytes (without its own hash), hex.
+fn hash_canonical(prev_hash: &str, canonical: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(prev_hash.as_bytes());
+    h.update(canonical);
     airlock_policy::hex(&h.finalize())
 }
 

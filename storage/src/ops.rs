@@ -737,6 +737,28 @@ impl Store {
         )
     }
 
+    /// [`Store::complete_call_async`] for the caller that claimed the call and holds the record
+    /// its claim stored: the record is not read back. While a call is executing nothing but
+    /// its executor changes it (a cancel or resume refuses it, recovery is its own gateway's
+    /// at start), so it is still executing exactly when its executing-index entry is there.
+    pub fn complete_claimed_async(
+        &self,
+        claimed: CallRecord,
+        outcome: CallOutcome,
+        now: Millis,
+        durability: Durability,
+    ) -> impl std::future::Future<Output = Result<CallRecord, StoreError>> + Send + 'static {
+        self.writer.submit_async(durability, false, move |tx| {
+            let executing = keys::index_key(IDX_EXECUTING, "", &claimed.call_id);
+            if claimed.status != CallStatus::Executing
+                || !tx.exists(Ks::ApprovalIndex, &executing)?
+            {
+                return Err(StoreError::CallState(claimed.status.as_str(), "complete"));
+            }
+            end_call(tx, claimed, outcome, now)
+        })
+    }
+
     /// Appends an audit record of its own (for example `policy.loaded`).
     pub fn append_audit(
         &self,
@@ -1291,44 +1313,55 @@ fn complete_job(
     now: Millis,
 ) -> impl FnOnce(&mut Tx<'_>) -> Result<CallRecord, StoreError> + Send + 'static {
     move |tx| {
-        let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+        let call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
             .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
         if call.status != CallStatus::Executing {
             return Err(StoreError::CallState(call.status.as_str(), "complete"));
         }
-        call.status = if outcome.error.is_none() {
-            CallStatus::Completed
-        } else {
-            CallStatus::Failed
-        };
-        let kind = if call.status == CallStatus::Completed {
-            "call.completed"
-        } else {
-            "call.failed"
-        };
-        tx.audit(
-            now,
-            kind,
-            with_run(
-                fields(json!({
-                    "call_id": call.call_id,
-                    "tool": call.tool,
-                    "fingerprint": call.fingerprint,
-                    "upstream_status": outcome.upstream_status,
-                    "error": outcome.error,
-                })),
-                &call,
-            ),
-        );
-        call.outcome = Some(outcome);
-        call.updated_at = now;
-        tx.delete(
-            Ks::ApprovalIndex,
-            keys::index_key(IDX_EXECUTING, "", &call.call_id),
-        );
-        put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
-        Ok(call)
+        end_call(tx, call, outcome, now)
     }
+}
+
+/// Writes how an executing call ended: its status, its audit record, its outcome; drops its
+/// executing-index entry.
+fn end_call(
+    tx: &mut Tx<'_>,
+    mut call: CallRecord,
+    outcome: CallOutcome,
+    now: Millis,
+) -> Result<CallRecord, StoreError> {
+    call.status = if outcome.error.is_none() {
+        CallStatus::Completed
+    } else {
+        CallStatus::Failed
+    };
+    let kind = if call.status == CallStatus::Completed {
+        "call.completed"
+    } else {
+        "call.failed"
+    };
+    tx.audit(
+        now,
+        kind,
+        with_run(
+            fields(json!({
+                "call_id": call.call_id,
+                "tool": call.tool,
+                "fingerprint": call.fingerprint,
+                "upstream_status": outcome.upstream_status,
+                "error": outcome.error,
+            })),
+            &call,
+        ),
+    );
+    call.outcome = Some(outcome);
+    call.updated_at = now;
+    tx.delete(
+        Ks::ApprovalIndex,
+        keys::index_key(IDX_EXECUTING, "", &call.call_id),
+    );
+    put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+    Ok(call)
 }
 
 /// Marks a call executing (what a crash leaves `call.interrupted`), without an audit record of

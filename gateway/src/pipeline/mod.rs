@@ -757,7 +757,7 @@ impl Drop for Unfinished {
                         .into(),
                 ),
             };
-            match record_outcome(&gw, &call_id, &decision, outcome).await {
+            match record_outcome(&gw, &call_id, None, &decision, outcome).await {
                 Ok(_) => tracing::warn!(
                     call_id,
                     "the client left a running call: recorded call.interrupted"
@@ -772,19 +772,33 @@ impl Drop for Unfinished {
 /// Writes a claimed call's outcome (not awaited for an fsync: a crash before it leaves the call
 /// `call.interrupted`, its claim was durable, never re-run), counts it, wakes whoever waits on
 /// the call and tells listeners.
+/// `claimed` is the record this request's claim stored, when it has it (the store then does
+/// not read it back); else the call is read by `call_id`.
 async fn record_outcome(
     gw: &Arc<Gateway>,
     call_id: &str,
+    claimed: Option<CallRecord>,
     decision: &str,
     outcome: CallOutcome,
 ) -> Result<CallRecord, ApiError> {
     let failed = outcome.error.is_some();
-    let record = gw
-        .store_async(
-            gw.store
-                .complete_call_async(call_id, outcome, now_ms(), Durability::Lazy),
-        )
-        .await?;
+    let now = now_ms();
+    let record = match claimed {
+        Some(call) => {
+            gw.store_async(
+                gw.store
+                    .complete_claimed_async(call, outcome, now, Durability::Lazy),
+            )
+            .await?
+        }
+        None => {
+            gw.store_async(
+                gw.store
+                    .complete_call_async(call_id, outcome, now, Durability::Lazy),
+            )
+            .await?
+        }
+    };
     gw.metrics
         .call(decision, if failed { "failed" } else { "completed" });
     // A request waiting for a suspended call resumed elsewhere learns it has ended.
@@ -851,7 +865,8 @@ async fn run_claimed(
         },
     };
     // Disarmed whatever the write did: a failed write is not retried as an interruption.
-    let written = record_outcome(gw, &call.call_id, &decision, stored).await;
+    let call_id = call.call_id.clone();
+    let written = record_outcome(gw, &call_id, Some(call), &decision, stored).await;
     let record = guard.disarm(written)?;
     finished(&record)
 }
