@@ -747,8 +747,9 @@ impl Store {
         outcome: CallOutcome,
         now: Millis,
         durability: Durability,
+        alone: bool,
     ) -> impl std::future::Future<Output = Result<CallRecord, StoreError>> + Send + 'static {
-        self.writer.submit_async(durability, false, move |tx| {
+        self.writer.submit_async(durability, alone, move |tx| {
             let executing = keys::index_key(IDX_EXECUTING, "", &claimed.call_id);
             if claimed.status != CallStatus::Executing
                 || !tx.exists(Ks::ApprovalIndex, &executing)?

@@ -13,10 +13,11 @@
 //! one writer writes at a time. Lazy writes are fsynced within the flush interval, or with the
 //! next durable group (the journal is one sequence, so an fsync covers everything before it).
 //!
-//! A lazy job submitted from async code (an allowed call's outcome; in `batched` mode its
-//! decision too) may instead run at once on its caller's thread, when the store is fjall and
-//! the writer is idle: the same rules, under the same lock ([`Core`]), minus two thread
-//! hand-offs.
+//! A job submitted from async code by a request that is alone in the gateway (an allowed
+//! call's decision and outcome) may instead run at once on its caller's thread, when the store
+//! is fjall and the writer is idle: the same rules, under the same lock ([`Core`]), minus two
+//! thread hand-offs; a durable one is fsynced there too. With company, jobs go to the writer,
+//! where a group shares one journal write and one fsync.
 //!
 //! A job that fails leaves nothing behind: its staged writes are rolled back before the next
 //! job runs. A fjall commit that fails poisons the store: every later call is
@@ -332,12 +333,12 @@ impl Writer {
 
     /// [`Writer::submit_with`] for async callers: the returned future resolves when the
     /// result is as durable as `durability` promises. No thread waits for it: the writer wakes
-    /// the caller's task. A lazy write to fjall that finds the writer idle is done at once on
-    /// the caller's thread instead (it waits for no fsync, so it blocks nothing for long), which
-    /// spares the two thread hand-offs a queued job costs. So is a durable one when the caller
-    /// says it is `alone` (no other request is being served, so there is no fsync to share):
-    /// the caller's thread then waits for the fsync itself, which costs less than the two
-    /// wake-ups. With company, durable writes always go to the writer and share its fsyncs.
+    /// the caller's task. When the caller says it is `alone` (no other request is being
+    /// served) and the store is fjall with the writer idle, the write is done at once on the
+    /// caller's thread instead, sparing the two thread hand-offs a queued job costs: a lazy one
+    /// waits for no fsync, and a durable one has no fsync to share, so the caller's thread
+    /// waits for it itself, which costs less than the two wake-ups. With company, writes go to
+    /// the writer, whose groups share one journal write and one fsync.
     pub fn submit_async<T, F>(
         &self,
         durability: Durability,
@@ -349,7 +350,8 @@ impl Writer {
         F: FnOnce(&mut Tx<'_>) -> Result<T, StoreError> + Send + 'static,
     {
         let done = match durability {
-            Durability::Lazy => self.try_inline(f, false),
+            Durability::Lazy if alone => self.try_inline(f, false),
+            Durability::Lazy => Err(f),
             Durability::Durable if alone => self.try_inline(f, true),
             Durability::Durable => Err(f),
         };
@@ -657,7 +659,7 @@ mod tests {
     }
 
     #[test]
-    fn a_durable_write_alone_is_fsynced_on_its_callers_thread_and_with_company_by_the_writer() {
+    fn a_write_alone_is_done_on_its_callers_thread_and_with_company_by_the_writer() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         // Alone: done here, and nothing is left waiting for an fsync.
@@ -667,8 +669,11 @@ mod tests {
             job_thread(&store, Durability::Durable, false),
             (false, false)
         );
-        // A lazy write is done here and waits for the writer's fsync within the interval.
-        assert_eq!(job_thread(&store, Durability::Lazy, false), (true, true));
+        // A lazy write alone is done here and waits for the writer's fsync within the
+        // interval; with company it is queued to the writer.
+        assert_eq!(job_thread(&store, Durability::Lazy, true), (true, true));
+        assert!(!job_thread(&store, Durability::Lazy, false).0);
+        assert_eq!(job_thread(&store, Durability::Lazy, true), (true, true));
         // A durable write alone covers it too.
         assert_eq!(job_thread(&store, Durability::Durable, true), (true, false));
     }

@@ -785,10 +785,13 @@ async fn record_outcome(
     let now = now_ms();
     let record = match claimed {
         Some(call) => {
-            gw.store_async(
-                gw.store
-                    .complete_claimed_async(call, outcome, now, Durability::Lazy),
-            )
+            gw.store_async(gw.store.complete_claimed_async(
+                call,
+                outcome,
+                now,
+                Durability::Lazy,
+                gw.alone(),
+            ))
             .await?
         }
         None => {
