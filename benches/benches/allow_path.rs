@@ -4,12 +4,16 @@
 //! another airlock build>`, through that build too, so a change is measured against what it
 //! replaced; with `AIRLOCK_BENCH_WORKERS=N`, `sync` with N tokio worker threads too.
 //!
-//! For each target, in three interleaved rounds (the machine is shared; medians are quoted):
+//! In three rounds (the machine is shared; medians of the rounds are quoted), each round
+//! measuring every target alone, then every target under load, each only once the gateways
+//! have gone quiet (a gateway's store still flushing what the last load wrote would otherwise
+//! land in the next target's figures):
 //! - one call alone: 1,000 sequential calls, p50 and p99;
 //! - 32 connections back to back for 3 s: throughput, and for gateways the CPU time of the
 //!   gateway process (utime + stime from /proc) divided by the calls it served.
 //!
-//! Also, in the same run: a bare write + fdatasync of 512 bytes on the same disk (p50), and the
+//! Also, in the same run: a bare write + fdatasync of 512 bytes on the same disk (p50, each
+//! round), and the
 //! store's bytes on disk per allowed call (20,000 calls through `sync`, the gateway stopped,
 //! the store reopened and flushed, `disk_space` minus an empty store's).
 //!
@@ -118,6 +122,21 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks as f64 / 100.0
 }
 
+/// Waits (up to 5 s) until the gateways in `pids` are quiet: under 2 % of a core over 200 ms,
+/// so one target's background work (the store flushing what the last load wrote) does not
+/// land in the next target's figures.
+fn settle(pids: &[u32]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+        std::thread::sleep(Duration::from_millis(200));
+        let after: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+        if after - before < 0.004 {
+            return;
+        }
+    }
+}
+
 /// p50 of a 512-byte write + fdatasync in `dir`.
 fn fsync_p50(dir: &Path) -> Duration {
     let mut f = std::fs::File::create(dir.join("fsync-probe")).unwrap();
@@ -216,7 +235,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let fsync = fsync_p50(sync.dir.path());
+    let pids: Vec<u32> = targets.iter().filter_map(|t| t.pid).collect();
+    let mut fsyncs = Vec::new();
     rt.block_on(async {
         let client = client();
         for t in &targets {
@@ -226,7 +246,12 @@ fn main() {
             }
         }
         for round in 0..ROUNDS {
+            // Each round: every target alone, then every target under load, each after the
+            // gateways have gone quiet; the fsync reference is measured each round too.
+            settle(&pids);
+            fsyncs.push(fsync_p50(sync.dir.path()));
             for t in targets.iter_mut() {
+                settle(&pids);
                 let mut lat = Vec::with_capacity(1000);
                 for _ in 0..1000 {
                     let start = Instant::now();
@@ -236,6 +261,9 @@ fn main() {
                 }
                 lat.sort();
                 t.alone.push((pct(&lat, 0.5), pct(&lat, 0.99)));
+            }
+            for t in targets.iter_mut() {
+                settle(&pids);
                 let cpu_before = t.pid.map(cpu_seconds);
                 let rate = closed_loop(&client, &t.uri, t.token, &t.body, 32, 3).await;
                 if let (Some(pid), Some(before)) = (t.pid, cpu_before) {
@@ -257,9 +285,9 @@ fn main() {
         .iter()
         .find(|t| t.name == "nginx hop")
         .map(|t| median(t.throughput.clone()));
+    let fsync = median(fsyncs.iter().map(|d| us(*d)).collect());
     println!(
-        "bare write + fdatasync of 512 bytes on this disk: p50 {:.0} µs",
-        us(fsync)
+        "bare write + fdatasync of 512 bytes on this disk: p50 {fsync:.0} µs (median of the rounds' p50s)",
     );
     println!("| target | alone p50 | added p50 | alone p99 | 32 connections | vs nginx hop | CPU per call |");
     println!("|---|---|---|---|---|---|---|");

@@ -692,7 +692,15 @@ fn declined(call: &CallRecord) -> ApiError {
 async fn execute(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiError> {
     let id = call.call_id.clone();
     let now = now_ms();
-    let begun = gw.store_op(move |s| s.begin_execution(&id, now)).await?;
+    let begun = claim(
+        gw,
+        move |s| s.begin_execution(&id, now),
+        |begun| match begun {
+            Begin::Run(call) => Some(call),
+            _ => None,
+        },
+    )
+    .await?;
     let call = match begun {
         Begin::Run(call) => call,
         Begin::InProgress(_) => {
@@ -767,6 +775,34 @@ impl Drop for Unfinished {
             }
         });
     }
+}
+
+/// Runs a store operation that may claim a call (`claimed` finds it in the result), so that a
+/// claim made after the request went away is not left executing: the operation finishes in a
+/// task of its own, and a claim nobody is left to run is recorded `call.interrupted` at once,
+/// as the request's [`Unfinished`] guard would have done.
+pub(crate) async fn claim<T, F>(
+    gw: &Arc<Gateway>,
+    op: F,
+    claimed: fn(&T) -> Option<&CallRecord>,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&airlock_storage::Store) -> Result<T, airlock_storage::StoreError> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let owner = gw.clone();
+    tokio::spawn(async move {
+        let result = owner.store_op(op).await;
+        if let Err(Ok(unheard)) = tx.send(result) {
+            if let Some(call) = claimed(&unheard) {
+                // Dropped at once: it records the outcome.
+                drop(Unfinished::arm(&owner, &call.call_id, &call.decision));
+            }
+        }
+    });
+    rx.await
+        .map_err(|_| ApiError::new("internal", "the store task ended without an answer"))?
 }
 
 /// Writes a claimed call's outcome (not awaited for an fsync: a crash before it leaves the call

@@ -274,9 +274,12 @@ pub async fn resume(
         data.clone(),
         now_ms(),
     );
-    let claimed = gw
-        .store_op(move |s| s.resume_call(&id, &by, &d, expl, now))
-        .await?;
+    let claimed = super::claim(
+        gw,
+        move |s| s.resume_call(&id, &by, &d, expl, now),
+        |c| Some(c),
+    )
+    .await?;
     gw.schemas.forget(&claimed.call_id);
     tracing::info!(call_id, by = %principal.id, "call resumed");
     gw.metrics.call(&claimed.decision, "resumed");
