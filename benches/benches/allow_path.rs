@@ -2,7 +2,8 @@
 //! called directly, through an nginx `proxy_pass` hop (Debian's nginx, when installed), and
 //! through airlock in `sync` and `batched` mode — and, with `AIRLOCK_BENCH_BASELINE=<path to
 //! another airlock build>`, through that build too, so a change is measured against what it
-//! replaced; with `AIRLOCK_BENCH_WORKERS=N`, `sync` with N tokio worker threads too.
+//! replaced; with `AIRLOCK_BENCH_WORKERS=N`, `sync` with N tokio worker threads too; with
+//! `AIRLOCK_BENCH_LOG=LEVEL`, `sync` logging at that level too (the others log only errors).
 //!
 //! In three rounds (the machine is shared; medians of the rounds are quoted), each round
 //! measuring every target alone, then every target under load, each only once the gateways
@@ -195,6 +196,12 @@ fn main() {
     let few = workers
         .as_deref()
         .map(|n| gateway_env(&current, backend, "sync", &[("TOKIO_WORKER_THREADS", n)]));
+    // `AIRLOCK_BENCH_LOG=LEVEL` adds `sync` logging at that level (the others log errors
+    // only; a gateway's default is `info`, a line per call, to stderr, here /dev/null).
+    let log = std::env::var("AIRLOCK_BENCH_LOG").ok();
+    let logging = log
+        .as_deref()
+        .map(|l| gateway_env(&current, backend, "sync", &[("AIRLOCK_LOG", l)]));
 
     let args = r#"{"n":1,"text":"hello"}"#;
     let call = format!(r#"{{"tool":"bench.allow","args":{args}}}"#);
@@ -228,6 +235,9 @@ fn main() {
     targets.push(airlock("airlock sync", &sync));
     if let (Some(g), Some(n)) = (&few, &workers) {
         targets.push(airlock(&format!("airlock sync, {n} tokio worker(s)"), g));
+    }
+    if let (Some(g), Some(l)) = (&logging, &log) {
+        targets.push(airlock(&format!("airlock sync, AIRLOCK_LOG={l}"), g));
     }
     targets.push(airlock("airlock batched", &batched));
 
