@@ -17,6 +17,9 @@ use super::{Entry, Staged};
 use crate::error::StoreError;
 use crate::keys::Ks;
 
+/// How long a flush waits for fjall's background worker.
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// fjall's block cache.
 const CACHE_BYTES: u64 = 16 << 20;
 
@@ -139,10 +142,66 @@ impl FjallKv {
     /// Writes every keyspace's memtable out to its tables and waits, so the journal behind
     /// them can be dropped: a quick reopen, and the store's size at rest.
     pub fn flush(&self) -> Result<(), StoreError> {
+        self.flush_within(FLUSH_WAIT)
+    }
+
+    /// [`FjallKv::flush`], giving up after `wait`. fjall's wait has no end of its own: it polls
+    /// until its background worker has written the memtables out, and a worker that died (a
+    /// disk error; the store's folder removed under it) never does. Giving up loses nothing:
+    /// the journal holds every write, and the next start replays it.
+    pub fn flush_within(&self, wait: std::time::Duration) -> Result<(), StoreError> {
         self.check()?;
-        for ks in &self.keyspaces {
-            ks.rotate_memtable_and_wait()?;
+        let keyspaces = self.keyspaces.clone();
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("airlock-store-flush".into())
+            .spawn(move || {
+                let flushed = keyspaces
+                    .iter()
+                    .try_for_each(|ks| ks.rotate_memtable_and_wait());
+                let _ = done.send(flushed);
+            })
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the flush: {e}")))?;
+        match result.recv_timeout(wait) {
+            Ok(flushed) => Ok(flushed?),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "the store's background worker did not write its memtables out within {wait:?} \
+                 (the journal keeps every write; the next start replays it)"
+            ))),
         }
-        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_flush_whose_worker_died_gives_up_instead_of_waiting_for_ever() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = FjallKv::open(&dir.path().join("store")).unwrap();
+        let staged = |k: &[u8]| Staged {
+            ks: Ks::Calls,
+            key: k.to_vec(),
+            value: Some(vec![7; 64]),
+        };
+        kv.commit(vec![staged(b"a")]).unwrap();
+        kv.flush_within(std::time::Duration::from_secs(10)).unwrap();
+        // The folder goes away under the store: the background worker fails writing the next
+        // table out and stops; fjall alone would wait for it for ever.
+        kv.commit(vec![staged(b"b")]).unwrap();
+        std::fs::remove_dir_all(dir.path().join("store")).unwrap();
+        let started = std::time::Instant::now();
+        let e = kv
+            .flush_within(std::time::Duration::from_secs(2))
+            .unwrap_err();
+        assert_eq!(e.code(), "store.unavailable", "{e}");
+        assert!(
+            e.to_string().contains("did not write its memtables out"),
+            "{e}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
     }
 }
