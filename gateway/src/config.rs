@@ -544,6 +544,8 @@ impl Config {
             let pattern = Glob::new(&t.name).map_err(|m| err(format!("{key}.name"), m))?;
             let upstream =
                 if t.upstream.starts_with("http://") || t.upstream.starts_with("https://") {
+                    crate::upstream::check_url(&t.upstream)
+                        .map_err(|m| err(format!("{key}.upstream"), m))?;
                     Upstream::Http(t.upstream)
                 } else if let Some(name) = t.upstream.strip_prefix("builtin:") {
                     if !crate::upstream::BUILTINS.contains(&name) {
@@ -1055,6 +1057,7 @@ mod tests {
             ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"env:AIRLOCK_TEST_UNSET_VAR\"\n", "principals[0].token_sha256"),
             ("[[tools]]\nname = \"a b\"\nupstream = \"http://x\"\n", "tools[0].name"),
             ("[[tools]]\nname = \"a\"\nupstream = \"ftp://x\"\n", "tools[0].upstream"),
+            ("[[tools]]\nname = \"a\"\nupstream = \"http://exa mple/x\"\n", "tools[0].upstream"),
             ("[audit]\nredact = [\"password\"]\n", "audit.redact[0]"),
             ("[[classifiers]]\nname = \"r\"\nkind = \"magic\"\n", "classifiers[0].kind"),
             ("[[classifiers]]\nname = \"r\"\nkind = \"http\"\n", "classifiers[0].url"),

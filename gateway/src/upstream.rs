@@ -77,15 +77,18 @@ impl Conn {
 }
 
 /// Where a backend URL points.
+#[derive(Debug, PartialEq)]
 struct Target {
     tls: bool,
     host: String,
     port: u16,
     /// `scheme://host:port`, the pool's key.
     origin: String,
-    /// The `host` header.
+    /// The `host` header: the URL's host and port, without credentials.
     authority: String,
     path: String,
+    /// `Basic …`, from credentials in the URL (`https://user:password@host/`).
+    basic: Option<String>,
 }
 
 impl Target {
@@ -103,20 +106,66 @@ impl Target {
             _ => return Err(bad("is neither http nor https")),
         };
         let authority = uri.authority().ok_or_else(|| bad("names no host"))?;
+        let (userinfo, hostport) = match authority.as_str().rsplit_once('@') {
+            Some((user, rest)) => (Some(user), rest),
+            None => (None, authority.as_str()),
+        };
         let host = authority
             .host()
             .trim_start_matches('[')
             .trim_end_matches(']');
+        if host.is_empty() {
+            return Err(bad("names no host"));
+        }
         let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
+        let basic = userinfo.map(|u| {
+            use base64::Engine as _;
+            let (user, password) = u.split_once(':').unwrap_or((u, ""));
+            let pair = format!("{}:{}", percent_decode(user), percent_decode(password));
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(pair)
+            )
+        });
         Ok(Target {
             tls,
             host: host.to_owned(),
             port,
             origin: format!("{}://{}:{port}", if tls { "https" } else { "http" }, host),
-            authority: authority.as_str().to_owned(),
+            authority: hostport.to_owned(),
             path: uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
+            basic,
         })
     }
+}
+
+/// Why `url` cannot be a backend, checked when the config loads.
+pub fn check_url(url: &str) -> Result<(), String> {
+    Target::parse(url).map(|_| ()).map_err(|e| e.message)
+}
+
+/// `%XX` escapes decoded (a `+` stays a `+`: this is a URL's userinfo, not a form).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| s.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match escaped {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub struct Upstreams {
@@ -185,6 +234,9 @@ impl Upstreams {
         }
         if h.resume {
             req = req.header("airlock-resume", h.call_id);
+        }
+        if let Some(basic) = &target.basic {
+            req = req.header(hyper::header::AUTHORIZATION, basic.as_str());
         }
         let mut req = req
             .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
@@ -376,4 +428,47 @@ fn builtin(name: &str, tool: &str, body: &str, resume: bool) -> Result<Answer, A
         }
     };
     Ok(Answer { status: 200, body })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn backend_urls_name_their_origin_host_header_path_and_credentials() {
+        let t = Target::parse("http://127.0.0.1:8080/run?x=1").unwrap();
+        assert_eq!(
+            (t.tls, t.host.as_str(), t.port, t.origin.as_str()),
+            (false, "127.0.0.1", 8080, "http://127.0.0.1:8080")
+        );
+        assert_eq!(
+            (t.authority.as_str(), t.path.as_str()),
+            ("127.0.0.1:8080", "/run?x=1")
+        );
+        assert_eq!(t.basic, None);
+
+        let t = Target::parse("https://tools.internal").unwrap();
+        assert_eq!((t.tls, t.port, t.path.as_str()), (true, 443, "/"));
+        assert_eq!(t.authority, "tools.internal");
+
+        let t = Target::parse("http://[::1]:9000/x").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 9000));
+        assert_eq!(t.authority, "[::1]:9000");
+
+        // Credentials become a Basic header and never reach the Host header.
+        let t = Target::parse("https://ops%40corp:p%3Ass+w@api.internal:8443/tool").unwrap();
+        assert_eq!(t.authority, "api.internal:8443");
+        assert_eq!(t.origin, "https://api.internal:8443");
+        use base64::Engine as _;
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(t.basic.unwrap().strip_prefix("Basic ").unwrap())
+            .unwrap();
+        assert_eq!(String::from_utf8(decoded).unwrap(), "ops@corp:p:ss+w");
+
+        for bad in ["ftp://x/y", "http://", "not a url", "/relative"] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+    }
 }
