@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 
 use crate::config::{Config, ToolRoute, Upstream};
 use crate::error::ApiError;
+use crate::urlencoded::decode_percent;
 
 /// Demo tools the gateway serves itself.
 pub const BUILTINS: [&str; 3] = ["demo.echo", "demo.shell_preview", "demo.deploy"];
@@ -121,7 +122,7 @@ impl Target {
         let basic = userinfo.map(|u| {
             use base64::Engine as _;
             let (user, password) = u.split_once(':').unwrap_or((u, ""));
-            let pair = format!("{}:{}", percent_decode(user), percent_decode(password));
+            let pair = format!("{}:{}", decode_percent(user), decode_percent(password));
             format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(pair)
@@ -142,30 +143,6 @@ impl Target {
 /// Why `url` cannot be a backend, checked when the config loads.
 pub fn check_url(url: &str) -> Result<(), String> {
     Target::parse(url).map(|_| ()).map_err(|e| e.message)
-}
-
-/// `%XX` escapes decoded (a `+` stays a `+`: this is a URL's userinfo, not a form).
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| s.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match escaped {
-            Some(b) => {
-                out.push(b);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub struct Upstreams {

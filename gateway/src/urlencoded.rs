@@ -3,6 +3,15 @@
 
 /// Decodes `%XX` escapes and `+` in a query or path component.
 pub fn decode_component(s: &str) -> String {
+    decode(s, true)
+}
+
+/// `%XX` escapes decoded, a `+` kept as it is: a URL's userinfo or path, not a form.
+pub fn decode_percent(s: &str) -> String {
+    decode(s, false)
+}
+
+fn decode(s: &str, plus_is_space: bool) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -16,7 +25,7 @@ pub fn decode_component(s: &str) -> String {
                 out.push(b);
                 i += 3;
             }
-            (None, b'+') => {
+            (None, b'+') if plus_is_space => {
                 out.push(b' ');
                 i += 1;
             }
