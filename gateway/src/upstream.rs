@@ -448,4 +448,94 @@ mod tests {
             assert!(check_url(bad).is_err(), "{bad}");
         }
     }
+
+    /// Reads one HTTP/1.1 request (headers and a `content-length` body) from `stream`.
+    async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+        use tokio::io::AsyncReadExt;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                if buf.len() >= end + 4 + len {
+                    return Some(buf[end + 4..end + 4 + len].to_vec());
+                }
+            }
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    fn upstreams() -> Upstreams {
+        let tls = airlock_storage::tls_client_config(None).unwrap();
+        Upstreams {
+            idle: Mutex::new(HashMap::new()),
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+        }
+    }
+
+    const HEADERS: CallHeaders<'static> = CallHeaders {
+        call_id: "call_1",
+        fingerprint: "sha256:00",
+        approval_id: None,
+        resume: false,
+    };
+
+    #[tokio::test]
+    async fn a_pooled_connection_the_backend_closed_is_replaced_and_each_call_sent_once() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/tool", listener.local_addr().unwrap());
+        // Each connection answers one request, keep-alive, then the backend closes it.
+        let backend = tokio::spawn(async move {
+            let mut bodies = Vec::new();
+            for _ in 0..2 {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                bodies.push(read_request(&mut stream).await.unwrap());
+                stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 11\r\n\r\n{\"ok\":true}")
+                    .await
+                    .unwrap();
+            }
+            bodies
+        });
+        let ups = upstreams();
+        for n in 1..=2 {
+            let args = format!("{{\"n\":{n}}}");
+            let answer = ups.http(&url, &args, &HEADERS).await.unwrap();
+            assert_eq!(
+                (answer.status, answer.body.clone()),
+                (200, json!({"ok": true}))
+            );
+        }
+        let bodies = backend.await.unwrap();
+        assert_eq!(bodies, vec![b"{\"n\":1}".to_vec(), b"{\"n\":2}".to_vec()]);
+    }
+
+    #[tokio::test]
+    async fn a_request_the_backend_read_but_never_answered_is_not_sent_again() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/tool", listener.local_addr().unwrap());
+        let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                if read_request(&mut stream).await.is_some() {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                // Closed without an answer: the call may have run.
+            }
+        });
+        let e = upstreams().http(&url, "{}", &HEADERS).await.unwrap_err();
+        assert_eq!(e.code, "upstream.unavailable", "{}", e.message);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
 }
