@@ -275,7 +275,7 @@ impl Default for ConnectionLimits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Upstream {
     /// `http://` or `https://` URL receiving POST with the canonical args.
-    Http(String),
+    Http(crate::upstream::Target),
     /// A demo tool the gateway serves itself.
     Builtin(String),
 }
@@ -544,9 +544,10 @@ impl Config {
             let pattern = Glob::new(&t.name).map_err(|m| err(format!("{key}.name"), m))?;
             let upstream =
                 if t.upstream.starts_with("http://") || t.upstream.starts_with("https://") {
-                    crate::upstream::check_url(&t.upstream)
-                        .map_err(|m| err(format!("{key}.upstream"), m))?;
-                    Upstream::Http(t.upstream)
+                    Upstream::Http(
+                        crate::upstream::Target::parse(&t.upstream)
+                            .map_err(|m| err(format!("{key}.upstream"), m))?,
+                    )
                 } else if let Some(name) = t.upstream.strip_prefix("builtin:") {
                     if !crate::upstream::BUILTINS.contains(&name) {
                         return Err(err(

@@ -77,9 +77,9 @@ impl Conn {
     }
 }
 
-/// Where a backend URL points.
-#[derive(Debug, PartialEq)]
-struct Target {
+/// Where a backend URL points: parsed once, when the config loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
     tls: bool,
     host: String,
     port: u16,
@@ -93,13 +93,9 @@ struct Target {
 }
 
 impl Target {
-    fn parse(url: &str) -> Result<Target, ApiError> {
-        let bad = |why: &str| {
-            ApiError::new(
-                "upstream.unavailable",
-                format!("the backend URL `{url}` {why}"),
-            )
-        };
+    /// Why `url` cannot be a backend, or where it points.
+    pub fn parse(url: &str) -> Result<Target, String> {
+        let bad = |why: &str| format!("the backend URL `{url}` {why}");
         let uri: hyper::Uri = url.parse().map_err(|_| bad("is not a URL"))?;
         let tls = match uri.scheme_str() {
             Some("http") => false,
@@ -138,11 +134,6 @@ impl Target {
             basic,
         })
     }
-}
-
-/// Why `url` cannot be a backend, checked when the config loads.
-pub fn check_url(url: &str) -> Result<(), String> {
-    Target::parse(url).map(|_| ()).map_err(|e| e.message)
 }
 
 pub struct Upstreams {
@@ -184,9 +175,10 @@ impl Upstreams {
         let start = Instant::now();
         let answer = match &route.upstream {
             Upstream::Builtin(name) => builtin(name, tool, canonical_args, headers.resume),
-            Upstream::Http(url) => {
+            Upstream::Http(target) => {
                 let timeout = route.timeout;
-                match tokio::time::timeout(timeout, self.http(url, canonical_args, &headers)).await
+                match tokio::time::timeout(timeout, self.http(target, canonical_args, &headers))
+                    .await
                 {
                     Ok(answer) => answer,
                     Err(_) => Err(ApiError::new(
@@ -199,8 +191,12 @@ impl Upstreams {
         Ok((answer, start.elapsed()))
     }
 
-    async fn http(&self, url: &str, body: &str, h: &CallHeaders<'_>) -> Result<Answer, ApiError> {
-        let target = Target::parse(url)?;
+    async fn http(
+        &self,
+        target: &Target,
+        body: &str,
+        h: &CallHeaders<'_>,
+    ) -> Result<Answer, ApiError> {
         let mut req = hyper::Request::post(target.path.as_str())
             .header(hyper::header::HOST, target.authority.as_str())
             .header(hyper::header::CONTENT_TYPE, "application/json")
@@ -221,7 +217,7 @@ impl Upstreams {
         loop {
             let (mut conn, pooled) = match self.checkout(&target.origin) {
                 Some(conn) => (conn, true),
-                None => (self.connect(&target).await?, false),
+                None => (self.connect(target).await?, false),
             };
             let sent = conn.send.try_send_request(req);
             let exchange = async {
@@ -445,7 +441,7 @@ mod tests {
         assert_eq!(String::from_utf8(decoded).unwrap(), "ops@corp:p:ss+w");
 
         for bad in ["ftp://x/y", "http://", "not a url", "/relative"] {
-            assert!(check_url(bad).is_err(), "{bad}");
+            assert!(Target::parse(bad).is_err(), "{bad}");
         }
     }
 
@@ -491,7 +487,8 @@ mod tests {
     async fn a_pooled_connection_the_backend_closed_is_replaced_and_each_call_sent_once() {
         use tokio::io::AsyncWriteExt;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/tool", listener.local_addr().unwrap());
+        let target =
+            Target::parse(&format!("http://{}/tool", listener.local_addr().unwrap())).unwrap();
         // Each connection answers one request, keep-alive, then the backend closes it.
         let backend = tokio::spawn(async move {
             let mut bodies = Vec::new();
@@ -508,7 +505,7 @@ mod tests {
         let ups = upstreams();
         for n in 1..=2 {
             let args = format!("{{\"n\":{n}}}");
-            let answer = ups.http(&url, &args, &HEADERS).await.unwrap();
+            let answer = ups.http(&target, &args, &HEADERS).await.unwrap();
             assert_eq!(
                 (answer.status, answer.body.clone()),
                 (200, json!({"ok": true}))
@@ -533,7 +530,8 @@ mod tests {
                 // Closed without an answer: the call may have run.
             }
         });
-        let e = upstreams().http(&url, "{}", &HEADERS).await.unwrap_err();
+        let target = Target::parse(&url).unwrap();
+        let e = upstreams().http(&target, "{}", &HEADERS).await.unwrap_err();
         assert_eq!(e.code, "upstream.unavailable", "{}", e.message);
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
