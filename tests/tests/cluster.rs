@@ -617,7 +617,6 @@ fn each_webhook_delivery_is_sent_by_one_gateway() {
 /// A round-robin balancer (`tests/peers/round_robin.py`) in front of `ports`; its port, its
 /// process and its log of which backend served each request.
 fn balancer(ports: &[u16], log: &std::path::Path) -> (u16, std::process::Child) {
-    use std::io::{BufRead, BufReader};
     let mut child = Command::new("python3")
         .arg(peers().join("round_robin.py"))
         .arg(log)
@@ -625,16 +624,7 @@ fn balancer(ports: &[u16], log: &std::path::Path) -> (u16, std::process::Child) 
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
-        .strip_prefix("listening ")
-        .unwrap()
-        .parse()
-        .unwrap();
+    let port = wait_for_line(&mut child, "listening ").parse().unwrap();
     (port, child)
 }
 

@@ -41,7 +41,9 @@ pub fn airlock_bin() -> PathBuf {
 }
 
 /// Reads lines from `child`'s stdout until one starts with `prefix`; returns the rest of it.
-fn wait_for_line(child: &mut Child, prefix: &str) -> String {
+/// Reads the child's stdout until a line starting with `prefix`; returns the rest of that line
+/// and keeps draining stdout in the background.
+pub fn wait_for_line(child: &mut Child, prefix: &str) -> String {
     let stdout = child.stdout.take().unwrap();
     let mut reader = BufReader::new(stdout);
     let mut line = String::new();
@@ -449,16 +451,7 @@ impl Receiver {
             .stdout(Stdio::piped())
             .spawn()
             .expect("python3 with standardwebhooks (installed by scripts/test.sh)");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("receiver: {line}"))
-            .parse()
-            .unwrap();
+        let port = wait_for_line(&mut child, "listening ").parse().unwrap();
         Receiver {
             child,
             port,
