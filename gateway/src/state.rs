@@ -439,7 +439,8 @@ impl Gateway {
         }
     }
 
-    /// Expires approvals and grants whose time has come, and wakes their held requests.
+    /// Expires approvals and grants whose time has come (their held requests wake from the
+    /// store's notice of the calls it changed).
     pub async fn expire(self: &Arc<Self>) {
         let now = now_ms();
         match self.store_op(move |s| s.expire_due(now)).await {
@@ -448,12 +449,10 @@ impl Gateway {
                     tracing::info!(call_id = %call.call_id, "a suspended call expired");
                     self.mcp.drop_live(&call.call_id);
                     self.metrics.call(&call.decision, "expired");
-                    self.holds.notify(&call.call_id);
                 }
                 for a in expired.approvals {
                     self.approval_closed(&a.requester.id);
                     self.metrics.call("require_approval", "expired");
-                    self.holds.notify(&a.call_id);
                     let event = self.approval_event(&a);
                     self.announce("approval.expired", event).await;
                 }

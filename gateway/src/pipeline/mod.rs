@@ -637,7 +637,6 @@ pub async fn cancel(
     gw.mcp.drop_live(&call.call_id);
     gw.metrics.call(&call.decision, "cancelled");
     tracing::info!(call_id = %call.call_id, by = %principal.id, "call cancelled");
-    gw.holds.notify(&call.call_id);
     Ok(call)
 }
 
@@ -840,8 +839,6 @@ async fn record_outcome(
     };
     gw.metrics
         .call(decision, if failed { "failed" } else { "completed" });
-    // A request waiting for a suspended call resumed elsewhere learns it has ended.
-    gw.holds.notify(&record.call_id);
     // Told in the background: the agent's answer does not wait for the notification. Nobody
     // listening (no event stream open, no webhook subscribed): nothing to build or send.
     if gw.events.receiver_count() > 0 || gw.webhooks.wants("call.completed") {
@@ -1007,8 +1004,8 @@ fn finished(call: &CallRecord) -> Result<Outcome, ApiError> {
     }))
 }
 
-/// An approver's verdict on one approval, with an edit checked by policy first. Wakes the
-/// held call and tells the event stream.
+/// An approver's verdict on one approval, with an edit checked by policy first; tells the
+/// event stream. The held call wakes from the store's notice of the call it changed.
 pub async fn decide(
     gw: &Arc<Gateway>,
     approval_id: &str,
@@ -1069,7 +1066,6 @@ pub async fn decide(
         status = a.status.as_str(),
         "approval decided"
     );
-    gw.holds.notify(&a.call_id);
     let event = gw.approval_event(&a);
     gw.announce("approval.decided", event).await;
     Ok(a)

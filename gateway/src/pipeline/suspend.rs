@@ -166,7 +166,6 @@ pub(super) async fn suspend(
     };
     gw.metrics.call(&record.decision, "suspended");
     tracing::info!(call_id = %record.call_id, "call suspended by its upstream");
-    gw.holds.notify(&record.call_id);
     Suspended::of(&record)
         .map(Outcome::Suspended)
         .ok_or_else(|| ApiError::new("store.corrupt", "a suspended call without its suspension"))
