@@ -60,8 +60,8 @@ pub(crate) struct ChainHead {
 }
 
 /// What whoever writes must hold: the chain's head, and what is written but not yet fsynced.
-/// The writer thread holds it for each group; a lazy write may take it on its caller's thread
-/// when nobody else has it (see [`Writer::submit_async`]).
+/// The writer thread holds it for each group; a lone request's write may take it on its
+/// caller's thread when nobody else has it (see [`Writer::submit_async`]).
 struct Core {
     head: ChainHead,
     /// Since when lazy writes have waited for an fsync.
@@ -92,6 +92,15 @@ impl Shared {
     pub fn check(&self) -> Result<(), StoreError> {
         self.backend.check()
     }
+
+    /// Tells the listener what a commit changed, if it changed anything.
+    fn tell(&self, change: &Change) {
+        if !change.is_empty() {
+            if let Some(listener) = self.listener.get() {
+                listener(change);
+            }
+        }
+    }
 }
 
 /// The writes of the jobs in one group, visible to the jobs that follow them.
@@ -114,7 +123,19 @@ struct Savepoint {
     runs: usize,
 }
 
-impl Tx<'_> {
+impl<'a> Tx<'a> {
+    /// A group starting after `head`; `failed` says why it could not begin, if it could not.
+    fn new(shared: &'a Shared, head: &ChainHead, failed: Option<StoreError>) -> Tx<'a> {
+        Tx {
+            shared,
+            staged: Vec::new(),
+            first_seq: head.seq + 1,
+            head: head.clone(),
+            runs: Vec::new(),
+            failed,
+        }
+    }
+
     /// Reads `key`, seeing this group's staged writes first.
     pub fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some(s) = self
@@ -395,14 +416,7 @@ impl Writer {
         if let Err(e) = self.shared.check() {
             return Ok(Err(e));
         }
-        let mut tx = Tx {
-            shared: &self.shared,
-            staged: Vec::new(),
-            first_seq: core.head.seq + 1,
-            head: core.head.clone(),
-            runs: Vec::new(),
-            failed: None,
-        };
+        let mut tx = Tx::new(&self.shared, &core.head, None);
         let out = match f(&mut tx) {
             Ok(out) => out,
             Err(e) => return Ok(Err(e)),
@@ -444,11 +458,7 @@ impl Writer {
                 ));
             }
         }
-        if !change.is_empty() {
-            if let Some(listener) = self.shared.listener.get() {
-                listener(&change);
-            }
-        }
+        self.shared.tell(&change);
         Ok(Ok(out))
     }
 
@@ -553,14 +563,7 @@ fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: D
             }
             Ok(())
         });
-        let mut tx = Tx {
-            shared,
-            staged: Vec::new(),
-            first_seq: held.head.seq + 1,
-            head: held.head.clone(),
-            runs: Vec::new(),
-            failed: begun.err(),
-        };
+        let mut tx = Tx::new(shared, &held.head, begun.err());
         let mut lazy = Vec::new();
         let mut durable = Vec::new();
         for (d, job) in group {
@@ -610,10 +613,8 @@ fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: D
         for finish in durable {
             finish(synced.clone());
         }
-        if written.is_ok() && !change.is_empty() {
-            if let Some(listener) = shared.listener.get() {
-                listener(&change);
-            }
+        if written.is_ok() {
+            shared.tell(&change);
         }
     }
     if lock(core).unsynced.is_some() {
