@@ -69,6 +69,8 @@ struct Core {
     /// Commits that wrote something, counted: an fsync clears `unsynced` only if no commit
     /// came in while it ran.
     commits: u64,
+    /// Fsyncs done, counted (by the tests: none is spent on what is already on disk).
+    syncs: u64,
     /// Whether the writer thread waits for jobs with no timeout: then a lazy write on another
     /// thread must wake it to keep time for the fsync. While it waits with a timeout (for one
     /// flush interval after any work) it checks by itself, and nobody pays for a wake-up.
@@ -314,6 +316,7 @@ impl Writer {
             head,
             unsynced: None,
             commits: 0,
+            syncs: 0,
             sleeping: false,
         }));
         let (thread_shared, thread_core) = (shared.clone(), core.clone());
@@ -521,7 +524,13 @@ fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: D
                 Ok(job) => job,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     active = false;
-                    if lock(core).unsynced.is_some() {
+                    // Due only if what waits now has waited the whole interval: a durable
+                    // write on a caller's thread may have fsynced what this wait was for,
+                    // and what was written since has a deadline of its own.
+                    let due = lock(core)
+                        .unsynced
+                        .is_some_and(|since| since.elapsed() >= flush_interval);
+                    if due {
                         // A failed fsync poisons fjall: every later call hears of it.
                         let _ = sync(shared, core);
                     }
@@ -629,6 +638,7 @@ fn sync(shared: &Shared, core: &Mutex<Core>) -> Result<(), StoreError> {
     let r = shared.backend.sync();
     if r.is_ok() {
         let mut held = lock(core);
+        held.syncs += 1;
         if held.commits == commits {
             held.unsynced = None;
         }
@@ -657,6 +667,47 @@ mod tests {
             }))
             .unwrap();
         (ran_here, lock(&store.writer.core).unsynced.is_some())
+    }
+
+    #[test]
+    fn lazy_writes_are_fsynced_within_the_interval_and_not_again_after_a_durable_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let interval = Duration::from_millis(50);
+        let store = Store::open(
+            dir.path(),
+            StoreOptions {
+                flush_interval: interval,
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        let syncs = || lock(&store.writer.core).syncs;
+        // Lone calls, as the allow path writes them: a durable decision (fsynced on the
+        // caller's thread), then a lazy outcome, which the next decision's fsync covers.
+        // Over six intervals the writer thread adds no fsync of its own (one is let pass for
+        // a machine that stalls a whole interval between two writes; it used to add one per
+        // interval).
+        let before = syncs();
+        let start = Instant::now();
+        let mut durable = 0;
+        while start.elapsed() < interval * 6 {
+            job_thread(&store, Durability::Durable, true);
+            durable += 1;
+            job_thread(&store, Durability::Lazy, true);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let extra = syncs() - before - durable;
+        assert!(extra <= 1, "{extra} fsyncs of what was already on disk");
+        // The last lazy write has nothing after it: the writer fsyncs it within the interval.
+        let waited = Instant::now();
+        while lock(&store.writer.core).unsynced.is_some() {
+            assert!(
+                waited.elapsed() < interval * 10,
+                "the lazy write was never fsynced"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(syncs() - before, durable + extra + 1);
     }
 
     #[test]
