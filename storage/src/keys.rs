@@ -181,6 +181,60 @@ mod tests {
     }
 
     #[test]
+    fn a_call_record_leaves_out_its_unset_fields_and_older_records_with_them_still_read() {
+        use crate::model::{CallRecord, CallStatus, Principal};
+        let call = CallRecord {
+            call_id: "call_1".into(),
+            tool: "t".into(),
+            args: serde_json::json!({"n": 1}),
+            fingerprint: "sha256:00".into(),
+            requester: Principal {
+                id: "agent".into(),
+                role: "agent".into(),
+                groups: vec![],
+            },
+            context: serde_json::json!({}),
+            decision: "allow".into(),
+            status: CallStatus::Executing,
+            approval_id: None,
+            reason: None,
+            edited: false,
+            run_by: None,
+            outcome: None,
+            suspension: None,
+            created_at: 1,
+            updated_at: 1,
+        };
+        let bytes = encode(&call).unwrap();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        for unset in ["approval_id", "reason", "edited", "run_by", "outcome"] {
+            assert!(!text.contains(unset), "{unset} written in {text}");
+        }
+        assert_eq!(decode::<CallRecord>(&bytes).unwrap(), call);
+        // As records were written before: every field present, unset ones null or false.
+        let mut old: Value = serde_json::from_slice(&bytes).unwrap();
+        for (k, v) in [
+            ("approval_id", Value::Null),
+            ("reason", Value::Null),
+            ("edited", Value::Bool(false)),
+            ("run_by", Value::Null),
+            ("outcome", Value::Null),
+        ] {
+            old[k] = v;
+        }
+        let old = serde_json::to_vec(&old).unwrap();
+        assert_eq!(decode::<CallRecord>(&old).unwrap(), call);
+        // A set field is written.
+        let approved = CallRecord {
+            approval_id: Some("apr_1".into()),
+            edited: true,
+            ..call
+        };
+        let back = decode::<CallRecord>(&encode(&approved).unwrap()).unwrap();
+        assert_eq!(back, approved);
+    }
+
+    #[test]
     fn timed_keys_sort_by_time() {
         let a = expiry_key(5, EXPIRE_APPROVAL, b"zzz");
         let b = expiry_key(256, EXPIRE_APPROVAL, b"aaa");

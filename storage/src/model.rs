@@ -218,15 +218,20 @@ pub struct CallRecord {
     /// `allow`, `deny` or `require_approval`.
     pub decision: String,
     pub status: CallStatus,
+    // Fields at their default are left out of the stored record (most calls are allowed
+    // ones with none of them): less to write and fsync on every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
     /// Set when an approver's reason is part of the answer (declines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// True when an approver edited the args: `args` and `fingerprint` are the edited ones.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub edited: bool,
     /// For an approved call: the last moment it may start (the grant's ttl after approval).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_by: Option<Millis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<CallOutcome>,
     /// The call's latest suspension (kept after it is resumed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
