@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod runs;
 pub mod server;
+mod serving;
 pub mod signing;
 pub mod state;
 pub mod upstream;

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, ConnectionLimits};
 use crate::connections::{watchdog, Activity, CloseReason, Gate, Watched};
 use crate::mcp::McpFront;
+use crate::serving::Servers;
 use crate::state::Gateway;
 
 /// How long in-flight requests get to finish after shutdown starts.
@@ -108,6 +109,8 @@ pub async fn serve(
     let limits = gw.config.connections.clone();
     let gate = Gate::new(&limits);
     let refusal = refusal_response();
+    let servers = Servers::start(crate::serving::thread_count())
+        .map_err(|e| format!("cannot start the serving threads: {e}"))?;
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -135,6 +138,14 @@ pub async fn serve(
         };
         gw.metrics.connections_open.set(gate.open() as i64);
         let _ = stream.set_nodelay(true);
+        // Handed to a serving thread: the socket leaves this runtime's reactor for that one's.
+        let stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot hand over a connection: {e}");
+                continue;
+            }
+        };
         let conn = Connection {
             gw: gw.clone(),
             mcp: mcp.clone(),
@@ -145,7 +156,15 @@ pub async fn serve(
         };
         let tls = tls.clone();
         let (gw, gate) = (gw.clone(), gate.clone());
-        tokio::spawn(async move {
+        let (server, seat) = servers.pick();
+        server.spawn(async move {
+            let stream = match tokio::net::TcpStream::from_std(stream) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("cannot serve a connection: {e}");
+                    return;
+                }
+            };
             let io = Watched::new(stream, conn.activity.clone());
             match tls {
                 Some(acceptor) => {
@@ -166,7 +185,7 @@ pub async fn serve(
                 }
                 None => conn.drive(io).await,
             }
-            drop(admitted);
+            drop((admitted, seat));
             gw.metrics.connections_open.set(gate.open() as i64);
         });
     }
@@ -178,6 +197,8 @@ pub async fn serve(
     {
         tracing::warn!("some connections did not finish within {DRAIN:?}");
     }
+    // Off the async threads: joining waits for each serving thread to see the stop.
+    let _ = tokio::task::spawn_blocking(move || servers.stop()).await;
     // Memtables out to tables: the next start replays little of the journal.
     let store = gw.store.clone();
     match tokio::task::spawn_blocking(move || store.flush()).await {

@@ -18,6 +18,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -36,7 +37,7 @@ pub const BUILTINS: [&str; 3] = ["demo.echo", "demo.shell_preview", "demo.deploy
 /// The largest backend answer kept; a larger one is `upstream.too_large`.
 const MAX_RESPONSE_BYTES: usize = 16 << 20;
 
-/// Idle connections kept per backend origin, and for how long.
+/// Idle connections kept per backend origin and serving thread, and for how long.
 const MAX_IDLE_PER_ORIGIN: usize = 256;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -137,7 +138,10 @@ impl Target {
 }
 
 pub struct Upstreams {
-    idle: Mutex<HashMap<String, Vec<Conn>>>,
+    /// Idle connections by origin and by the thread that made them: a connection's socket
+    /// answers to its thread's runtime, so a request on another serving thread would be
+    /// woken through that one (see [`crate::serving`]).
+    idle: Mutex<HashMap<ThreadId, HashMap<String, Vec<Conn>>>>,
     tls: tokio_rustls::TlsConnector,
 }
 
@@ -262,10 +266,12 @@ impl Upstreams {
         }
     }
 
-    /// An idle connection to `origin` that can take a request, newest first.
+    /// An idle connection to `origin` this thread made that can take a request, newest first.
     fn checkout(&self, origin: &str) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let conns = idle.get_mut(origin)?;
+        let conns = idle
+            .get_mut(&std::thread::current().id())?
+            .get_mut(origin)?;
         while let Some(mut conn) = conns.pop() {
             if conn.usable() {
                 return Some(conn);
@@ -277,7 +283,11 @@ impl Upstreams {
     fn checkin(&self, origin: &str, mut conn: Conn) {
         conn.idle_since = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let conns = idle.entry(origin.to_owned()).or_default();
+        let conns = idle
+            .entry(std::thread::current().id())
+            .or_default()
+            .entry(origin.to_owned())
+            .or_default();
         if conns.len() < MAX_IDLE_PER_ORIGIN {
             conns.push(conn);
         }
