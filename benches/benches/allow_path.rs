@@ -190,12 +190,12 @@ fn main() {
         .ok()
         .map(PathBuf::from);
     let baseline = baseline_bin.as_ref().map(|b| gateway(b, backend, "sync"));
-    // `AIRLOCK_BENCH_WORKERS=N` adds `sync` with N tokio workers (tokio reads
-    // TOKIO_WORKER_THREADS; the default is one per core).
+    // `AIRLOCK_BENCH_WORKERS=N` adds `sync` with N serving threads (the gateway reads
+    // AIRLOCK_SERVE_THREADS; the default is one per core).
     let workers = std::env::var("AIRLOCK_BENCH_WORKERS").ok();
     let few = workers
         .as_deref()
-        .map(|n| gateway_env(&current, backend, "sync", &[("TOKIO_WORKER_THREADS", n)]));
+        .map(|n| gateway_env(&current, backend, "sync", &[("AIRLOCK_SERVE_THREADS", n)]));
     // `AIRLOCK_BENCH_LOG=LEVEL` adds `sync` logging at that level (the others log errors
     // only; a gateway's default is `info`, a line per call, to stderr, here /dev/null).
     let log = std::env::var("AIRLOCK_BENCH_LOG").ok();
@@ -234,7 +234,7 @@ fn main() {
     }
     targets.push(airlock("airlock sync", &sync));
     if let (Some(g), Some(n)) = (&few, &workers) {
-        targets.push(airlock(&format!("airlock sync, {n} tokio worker(s)"), g));
+        targets.push(airlock(&format!("airlock sync, {n} serving thread(s)"), g));
     }
     if let (Some(g), Some(l)) = (&logging, &log) {
         targets.push(airlock(&format!("airlock sync, AIRLOCK_LOG={l}"), g));

@@ -197,8 +197,6 @@ pub async fn serve(
     {
         tracing::warn!("some connections did not finish within {DRAIN:?}");
     }
-    // Off the async threads: joining waits for each serving thread to see the stop.
-    let _ = tokio::task::spawn_blocking(move || servers.stop()).await;
     // Memtables out to tables: the next start replays little of the journal.
     let store = gw.store.clone();
     match tokio::task::spawn_blocking(move || store.flush()).await {
@@ -206,6 +204,10 @@ pub async fn serve(
         Err(e) => tracing::warn!("the store was not flushed at stop: {e}"),
         Ok(Ok(())) => {}
     }
+    // Last, so what a stopped request left to record (its `Unfinished` guard's task) had the
+    // drain and the flush to finish in. Off the async threads: joining waits for each serving
+    // thread to see the stop.
+    let _ = tokio::task::spawn_blocking(move || servers.stop()).await;
     drop(gw);
     Ok(())
 }
