@@ -24,7 +24,8 @@ pub enum Ks {
     ApprovalIndex,
     /// `{fingerprint}\0{scope key}` → [`crate::Grant`]
     Grants,
-    /// call id → [`crate::CallRecord`]
+    /// call id → [`crate::CallRecord`]; a call that has ended keeps the record it ran with
+    /// (status `executing`), and how it ended is in `CallEnds`
     Calls,
     /// seq (u64 BE) → audit record (canonical JSON, hash included)
     Audit,
@@ -36,10 +37,14 @@ pub enum Ks {
     Expiry,
     /// `webhook.disabled.{id}` → why and when a webhook endpoint was disabled
     Settings,
+    /// call id → [`crate::model::CallEnd`]: how an executing call ended, written apart so
+    /// that finishing a call (most often an allowed one) does not write its record again.
+    /// Every read of a call merges it in.
+    CallEnds,
 }
 
 impl Ks {
-    pub const ALL: [Ks; 9] = [
+    pub const ALL: [Ks; 10] = [
         Ks::Approvals,
         Ks::ApprovalIndex,
         Ks::Grants,
@@ -49,6 +54,7 @@ impl Ks {
         Ks::OutboxDue,
         Ks::Expiry,
         Ks::Settings,
+        Ks::CallEnds,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +68,7 @@ impl Ks {
             Ks::OutboxDue => "outbox_due",
             Ks::Expiry => "expiry",
             Ks::Settings => "settings",
+            Ks::CallEnds => "call_ends",
         }
     }
 

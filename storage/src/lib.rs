@@ -197,7 +197,9 @@ impl Store {
     }
 
     pub fn call(&self, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
-        self.read(Ks::Calls, call_id.as_bytes())
+        self.read::<CallRecord>(Ks::Calls, call_id.as_bytes())?
+            .map(|c| c.with_end(|id| self.read(Ks::CallEnds, id.as_bytes())))
+            .transpose()
     }
 
     /// The grant for `fingerprint` under `scope_key`, if one is stored (it may have expired:

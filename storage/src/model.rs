@@ -240,6 +240,34 @@ pub struct CallRecord {
     pub updated_at: Millis,
 }
 
+/// How an executing call ended: stored apart from its record (keyspace `call_ends`), so that
+/// finishing a call writes this and its audit record, not the whole record again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CallEnd {
+    /// `completed` or `failed`.
+    pub status: CallStatus,
+    pub outcome: CallOutcome,
+    pub updated_at: Millis,
+}
+
+impl CallRecord {
+    /// The record as it stands: `end` is asked for how the call ended when the stored record
+    /// says it is executing (only an executing call can have an end stored apart).
+    pub(crate) fn with_end<E>(
+        mut self,
+        end: impl FnOnce(&str) -> Result<Option<CallEnd>, E>,
+    ) -> Result<CallRecord, E> {
+        if self.status == CallStatus::Executing {
+            if let Some(end) = end(&self.call_id)? {
+                self.status = end.status;
+                self.outcome = Some(end.outcome);
+                self.updated_at = end.updated_at;
+            }
+        }
+        Ok(self)
+    }
+}
+
 /// Why and until when a call is suspended (DESIGN §11).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Suspension {

@@ -14,8 +14,8 @@ use crate::audit::redact;
 use crate::error::StoreError;
 use crate::keys::{self, decode, encode, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT, EXPIRE_SUSPENDED};
 use crate::model::{
-    Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
-    Grant, Millis, Principal, Suspension,
+    Approval, ApprovalDecision, ApprovalStatus, CallEnd, CallOutcome, CallRecord, CallStatus,
+    Delivery, Grant, Millis, Principal, Suspension,
 };
 use crate::writer::{Durability, Tx};
 use crate::Store;
@@ -110,6 +110,13 @@ pub struct OutboxStats {
 
 fn get<T: DeserializeOwned>(tx: &Tx<'_>, ks: Ks, key: &[u8]) -> Result<Option<T>, StoreError> {
     tx.get(ks, key)?.map(|b| decode(&b)).transpose()
+}
+
+/// A call's record as it stands, with how it ended merged in ([`CallRecord::with_end`]).
+fn load_call(tx: &Tx<'_>, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
+    get::<CallRecord>(tx, Ks::Calls, call_id.as_bytes())?
+        .map(|c| c.with_end(|id| get(tx, Ks::CallEnds, id.as_bytes())))
+        .transpose()
 }
 
 fn put<T: Serialize>(tx: &mut Tx<'_>, ks: Ks, key: &[u8], value: &T) -> Result<(), StoreError> {
@@ -351,7 +358,7 @@ impl Store {
                 return Err(StoreError::NotPending("expired"));
             }
             let old_status = a.status;
-            let mut call: CallRecord = get(tx, Ks::Calls, a.call_id.as_bytes())?
+            let mut call = load_call(tx, &a.call_id)?
                 .ok_or_else(|| StoreError::CallNotFound(a.call_id.clone()))?;
             let (decision, reason) = match &verdict {
                 Verdict::Approve { reason, edit } => {
@@ -441,7 +448,7 @@ impl Store {
         let call_id = call_id.to_owned();
         let by = by.clone();
         self.writer.submit(move |tx| {
-            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+            let mut call = load_call(tx, &call_id)?
                 .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
             if call.requester.id != by.id && !by.is_admin() {
                 return Err(StoreError::Forbidden(
@@ -511,7 +518,7 @@ impl Store {
                         a.decided_at = Some(now);
                         set_status_index(tx, &a, ApprovalStatus::Pending)?;
                         put(tx, Ks::Approvals, a.id.as_bytes(), &a)?;
-                        if let Some(mut call) = get::<CallRecord>(tx, Ks::Calls, a.call_id.as_bytes())? {
+                        if let Some(mut call) = load_call(tx, &a.call_id)? {
                             call.status = CallStatus::Expired;
                             call.updated_at = now;
                             let mut f = Self::call_fields(&redact_ptrs, &call);
@@ -531,7 +538,7 @@ impl Store {
                         tx.audit(now, "grant.expired", f);
                     }
                     EXPIRE_SUSPENDED => {
-                        let Some(mut call) = get::<CallRecord>(tx, Ks::Calls, id)? else { continue };
+                        let Some(mut call) = load_call(tx, &String::from_utf8_lossy(id))? else { continue };
                         if call.status != CallStatus::Suspended
                             || call.suspension.as_ref().is_some_and(|s| s.expires_at > now)
                         {
@@ -567,7 +574,7 @@ impl Store {
         let redact_ptrs = self.redact.clone();
         let call_id = call_id.to_owned();
         self.writer.submit(move |tx| {
-            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+            let mut call = load_call(tx, &call_id)?
                 .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
             if call.status != CallStatus::Executing {
                 return Err(StoreError::CallState(call.status.as_str(), "suspend"));
@@ -631,7 +638,7 @@ impl Store {
         let by = by.clone();
         let data = redact(resume_data, &redact_ptrs);
         self.writer.submit(move |tx| {
-            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+            let mut call = load_call(tx, &call_id)?
                 .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
             if call.status != CallStatus::Suspended {
                 return Err(StoreError::NotSuspended(call.status.as_str()));
@@ -678,7 +685,7 @@ impl Store {
     pub fn begin_execution(&self, call_id: &str, now: Millis) -> Result<Begin, StoreError> {
         let call_id = call_id.to_owned();
         self.writer.submit(move |tx| {
-            let mut call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
+            let mut call = load_call(tx, &call_id)?
                 .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
             match call.status {
                 CallStatus::Allowed => {}
@@ -1314,8 +1321,8 @@ fn complete_job(
     now: Millis,
 ) -> impl FnOnce(&mut Tx<'_>) -> Result<CallRecord, StoreError> + Send + 'static {
     move |tx| {
-        let call: CallRecord = get(tx, Ks::Calls, call_id.as_bytes())?
-            .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+        let call =
+            load_call(tx, &call_id)?.ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
         if call.status != CallStatus::Executing {
             return Err(StoreError::CallState(call.status.as_str(), "complete"));
         }
@@ -1323,8 +1330,9 @@ fn complete_job(
     }
 }
 
-/// Writes how an executing call ended: its status, its audit record, its outcome; drops its
-/// executing-index entry.
+/// Writes how an executing call ended: its status and outcome (apart from its record, which
+/// is left as it ran: see [`Ks::CallEnds`]), its audit record; drops its executing-index
+/// entry. Returns the record as it now reads.
 fn end_call(
     tx: &mut Tx<'_>,
     mut call: CallRecord,
@@ -1355,13 +1363,18 @@ fn end_call(
             &call,
         ),
     );
-    call.outcome = Some(outcome);
-    call.updated_at = now;
     tx.delete(
         Ks::ApprovalIndex,
         keys::index_key(IDX_EXECUTING, "", &call.call_id),
     );
-    put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+    let end = CallEnd {
+        status: call.status,
+        outcome,
+        updated_at: now,
+    };
+    put(tx, Ks::CallEnds, call.call_id.as_bytes(), &end)?;
+    call.outcome = Some(end.outcome);
+    call.updated_at = now;
     Ok(call)
 }
 

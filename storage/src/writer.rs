@@ -248,7 +248,7 @@ impl<'a> Tx<'a> {
         let mut calls: Vec<String> = self
             .staged
             .iter()
-            .filter(|s| s.ks == Ks::Calls)
+            .filter(|s| s.ks == Ks::Calls || s.ks == Ks::CallEnds)
             .map(|s| String::from_utf8_lossy(&s.key).into_owned())
             .collect();
         calls.sort_unstable();

@@ -662,6 +662,52 @@ fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
 }
 
 #[test]
+fn an_ended_call_reads_as_ended_everywhere_and_after_a_reopen() {
+    use airlock_storage::{CallStatus, Durability};
+    let dir = Place::new();
+    let outcome = CallOutcome {
+        upstream_status: Some(200),
+        result: Some(serde_json::json!({"rows": 3})),
+        error: None,
+        message: None,
+    };
+    {
+        let store = open(&dir);
+        let mut c = call("ended-1", "sha256:aa", &agent("a1"), "allow", 100);
+        c.status = CallStatus::Allowed;
+        store
+            .record_call_with(c, no_fields(), true, Durability::Durable)
+            .unwrap();
+        let done = store
+            .complete_call("ended-1", outcome.clone(), 105)
+            .unwrap();
+        assert_eq!(
+            (done.status, done.outcome.as_ref(), done.updated_at),
+            (CallStatus::Completed, Some(&outcome), 105)
+        );
+        assert_eq!(store.call("ended-1").unwrap().unwrap(), done);
+        // Every operation that reads the call sees it ended: none takes it for executing.
+        let err = store
+            .complete_call("ended-1", outcome.clone(), 106)
+            .unwrap_err();
+        assert_eq!(err.code(), "call.invalid_state");
+        let err = store.cancel("ended-1", &agent("a1"), 107).unwrap_err();
+        assert_eq!(err.code(), "call.invalid_state");
+        assert!(!matches!(
+            store.begin_execution("ended-1", 108).unwrap(),
+            Begin::Run(_)
+        ));
+    }
+    // After a reopen (no recovery: it is not executing any more), the same.
+    let store = open(&dir);
+    let c = store.call("ended-1").unwrap().unwrap();
+    assert_eq!(
+        (c.status, c.outcome, c.updated_at),
+        (CallStatus::Completed, Some(outcome), 105)
+    );
+}
+
+#[test]
 fn lazy_writes_are_visible_at_once_and_kept_across_a_reopen() {
     use airlock_storage::{CallStatus, Durability};
     let dir = Place::new();
