@@ -7,8 +7,10 @@
 //! request's [`Asks`]; their answers are posted back to the upstream. Without a place to go
 //! they are answered "not relayed".
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -28,13 +30,27 @@ enum Mode {
 pub struct HttpConn {
     url: String,
     headers: Vec<(String, String)>,
-    client: reqwest::Client,
+    /// A client (and so a connection pool) per thread: a connection's task runs on the
+    /// runtime that opened it, so a request on a serving thread uses connections that thread
+    /// drives, not another's (see [`crate::serving`]).
+    clients: Mutex<HashMap<ThreadId, reqwest::Client>>,
+    /// The client built when the upstream was configured; serves a thread whose own could
+    /// not be built.
+    first: reqwest::Client,
     mode: tokio::sync::Mutex<Option<Mode>>,
     /// The negotiated revision, readable without the async lock.
     revision: Mutex<Option<&'static str>>,
     next_id: AtomicU64,
     /// Told when the upstream says one of its lists changed.
     changed: Arc<tokio::sync::Notify>,
+}
+
+fn build_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("cannot build the MCP client: {e}"))
 }
 
 /// The largest answer read from an upstream.
@@ -46,20 +62,35 @@ impl HttpConn {
         headers: Vec<(String, String)>,
         changed: Arc<tokio::sync::Notify>,
     ) -> Result<HttpConn, String> {
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build the MCP client: {e}"))?;
+        // Built once here so a client that cannot be built is an error at start.
+        let client = build_client()?;
         Ok(HttpConn {
             url: url.to_owned(),
             headers,
-            client,
+            clients: Mutex::new(HashMap::from([(
+                std::thread::current().id(),
+                client.clone(),
+            )])),
+            first: client,
             mode: tokio::sync::Mutex::new(None),
             revision: Mutex::new(None),
             next_id: AtomicU64::new(1),
             changed,
         })
+    }
+
+    /// This thread's client, built on first use.
+    fn client(&self) -> reqwest::Client {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        match clients.entry(std::thread::current().id()) {
+            std::collections::hash_map::Entry::Occupied(c) => c.get().clone(),
+            std::collections::hash_map::Entry::Vacant(slot) => match build_client() {
+                Ok(c) => slot.insert(c).clone(),
+                // Built once already with the same settings; should another build fail, the
+                // first client serves (its connections then cross threads).
+                Err(_) => self.first.clone(),
+            },
+        }
     }
 
     pub fn revision(&self) -> Option<&'static str> {
@@ -177,7 +208,7 @@ impl HttpConn {
 
     fn builder(&self, mode: &Mode, method: &str, params: &Value) -> reqwest::RequestBuilder {
         let mut req = self
-            .client
+            .client()
             .post(&self.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
