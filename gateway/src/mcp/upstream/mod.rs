@@ -158,7 +158,7 @@ const MAX_LIVE: usize = 10_000;
 
 /// One transport to one upstream.
 enum Conn {
-    Http(http::HttpConn),
+    Http(Box<http::HttpConn>),
     Stdio(Arc<stdio::StdioConn>),
 }
 
@@ -365,9 +365,11 @@ impl Registry {
         for c in configs {
             let changed = Arc::new(tokio::sync::Notify::new());
             let conn = match &c.transport {
-                McpTransport::Http { url, headers } => {
-                    Conn::Http(http::HttpConn::new(url, headers.clone(), changed.clone())?)
-                }
+                McpTransport::Http { url, headers } => Conn::Http(Box::new(http::HttpConn::new(
+                    url,
+                    headers.clone(),
+                    changed.clone(),
+                )?)),
                 McpTransport::Stdio { command, args, env } => Conn::Stdio(stdio::StdioConn::new(
                     &c.name,
                     command,
