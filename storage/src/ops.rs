@@ -1312,8 +1312,6 @@ fn spend_grant(
     Ok(Some(grant))
 }
 
-/// Marks `call` executing (the caller writes it), indexes it so a crash can find it, and
-/// audits the start.
 /// Stores how an executing call ended (see [`Store::complete_call`]).
 fn complete_job(
     call_id: String,

@@ -806,8 +806,9 @@ where
 
 /// Writes a claimed call's outcome (not awaited for an fsync: a crash before it leaves the call
 /// `call.interrupted`, its claim was durable, never re-run), counts it and tells listeners;
-/// whoever waits on the call wakes from the store's notice of the change. `claimed` is the record this request's claim stored, when it has it (the store then does
-/// not read it back); else the call is read by `call_id`.
+/// whoever waits on the call wakes from the store's notice of the change. `claimed` is the
+/// record this request's claim stored, when it has it (the store then does not read it
+/// back); else the call is read by `call_id`.
 async fn record_outcome(
     gw: &Arc<Gateway>,
     call_id: &str,
