@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::PrincipalConfig;
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 
 /// Who may call what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl Auth {
             } else {
                 "a valid `Authorization: Bearer <token>` is required"
             };
-            ApiError::new("auth.unauthenticated", message)
+            ApiError::new(Code::AuthUnauthenticated, message)
         };
         let token = headers
             .get(hyper::header::AUTHORIZATION)
@@ -112,7 +112,7 @@ impl Auth {
 pub fn random_hex(bytes: usize) -> Result<String, ApiError> {
     let mut b = vec![0u8; bytes];
     getrandom::fill(&mut b)
-        .map_err(|e| ApiError::new("internal", format!("no randomness from the OS: {e}")))?;
+        .map_err(|e| ApiError::new(Code::Internal, format!("no randomness from the OS: {e}")))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
@@ -122,7 +122,7 @@ pub fn require(role: Role, allowed: &[Role]) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::new(
-            "auth.forbidden",
+            Code::AuthForbidden,
             "this token's role may not use this route",
         ))
     }

@@ -1,17 +1,177 @@
-//! The one refusal type every stage returns: a stable code (DESIGN §6), a message for people
-//! (and models), details for programs, and an optional retry delay.
+//! The one refusal type every stage returns, and the stable codes it carries.
 //!
-//! It is protocol-neutral: the HTTP front end turns it into a status and a JSON error body
-//! ([`crate::http::body`]), MCP into an `isError` result or a JSON-RPC error.
+//! [`Code`] is every code a refusal of the gateway can carry (DESIGN §3, §6, §11, §14): one
+//! enum, written as text only through [`Code::as_str`] and read back only through
+//! [`Code::parse`], which knows no code it was not given here. A stored code the reader does not
+//! know is an error, never silently another code. The codes of the policy and store crates
+//! are among them (a unit test checks each).
+//!
+//! [`ApiError`] is protocol-neutral: the HTTP front end turns it into a status and a JSON
+//! error body (`crate::body`), MCP into an `isError` result or a JSON-RPC error.
+
+use std::fmt;
 
 use airlock_policy::RequestError;
 use airlock_storage::StoreError;
 use serde_json::{json, Value};
 
+macro_rules! codes {
+    ($($variant:ident = $text:literal,)*) => {
+        /// A stable error code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $($variant,)*
+        }
+
+        impl Code {
+            /// Every code, for tests and documents.
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $text,)*
+                }
+            }
+
+            /// The code spelled `text`, if it is one.
+            pub fn parse(text: &str) -> Option<Code> {
+                match text {
+                    $($text => Some(Code::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    // Intake (DESIGN §3) and request shape.
+    RequestInvalidJson = "request.invalid_json",
+    RequestDuplicateKey = "request.duplicate_key",
+    RequestUnsafeNumber = "request.unsafe_number",
+    RequestTooDeep = "request.too_deep",
+    RequestTooLarge = "request.too_large",
+    RequestInvalidArgs = "request.invalid_args",
+    RequestInvalidTool = "request.invalid_tool",
+    RequestInvalidContext = "request.invalid_context",
+    RequestUnknownField = "request.unknown_field",
+    RequestInvalidField = "request.invalid_field",
+    RequestMissingField = "request.missing_field",
+    RequestMissingReason = "request.missing_reason",
+    RequestInvalidHeader = "request.invalid_header",
+    RequestInvalidClassifier = "request.invalid_classifier",
+    RequestInvalidResumeData = "request.invalid_resume_data",
+    RequestInvalidTime = "request.invalid_time",
+    RequestBodyTimeout = "request.body_timeout",
+    RequestHeadersTooLarge = "request.headers_too_large",
+    // Who may ask.
+    AuthUnauthenticated = "auth.unauthenticated",
+    AuthForbidden = "auth.forbidden",
+    AuthForbiddenOrigin = "auth.forbidden_origin",
+    PrincipalRateLimited = "principal.rate_limited",
+    PrincipalTooManyPending = "principal.too_many_pending",
+    // Routes.
+    RouteNotFound = "route.not_found",
+    RouteMethodNotAllowed = "route.method_not_allowed",
+    ToolUnknown = "tool.unknown",
+    WebhookNotFound = "webhook.not_found",
+    DeliveryNotFound = "delivery.not_found",
+    // Decisions and approvals.
+    PolicyDenied = "policy.denied",
+    PolicyUnavailable = "policy.unavailable",
+    ApprovalDeclined = "approval.declined",
+    ApprovalExpired = "approval.expired",
+    ApprovalForbidden = "approval.forbidden",
+    ApprovalSelfApproval = "approval.self_approval",
+    ApprovalAlreadyDecided = "approval.already_decided",
+    ApprovalNotPending = "approval.not_pending",
+    ApprovalNotFound = "approval.not_found",
+    ApprovalEditDenied = "approval.edit_denied",
+    ApprovalInvalidState = "approval.invalid_state",
+    // Calls.
+    CallNotFound = "call.not_found",
+    CallExists = "call.exists",
+    CallInvalidState = "call.invalid_state",
+    CallInProgress = "call.in_progress",
+    CallCancelled = "call.cancelled",
+    CallExpired = "call.expired",
+    CallNotSuspended = "call.not_suspended",
+    CallAmbiguous = "call.ambiguous",
+    CallInterrupted = "call.interrupted",
+    CallFingerprintMismatch = "call.fingerprint_mismatch",
+    CallSuspended = "call.suspended",
+    // Backends.
+    UpstreamUnavailable = "upstream.unavailable",
+    UpstreamTimeout = "upstream.timeout",
+    UpstreamTooLarge = "upstream.too_large",
+    UpstreamInvalidSuspend = "upstream.invalid_suspend",
+    // The gateway itself.
+    GatewayOverloaded = "gateway.overloaded",
+    GatewayShuttingDown = "gateway.shutting_down",
+    GatewayTooManyHeld = "gateway.too_many_held",
+    StoreUnavailable = "store.unavailable",
+    StoreCorrupt = "store.corrupt",
+    StoreNotFound = "store.not_found",
+    StoreSchemaTooNew = "store.schema_too_new",
+    AuditNotExported = "audit.not_exported",
+    Internal = "internal",
+    // A policy set that does not load (DESIGN §4), as `POST /v1/policy/reload` reports it.
+    PolicyCelSyntax = "policy.cel_syntax",
+    PolicyDuplicateDefaults = "policy.duplicate_defaults",
+    PolicyDuplicateKey = "policy.duplicate_key",
+    PolicyDuplicateRule = "policy.duplicate_rule",
+    PolicyDynamicRegex = "policy.dynamic_regex",
+    PolicyEmpty = "policy.empty",
+    PolicyInternal = "policy.internal",
+    PolicyInvalid = "policy.invalid",
+    PolicyInvalidDuration = "policy.invalid_duration",
+    PolicyInvalidGlob = "policy.invalid_glob",
+    PolicyInvalidRegex = "policy.invalid_regex",
+    PolicyInvalidRuleId = "policy.invalid_rule_id",
+    PolicyIo = "policy.io",
+    PolicyMissingDefaults = "policy.missing_defaults",
+    PolicyOnErrorAllow = "policy.on_error_allow",
+    PolicyReservedName = "policy.reserved_name",
+    PolicySyntax = "policy.syntax",
+    PolicyUnknownClassifier = "policy.unknown_classifier",
+    PolicyUnknownKey = "policy.unknown_key",
+    PolicyUnknownVariable = "policy.unknown_variable",
+    PolicyUnsupportedVersion = "policy.unsupported_version",
+}
+
+impl Code {
+    /// A code another crate gave as text. Every such code is listed above (a test checks);
+    /// one that is not is reported as `internal`, naming it, rather than as another code.
+    fn of_crate(text: &str) -> (Code, Option<String>) {
+        match Code::parse(text) {
+            Some(c) => (c, None),
+            None => (Code::Internal, Some(text.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A refusal: a stable code, a message for people (and models), and details for programs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
-    pub code: &'static str,
+    pub code: Code,
     pub message: String,
     pub details: Value,
     /// Seconds, for `Retry-After` on overload.
@@ -19,7 +179,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> ApiError {
+    pub fn new(code: Code, message: impl Into<String>) -> ApiError {
         ApiError {
             code,
             message: message.into(),
@@ -37,20 +197,91 @@ impl ApiError {
         self.retry_after = Some(seconds);
         self
     }
+
+    /// A refusal whose code another crate gave as text.
+    pub(crate) fn of_crate(text: &str, message: String) -> ApiError {
+        match Code::of_crate(text) {
+            (code, None) => ApiError::new(code, message),
+            (code, Some(unknown)) => ApiError::new(code, format!("{message} (code `{unknown}`)")),
+        }
+    }
 }
 
 impl From<RequestError> for ApiError {
     fn from(e: RequestError) -> Self {
-        ApiError::new(e.code(), e.to_string())
+        ApiError::of_crate(e.code(), e.to_string())
     }
 }
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
-        let mut err = ApiError::new(e.code(), e.to_string());
-        if e.code() == "store.unavailable" {
-            err = err.retry_after(5);
+        let err = ApiError::of_crate(e.code(), e.to_string());
+        if err.code == Code::StoreUnavailable {
+            err.retry_after(5)
+        } else {
+            err
         }
-        err
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_reads_back_as_itself_and_no_other_text_reads_at_all() {
+        for c in Code::ALL {
+            assert_eq!(Code::parse(c.as_str()), Some(*c));
+        }
+        assert_eq!(Code::parse("upstream.unavailabl"), None);
+        assert_eq!(Code::parse(""), None);
+    }
+
+    #[test]
+    fn the_policy_and_store_crates_codes_are_all_known() {
+        let s = String::new;
+        let request = [
+            RequestError::InvalidJson {
+                offset: 0,
+                reason: "x",
+            },
+            RequestError::DuplicateKey { key: s() },
+            RequestError::UnsafeNumber { literal: s() },
+            RequestError::TooDeep { limit: 1 },
+            RequestError::TooLarge { limit: 1 },
+            RequestError::InvalidArgs,
+            RequestError::InvalidTool { tool: s() },
+            RequestError::InvalidContext { reason: s() },
+            RequestError::UnknownField { field: s() },
+        ];
+        let store = [
+            StoreError::Unavailable(s()),
+            StoreError::Corrupt(s()),
+            StoreError::ApprovalNotFound(s()),
+            StoreError::Forbidden(s()),
+            StoreError::SelfApproval,
+            StoreError::AlreadyDecided(s()),
+            StoreError::NotPending("x"),
+            StoreError::CallNotFound(s()),
+            StoreError::CallExists(s()),
+            StoreError::CallState("x", "y"),
+            StoreError::GrantGone,
+            StoreError::DeliveryNotFound(s()),
+            StoreError::NoStore(s()),
+            StoreError::NotExported(s()),
+            StoreError::NotSuspended("x"),
+            StoreError::SuspensionExpired,
+            StoreError::SchemaTooNew {
+                found: 2,
+                supported: 1,
+            },
+        ];
+        for text in request
+            .iter()
+            .map(RequestError::code)
+            .chain(store.iter().map(StoreError::code))
+        {
+            assert!(Code::parse(text).is_some(), "`{text}` is not a Code");
+        }
     }
 }

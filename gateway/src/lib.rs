@@ -11,6 +11,8 @@
 
 pub mod approvals;
 pub mod auth;
+pub mod backends;
+pub mod body;
 pub mod classifiers;
 pub mod cli;
 pub mod client;
@@ -29,6 +31,5 @@ pub mod server;
 mod serving;
 pub mod signing;
 pub mod state;
-pub mod upstream;
 pub mod urlencoded;
 pub mod webhooks;

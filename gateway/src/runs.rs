@@ -19,8 +19,8 @@ use hyper::Response;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use crate::body::{sse_response, Body};
 use crate::clock::rfc3339;
-use crate::http::body::{sse_response, Body};
 use crate::pipeline::tool_call_id;
 use crate::state::Gateway;
 

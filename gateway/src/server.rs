@@ -62,7 +62,7 @@ pub async fn prepare(config: Config) -> Result<Prepared, String> {
         .await
         .map_err(|e| e.to_string())??;
     // The MCP upstreams are listed before the gateway claims to serve.
-    gw.mcp.start().await?;
+    gw.backends.mcp.start().await?;
     let mut fresh = vec![0u8; 32];
     getrandom::fill(&mut fresh).map_err(|e| format!("no randomness for the state key: {e}"))?;
     let key = gw
@@ -95,7 +95,7 @@ pub async fn serve(
     let header_limit = gw.config.max_header_bytes;
     gw.spawn_tasks();
     tokio::spawn(crate::webhooks::worker::run(gw.clone()));
-    tokio::spawn(gw.mcp.clone().refresh_loop(gw.shutdown.clone()));
+    tokio::spawn(gw.backends.mcp.clone().refresh_loop(gw.shutdown.clone()));
     let reload_gw = gw.clone();
     let reload_token = shutdown.clone();
     tokio::spawn(async move { reload_on_sighup(reload_gw, reload_token).await });

@@ -18,15 +18,15 @@ use tokio::sync::{broadcast, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Auth;
+use crate::backends::http::Upstreams;
+use crate::backends::mcp::Registry as McpRegistry;
+use crate::backends::{Backends, Route};
 use crate::classifiers::Classifiers;
 use crate::clock::now_ms;
-use crate::config::ToolRoute;
 use crate::config::{Config, PolicySource, StoreKind};
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 use crate::limits::PrincipalLimits;
-use crate::mcp::upstream::{McpTool, Registry as McpRegistry};
 use crate::metrics::Metrics;
-use crate::upstream::Upstreams;
 use crate::webhooks::Webhooks;
 
 /// An event for approvers' SSE stream and, later, webhooks.
@@ -85,7 +85,8 @@ pub struct Gateway {
     /// Approval and call events, for `GET /v1/events`.
     pub events: broadcast::Sender<Event>,
     pub metrics: Metrics,
-    pub upstreams: Upstreams,
+    /// Where decided calls are forwarded: HTTP backends and MCP upstreams.
+    pub backends: Backends,
     pub auth: Auth,
     pub classifiers: Classifiers,
     pub webhooks: Webhooks,
@@ -99,8 +100,6 @@ pub struct Gateway {
     pub policy_loaded: AtomicBool,
     /// Per-principal request rates and pending-approval counts.
     pub limits: PrincipalLimits,
-    /// The MCP servers airlock fronts, and their tools.
-    pub mcp: Arc<McpRegistry>,
     /// Pending calls by [`attach_key`]: an identical call joins them.
     attached: Mutex<HashMap<String, String>>,
     /// Resume schemas, compiled once per suspension.
@@ -114,14 +113,6 @@ pub struct Gateway {
 /// id (both absent counts as the same).
 pub fn attach_key(principal: &str, fingerprint: &str, run_id: Option<&str>) -> String {
     format!("{principal}\0{fingerprint}\0{}", run_id.unwrap_or(""))
-}
-
-/// Where a tool's calls go.
-pub enum Route<'a> {
-    /// An `[[tools]]` route: an HTTP backend or a built-in demo tool.
-    Http(&'a ToolRoute),
-    /// A tool of an `[[mcp_servers]]` upstream.
-    Mcp(McpTool),
 }
 
 /// Loads the policy set from its source, refusing one that names an unconfigured classifier.
@@ -229,7 +220,11 @@ impl Gateway {
             }
         }));
         let gw = Gateway {
-            upstreams: Upstreams::new(&config)?,
+            backends: Backends::new(
+                Upstreams::new(&config)?,
+                Arc::new(McpRegistry::new(&config.mcp_servers)?),
+                &config,
+            ),
             auth: Auth::new(&config.principals, config.banner.is_some()),
             classifiers,
             webhooks: Webhooks::new(config.webhooks.clone(), config.redact.clone())?,
@@ -243,7 +238,6 @@ impl Gateway {
             held: Semaphore::new(config.max_held),
             policy_loaded: AtomicBool::new(true),
             limits,
-            mcp: Arc::new(McpRegistry::new(&config.mcp_servers)?),
             attached: Mutex::new(attached),
             schemas: Default::default(),
             remote_audit: Mutex::new(Some(remote_rx)),
@@ -263,10 +257,7 @@ impl Gateway {
     /// Where `tool`'s calls go: an MCP upstream's tool of that exact name first, else the
     /// first `[[tools]]` route that matches.
     pub fn route(&self, tool: &str) -> Option<Route<'_>> {
-        if let Some(t) = self.mcp.resolve(tool) {
-            return Some(Route::Mcp(t));
-        }
-        self.config.route(tool).map(Route::Http)
+        self.backends.route(&self.config, tool)
     }
 
     /// The pending call an identical call would join.
@@ -305,40 +296,6 @@ impl Gateway {
         principal_pending_gauge(&self.metrics, &self.limits, requester, n);
     }
 
-    /// A per-principal limit refused a request: counted, audited once at the start of each
-    /// burst of refusals (not once per refused request), answered 429 with `Retry-After`.
-    pub async fn principal_refused(
-        self: &Arc<Self>,
-        principal: &str,
-        code: &'static str,
-        refusal: crate::limits::Refusal,
-    ) -> ApiError {
-        let reason = code.trim_start_matches("principal.");
-        self.metrics
-            .principal_refusals
-            .with_label_values(&[principal, reason])
-            .inc();
-        let retry = refusal.retry_after.as_secs_f64().ceil().max(1.0) as u64;
-        if refusal.first_of_burst {
-            tracing::warn!(principal, code, "per-principal limit reached");
-            let record = audit_fields(json!({"principal": principal, "code": code}));
-            let now = now_ms();
-            if let Err(e) = self
-                .store_op(move |s| s.append_audit("principal.limited", record, now))
-                .await
-            {
-                tracing::error!(code = e.code, "cannot audit a limit: {}", e.message);
-            }
-        }
-        let message = match code {
-        "principal.rate_limited" => format!("`{principal}` is over its request rate; retry in {retry}s"),
-        _ => format!(
-            "`{principal}` has as many pending approvals as it may; wait for decisions (retry in {retry}s)"
-        ),
-    };
-        ApiError::new(code, message).retry_after(retry)
-    }
-
     /// Runs a store operation off the async threads.
     pub async fn store_op<T, F>(self: &Arc<Self>, f: F) -> Result<T, ApiError>
     where
@@ -348,7 +305,7 @@ impl Gateway {
         let gw = self.clone();
         let result = tokio::task::spawn_blocking(move || f(&gw.store))
             .await
-            .map_err(|e| ApiError::new("internal", format!("store task failed: {e}")))?;
+            .map_err(|e| ApiError::new(Code::Internal, format!("store task failed: {e}")))?;
         self.store_result(result)
     }
 
@@ -393,7 +350,7 @@ impl Gateway {
         {
             Ok(_) => self.webhooks.wake.notify_one(),
             Err(e) => tracing::error!(
-                code = e.code,
+                code = e.code.as_str(),
                 "cannot queue webhook deliveries for {kind}: {}",
                 e.message
             ),
@@ -447,7 +404,7 @@ impl Gateway {
             Ok(expired) => {
                 for call in expired.suspended {
                     tracing::info!(call_id = %call.call_id, "a suspended call expired");
-                    self.mcp.drop_live(&call.call_id);
+                    self.backends.abandon(&call.call_id);
                     self.metrics.call(&call.decision, "expired");
                 }
                 for a in expired.approvals {
@@ -457,7 +414,7 @@ impl Gateway {
                     self.announce("approval.expired", event).await;
                 }
             }
-            Err(e) => tracing::error!(code = e.code, "expiry sweep failed: {}", e.message),
+            Err(e) => tracing::error!(code = e.code.as_str(), "expiry sweep failed: {}", e.message),
         }
     }
 
@@ -473,7 +430,7 @@ impl Gateway {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(
-                    code = e.code,
+                    code = e.code.as_str(),
                     "cannot read another gateway's records: {}",
                     e.message
                 );
@@ -551,7 +508,7 @@ impl Gateway {
                     _ = sweep.tick() => {
                         let now = now_ms();
                         if let Err(e) = gw.store_op(move |s| s.sweep_settings(now)).await {
-                            tracing::error!(code = e.code, "settings sweep failed: {}", e.message);
+                            tracing::error!(code = e.code.as_str(), "settings sweep failed: {}", e.message);
                         }
                     }
                     _ = gw.shutdown.cancelled() => break,

@@ -1164,3 +1164,137 @@ fn a_suspended_calls_nested_schema_is_asked_by_url_and_the_call_continues_once_r
     }
     assert_eq!(backend.count(), 4);
 }
+
+/// Every refusal of a `tools/call` at the MCP front end is audited as `call.rejected` with
+/// its code, the front and the revision, as the JSON API's are, and nothing reaches the
+/// upstream: bad JSON, a duplicate key, an unsafe number, too deep, an unknown tool, and an
+/// invalid `requestState`, in both revisions.
+#[test]
+fn every_mcp_refusal_is_audited_with_its_code_and_front_in_both_revisions() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "2s");
+    let url = format!("{}/mcp", gw.base);
+    let c = reqwest::blocking::Client::new();
+    let post = |headers: &[(&str, &str)], body: String| {
+        let mut r = c
+            .post(&url)
+            .bearer_auth("token-agent1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let resp = r.send().unwrap();
+        let sid = resp
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let text = resp.text().unwrap();
+        (
+            sid,
+            serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+        )
+    };
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let (sid, _) = post(
+        &[],
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}})
+        .to_string(),
+    );
+    let sid = sid.unwrap();
+    let deep = format!("{}1{}", "[".repeat(64), "]".repeat(64));
+    // (tool, arguments as raw JSON text, extra params, expected code)
+    let cases = [
+        (
+            "up.echo",
+            r#"{"text": "a", "text": "b"}"#.to_owned(),
+            "",
+            "request.duplicate_key",
+        ),
+        (
+            "up.echo",
+            r#"{"n": 9007199254740993}"#.to_owned(),
+            "",
+            "request.unsafe_number",
+        ),
+        (
+            "up.echo",
+            format!(r#"{{"v": {deep}}}"#),
+            "",
+            "request.too_deep",
+        ),
+        ("up.nope", "{}".to_owned(), "", "tool.unknown"),
+        (
+            "up.echo",
+            r#"{"text": "a"}"#.to_owned(),
+            r#","requestState":"forged""#,
+            "approval.invalid_state",
+        ),
+    ];
+    for revision in ["2025-11-25", "2026-07-28"] {
+        let modern = revision == "2026-07-28";
+        for (tool, args, extra, code) in &cases {
+            let meta_field = if modern {
+                format!(r#","_meta":{meta}"#)
+            } else {
+                String::new()
+            };
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"{tool}","arguments":{args}{extra}{meta_field}}}}}"#
+            );
+            let headers: Vec<(&str, &str)> = if modern {
+                vec![
+                    ("mcp-protocol-version", revision),
+                    ("mcp-method", "tools/call"),
+                    ("mcp-name", tool),
+                ]
+            } else {
+                vec![("mcp-protocol-version", revision), ("mcp-session-id", &sid)]
+            };
+            let (_, b) = post(&headers, body);
+            assert_eq!(b["error"]["data"]["code"], *code, "{revision} {code}: {b}");
+        }
+        let headers: Vec<(&str, &str)> = if modern {
+            vec![
+                ("mcp-protocol-version", revision),
+                ("mcp-method", "tools/call"),
+            ]
+        } else {
+            vec![("mcp-protocol-version", revision), ("mcp-session-id", &sid)]
+        };
+        let (_, b) = post(&headers, "{not json".into());
+        assert_eq!(b["error"]["code"], -32700, "{b}");
+    }
+
+    let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    let rejected: Vec<(String, String)> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "call.rejected")
+        .map(|r| {
+            assert_eq!(r["front"], "mcp", "{r}");
+            assert_eq!(r["principal"], "agent1", "{r}");
+            (
+                r["code"].as_str().unwrap().to_owned(),
+                r["mcp_revision"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    for revision in ["2025-11-25", "2026-07-28"] {
+        for code in cases.iter().map(|c| c.3).chain(["request.invalid_json"]) {
+            let n = rejected
+                .iter()
+                .filter(|(c, r)| c == code && r == revision)
+                .count();
+            assert_eq!(n, 1, "{revision} {code}: {rejected:?}");
+        }
+    }
+    assert!(upstream_log(&gw, "up").is_empty());
+}

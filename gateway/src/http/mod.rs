@@ -3,8 +3,6 @@
 //! pipeline's outcomes back into JSON bodies. Every refusal leaves through
 //! [`ApiError::into_response`] ([`body`]), the one place codes become statuses.
 
-pub mod body;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,25 +16,24 @@ use serde_json::{json, Value};
 
 use crate::approvals::approval_json;
 use crate::auth::{require, Role};
+use crate::body::{full, json_response, read_body, Body, BodyLimits};
 use crate::clock::{now_ms, rfc3339, to_system_time};
 use crate::connections::CloseReason;
-use crate::error::ApiError;
-use crate::http::body::{full, json_response, read_body, Body, BodyLimits};
-use crate::pipeline::{self, parse_prefer, Outcome};
+use crate::error::{ApiError, Code};
+use crate::pipeline::{self, admit, parse_prefer, Outcome};
 use crate::state::Gateway;
 use crate::urlencoded::decode_component;
 
 /// Handles one request; never fails (errors become responses).
 pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     // Overload: refuse before doing any work, never run a call without a decision.
-    let Ok(_permit) = gw.in_flight.try_acquire() else {
-        return ApiError::new("gateway.overloaded", "too many requests in flight")
-            .retry_after(1)
-            .into_response();
+    let _permit = match admit::in_flight(&gw) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
     };
     match route(&gw, req).await {
         Ok(r) => r,
-        Err(e) if e.code == "request.body_timeout" => {
+        Err(e) if e.code == Code::RequestBodyTimeout => {
             // A client too slow to send its body loses the connection, not only the request.
             gw.metrics.connection_closed(CloseReason::BodyTimeout);
             let mut r = e.into_response();
@@ -73,7 +70,7 @@ fn optional_string(v: &Value, key: &str) -> Result<Option<String>, ApiError> {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(ApiError::new(
-            "request.invalid_field",
+            Code::RequestInvalidField,
             format!("`{key}` must be a string"),
         )),
     }
@@ -87,7 +84,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         .sum();
     if header_bytes > gw.config.max_header_bytes {
         return Err(ApiError::new(
-            "request.headers_too_large",
+            Code::RequestHeadersTooLarge,
             format!(
                 "headers are larger than {} bytes",
                 gw.config.max_header_bytes
@@ -112,7 +109,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 )
             } else {
                 ApiError::new(
-                    "store.unavailable",
+                    Code::StoreUnavailable,
                     "not ready: the store is unavailable or no policy has loaded",
                 )
                 .into_response()
@@ -129,12 +126,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         _ => {}
     }
 
-    let (principal, role) = gw.auth.authenticate(req.headers())?;
-    if let Err(refusal) = gw.limits.take(&principal.id, std::time::Instant::now()) {
-        return Err(gw
-            .principal_refused(&principal.id, "principal.rate_limited", refusal)
-            .await);
-    }
+    let (principal, role) = admit::authenticate(gw, req.headers()).await?;
     let prefer = req
         .headers()
         .get("prefer")
@@ -162,14 +154,9 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 gw.config.hold_timeout,
                 gw.config.max_hold,
             );
-            let result = pipeline::handle_call(gw, principal.clone(), &body, hold).await;
-            if let Err(e) = &result {
-                if e.code.starts_with("request.") || e.code == "tool.unknown" {
-                    gw.metrics.call("rejected", e.code);
-                    audit_rejection(gw, &principal.id, e.code).await;
-                }
-            }
-            result.map(|o| outcome_response(gw, o))
+            pipeline::handle_call(gw, principal, &body, hold)
+                .await
+                .map(|o| outcome_response(gw, o))
         }
         (Method::GET, ["v1", "calls"]) => {
             // Suspended calls waiting for input (DESIGN §11): approvers and admins see all,
@@ -178,7 +165,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 Some("suspended") => {}
                 _ => {
                     return Err(ApiError::new(
-                        "request.invalid_field",
+                        Code::RequestInvalidField,
                         "list calls with `status=suspended` (the only listing there is)",
                     ))
                 }
@@ -216,7 +203,10 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             let body = body_json(&read_body(req.into_body(), limit).await?)?;
             let tool_call_id = optional_string(&body, "tool_call_id")?;
             let data = resume_data(&body, &["resume_data", "tool_call_id"])?.ok_or_else(|| {
-                ApiError::new("request.missing_field", "a run resume needs `resume_data`")
+                ApiError::new(
+                    Code::RequestMissingField,
+                    "a run resume needs `resume_data`",
+                )
             })?;
             let run_id = decode_component(run_id);
             pipeline::suspend::resume_run(gw, &principal, &run_id, tool_call_id.as_deref(), data)
@@ -232,7 +222,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 .map(|v| {
                     v.trim().parse::<u64>().map_err(|_| {
                         ApiError::new(
-                            "request.invalid_header",
+                            Code::RequestInvalidHeader,
                             "`Last-Event-ID` must be an event id from this stream (an integer)",
                         )
                     })
@@ -255,7 +245,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             let status = match query_param(&query, "status").filter(|s| !s.is_empty()) {
                 Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
                     ApiError::new(
-                        "request.invalid_field",
+                        Code::RequestInvalidField,
                         format!("unknown status `{s}`; the statuses are pending, approved, declined, expired and cancelled (leave `status` out for all)"),
                     )
                 })?),
@@ -294,7 +284,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             let a = gw
                 .store_op(move |s| s.approval(&id))
                 .await?
-                .ok_or_else(|| ApiError::new("approval.not_found", "no such approval"))?;
+                .ok_or_else(|| ApiError::new(Code::ApprovalNotFound, "no such approval"))?;
             Ok(json_response(StatusCode::OK, &approval_json(&a)))
         }
         (Method::POST, ["v1", "approvals", id, verb @ ("approve" | "decline")]) => {
@@ -328,7 +318,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 .collect();
             if targets.is_empty() {
                 return Err(ApiError::new(
-                    "approval.not_found",
+                    Code::ApprovalNotFound,
                     "no pending approval matches this run",
                 ));
             }
@@ -375,7 +365,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 .unwrap_or_else(airlock_policy::cases::default_principal);
             let classifiers = match body.get("classifier") {
                 Some(c) => fixed_classifiers(c)
-                    .map_err(|e| ApiError::new("request.invalid_classifier", e))?,
+                    .map_err(|e| ApiError::new(Code::RequestInvalidClassifier, e))?,
                 None => Default::default(),
             };
             let request = EvalRequest {
@@ -395,7 +385,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             require(role, &[Role::Admin])?;
             match gw.reload("api") {
                 Ok(version) => Ok(json_response(StatusCode::OK, &json!({"version": version}))),
-                Err(errors) => Err(ApiError::new(errors.code(), "the policy does not load; the current one stays in force").with_details(json!({
+                Err(errors) => Err(ApiError::of_crate(errors.code(), "the policy does not load; the current one stays in force".into()).with_details(json!({
                     "errors": errors.0.iter().map(|e| json!({"code": e.code, "file": e.file, "line": e.line, "col": e.col, "rule": e.rule, "message": e.message})).collect::<Vec<_>>(),
                 }))),
             }
@@ -469,7 +459,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             let body = body_json(&read_body(req.into_body(), limit).await?)?;
             let before = body.get("before").and_then(Value::as_u64).ok_or_else(|| {
                 ApiError::new(
-                    "request.invalid_field",
+                    Code::RequestInvalidField,
                     "`before` must be a seq (an integer)",
                 )
             })?;
@@ -501,12 +491,12 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         }
         (_, ["v1", ..]) | (_, ["healthz" | "readyz" | "metrics"]) if is_known_path(&segments) => {
             Err(ApiError::new(
-                "route.method_not_allowed",
+                Code::RouteMethodNotAllowed,
                 "this route does not take that method",
             ))
         }
         _ => Err(ApiError::new(
-            "route.not_found",
+            Code::RouteNotFound,
             format!("no route `{path}`"),
         )),
     }
@@ -569,13 +559,13 @@ pub fn suspended_json(gw: &Gateway, v: &pipeline::Suspended) -> Value {
 fn resume_data(body: &Value, allowed: &[&str]) -> Result<Option<Value>, ApiError> {
     let Some(fields) = body.as_object() else {
         return Err(ApiError::new(
-            "request.invalid_json",
+            Code::RequestInvalidJson,
             "the body must be a JSON object",
         ));
     };
     if let Some(k) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(ApiError::new(
-            "request.unknown_field",
+            Code::RequestUnknownField,
             format!(
                 "unknown field `{k}`; this route takes {}",
                 allowed.join(", ")
@@ -595,7 +585,7 @@ async fn verdict(
 ) -> Result<(Value, bool, Option<String>), ApiError> {
     if role == Role::Agent {
         return Err(ApiError::new(
-            "approval.forbidden",
+            Code::ApprovalForbidden,
             "the agent role cannot decide approvals: use an approver's or an admin's token",
         ));
     }
@@ -604,7 +594,7 @@ async fn verdict(
     let approve = verb == "approve";
     if !approve && reason.as_deref().is_none_or(str::is_empty) {
         return Err(ApiError::new(
-            "request.missing_reason",
+            Code::RequestMissingReason,
             "a decline needs a `reason`: the agent reads it",
         ));
     }
@@ -616,7 +606,7 @@ fn webhook_exists(gw: &Gateway, id: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::new(
-            "webhook.not_found",
+            Code::WebhookNotFound,
             format!("no webhook `{id}` is configured"),
         ))
     }
@@ -641,21 +631,9 @@ fn is_known_path(segments: &[&str]) -> bool {
     )
 }
 
-/// Rejected calls are audited too, with who sent them and why.
-async fn audit_rejection(gw: &Arc<Gateway>, principal: &str, code: &'static str) {
-    let record = crate::state::audit_fields(json!({"principal": principal, "code": code}));
-    let now = now_ms();
-    if let Err(e) = gw
-        .store_op(move |s| s.append_audit("call.rejected", record, now))
-        .await
-    {
-        tracing::error!(code = e.code, "cannot audit a rejected call: {}", e.message);
-    }
-}
-
 /// `GET /v1/events`: server-sent events of approvals and completed calls.
 fn event_stream(gw: &Arc<Gateway>) -> Response<Body> {
-    crate::http::body::event_stream(
+    crate::body::event_stream(
         gw.events.subscribe(),
         gw.shutdown.clone(),
         |e| {

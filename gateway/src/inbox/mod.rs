@@ -25,9 +25,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::auth::{random_hex, Role};
+use crate::body::{full, read_body, Body, BodyLimits};
 use crate::clock::now_ms;
-use crate::error::ApiError;
-use crate::http::body::{full, read_body, Body, BodyLimits};
+use crate::error::{ApiError, Code};
 use crate::state::{audit_fields, Gateway};
 use crate::urlencoded;
 
@@ -153,7 +153,7 @@ async fn post(
             let approve = *verb == "approve";
             if !approve && reason.is_none() {
                 let e = ApiError::new(
-                    "request.missing_reason",
+                    Code::RequestMissingReason,
                     "a decline needs a reason: the agent reads it",
                 );
                 return approval(gw, session, id, Some(e)).await;
@@ -189,7 +189,7 @@ async fn post(
             let approve = urlencoded::get(form, "verb") == Some("approve");
             if !approve && reason.is_none() {
                 let e = ApiError::new(
-                    "request.missing_reason",
+                    Code::RequestMissingReason,
                     "a decline needs a reason: the agent reads it",
                 );
                 return page(StatusCode::BAD_REQUEST, pages::refusal(&e));
@@ -248,7 +248,9 @@ async fn preview(gw: &Arc<Gateway>, id: &str, form: &[(String, String)]) -> Resp
         Ok(c) => c,
         Err(e) => return fragment(pages::preview_error(&format!("{e} ({})", e.code()))),
     };
-    let (decision, _) = crate::pipeline::decide_policy(gw, &call, &a.requester, None).await;
+    let (decision, _) =
+        crate::pipeline::decide::policy(gw, &call, &a.requester, None, crate::clock::now_ms())
+            .await;
     let old = serde_json::to_string_pretty(&a.args).unwrap_or_default();
     let new = serde_json::to_string_pretty(&call.args).unwrap_or_default();
     fragment(pages::preview(&decision, &old, &new))
@@ -472,7 +474,7 @@ async fn audit(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
 /// event (the page then fetches its rows again).
 fn events(gw: &Arc<Gateway>) -> Response<Body> {
     let changed = || Bytes::from_static(b"event: changed\ndata: {}\n\n");
-    crate::http::body::event_stream(
+    crate::body::event_stream(
         gw.events.subscribe(),
         gw.shutdown.clone(),
         move |e| e.kind.starts_with("approval.").then(changed),

@@ -90,7 +90,7 @@ pub fn message(title: &str, text: &str) -> Markup {
 
 /// A refusal of the API's rules, said so a person understands.
 pub fn in_words(e: &ApiError) -> String {
-    let said = match e.code {
+    let said = match e.code.as_str() {
         "approval.forbidden" => "You are not one of the approvers this call needs.",
         "approval.self_approval" => {
             "You asked for this call yourself: someone else must decide it."

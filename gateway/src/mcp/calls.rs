@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_policy::{ToolCall, MAX_ARGS_DEPTH};
+use airlock_policy::ToolCall;
 use airlock_storage::Principal;
 use bytes::Bytes;
 use hyper::{Response, StatusCode};
@@ -30,13 +30,13 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::seal::{self, State};
-use super::upstream::{not_relayed, Ask, CLIENT_ASKS};
 use super::wire::{self, Message, RpcError};
 use super::{rpc_error, Exchange, McpFront};
 use crate::auth::random_hex;
+use crate::backends::mcp::{not_relayed, Ask, CLIENT_ASKS, NOTIFICATIONS};
+use crate::body::{json_response, Body};
 use crate::clock::now_ms;
-use crate::error::ApiError;
-use crate::http::body::{json_response, Body};
+use crate::error::{ApiError, Code};
 use crate::pipeline::{self, suspend, Front, Hold, Outcome};
 use crate::state::{audit_fields, Gateway};
 
@@ -58,22 +58,18 @@ pub async fn call(
 ) -> Response<Body> {
     let id = msg.id();
     let modern = exchange.modern();
-    let call = match intake(gw, &principal, &msg) {
+    let front_tag = Front::mcp(Some(exchange.revision), exchange.session.clone());
+    let call = match intake(gw, &principal, &msg, &front_tag).await {
         Ok(c) => c,
         Err(mut e) => {
             e.id = id;
             return rpc_error(&e, modern);
         }
     };
-    let front_tag = Front {
-        name: Some("mcp"),
-        mcp_revision: Some(exchange.revision),
-        mcp_session: exchange.session.clone(),
-    };
 
     // A 2026 retry that carries the state of an earlier `input_required`.
     if let Some(state) = msg.params.get("requestState") {
-        let opened = redeem(gw, front, &principal, &call, state).await;
+        let opened = redeem(gw, front, &front_tag, &principal, &call, state).await;
         let state = match opened {
             Ok(s) => s,
             Err(why) => {
@@ -152,30 +148,20 @@ pub async fn call(
 }
 
 /// The call as the pipeline takes it: the tool name, `arguments` through the strict intake
-/// (depth counts from `arguments` as level 1), and the MCP context.
-fn intake(gw: &Gateway, principal: &Principal, msg: &Message) -> Result<ToolCall, RpcError> {
+/// of the pipeline (depth counts from `arguments` as level 1; refusals are audited there),
+/// and the MCP context.
+async fn intake(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    msg: &Message,
+    front: &Front,
+) -> Result<ToolCall, RpcError> {
     let p = &msg.params;
     let id = msg.id();
-    let Some(name) = p.get("name").and_then(Value::as_str) else {
-        return Err(RpcError::new(
-            id,
-            wire::INVALID_PARAMS,
-            "`name` is required",
-        ));
-    };
     // The whole message went through the strict parser ([`wire::parse`]: duplicate keys,
-    // unsafe numbers); what is left of §3's intake is the depth counted from `arguments`, and
-    // what `ToolCall::new` checks (an object, a valid tool name).
+    // unsafe numbers); what is left of §3's intake is the pipeline's.
+    let name = p.get("name").and_then(Value::as_str);
     let args = p.get("arguments").cloned().unwrap_or_else(|| json!({}));
-    if wire::depth(&args) > MAX_ARGS_DEPTH {
-        return Err(RpcError::intake(
-            id,
-            wire::INVALID_PARAMS,
-            &airlock_policy::RequestError::TooDeep {
-                limit: MAX_ARGS_DEPTH,
-            },
-        ));
-    }
     let meta = p.get("_meta");
     let text = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str);
     let mut context = Map::new();
@@ -186,15 +172,18 @@ fn intake(gw: &Gateway, principal: &Principal, msg: &Message) -> Result<ToolCall
     if let Some(t) = text("airlock/tool_call_id") {
         context.insert("tool_call_id".into(), Value::String(t.into()));
     }
-    let call = ToolCall::new(name, args, Some(Value::Object(context)))
-        .map_err(|e| RpcError::intake(id.clone(), wire::INVALID_PARAMS, &e))?;
-    if gw.route(&call.tool).is_none() {
-        let e = pipeline::unknown_tool(gw, &call.tool);
-        return Err(
-            RpcError::new(id, wire::INVALID_PARAMS, e.message).with_data(json!({"code": e.code}))
-        );
-    }
-    Ok(call)
+    let raw = pipeline::Raw::Parts {
+        tool: name.unwrap_or(""),
+        args,
+        context: Value::Object(context),
+    };
+    pipeline::intake(gw, principal, raw, front)
+        .await
+        .map_err(|e| match name {
+            None => RpcError::new(id, wire::INVALID_PARAMS, "`name` is required"),
+            Some(_) => RpcError::new(id, wire::INVALID_PARAMS, e.message)
+                .with_data(json!({"code": e.code})),
+        })
 }
 
 /// Opens and spends a `requestState`: sealed by us, for this principal, tool and arguments,
@@ -202,6 +191,7 @@ fn intake(gw: &Gateway, principal: &Principal, msg: &Message) -> Result<ToolCall
 async fn redeem(
     gw: &Arc<Gateway>,
     front: &McpFront,
+    tag: &Front,
     principal: &Principal,
     call: &ToolCall,
     state: &Value,
@@ -236,17 +226,18 @@ async fn redeem(
         Err(e) => Err(e),
     };
     if let Err(why) = result {
-        let fields = audit_fields(json!({
+        let mut fields = audit_fields(json!({
             "principal": principal.id, "tool": call.tool, "fingerprint": call.fingerprint.as_str(),
-            "code": "approval.invalid_state", "reason": why, "front": "mcp",
+            "code": "approval.invalid_state", "reason": why,
         }));
+        tag.tag(&mut fields);
         let now = now_ms();
         if let Err(e) = gw
             .store_op(move |s| s.append_audit("call.rejected", fields, now))
             .await
         {
             tracing::error!(
-                code = e.code,
+                code = e.code.as_str(),
                 "cannot audit an invalid requestState: {}",
                 e.message
             );
@@ -367,7 +358,7 @@ fn tool_result(
             if let Some(a) = extra.get("approval_id").and_then(Value::as_str).map(str::to_owned) {
                 extra["link"] = Value::String(link(gw, &a));
             }
-            error_result(e.code, &e.message, extra)
+            error_result(e.code.as_str(), &e.message, extra)
         }
     };
     if modern {
@@ -384,7 +375,7 @@ fn tool_result(
 fn sealed_input(front: &McpFront, key: &str, request: Value, mut state: State) -> Value {
     state.nonce = match random_hex(16) {
         Ok(n) => n,
-        Err(e) => return error_result(e.code, &e.message, json!({})),
+        Err(e) => return error_result(e.code.as_str(), &e.message, json!({})),
     };
     json!({
         "resultType": "input_required",
@@ -494,7 +485,7 @@ fn stream_with_progress(
             id: id.clone(),
         });
         let elicit = !exchange.modern() && exchange.url_elicitation();
-        let first = pipeline::UPSTREAM_NOTIFICATIONS.scope(
+        let first = NOTIFICATIONS.scope(
             up_tx.clone(),
             pipeline::run_call(
                 &gw,
@@ -519,7 +510,7 @@ fn stream_with_progress(
             if relay.tx.send(sse(&ask)).await.is_err() {
                 return;
             }
-            let wait = pipeline::UPSTREAM_NOTIFICATIONS.scope(
+            let wait = NOTIFICATIONS.scope(
                 up_tx.clone(),
                 pipeline::call_outcome(&gw, &principal, &call_id, gw.config.hold_timeout, true),
             );
@@ -554,7 +545,7 @@ fn stream_with_progress(
             }
             let (gw2, principal2, call_id) = (gw.clone(), principal.clone(), v.call_id.clone());
             let wait = gw.config.max_hold;
-            let step = pipeline::UPSTREAM_NOTIFICATIONS.scope(up_tx.clone(), async move {
+            let step = NOTIFICATIONS.scope(up_tx.clone(), async move {
                 if !form {
                     return suspend::wait_resumed(&gw2, &call_id, wait).await;
                 }
@@ -562,7 +553,7 @@ fn stream_with_progress(
                     Ok(Ok(answer)) => match answer.get("result") {
                         Some(r) => suspend::answer_input(&gw2, &principal2, &call_id, r).await,
                         None => Err(ApiError::new(
-                            "call.suspended",
+                            Code::CallSuspended,
                             "the client could not show the form; the call stays suspended",
                         )),
                     },
@@ -585,7 +576,7 @@ fn stream_with_progress(
         let result = tool_result(&gw, &front, &principal, &exchange, &call, outcome);
         let _ = relay.tx.send(sse(&wire::result(id, result))).await;
     });
-    crate::http::body::sse_response(rx)
+    crate::body::sse_response(rx)
 }
 
 /// What a call's event stream relays while the call runs.

@@ -14,7 +14,6 @@
 pub mod bridge;
 pub mod calls;
 pub mod seal;
-pub mod upstream;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -26,11 +25,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
 use crate::auth::{random_hex, Role};
+use crate::backends::mcp::{self as upstream, LEGACY, MODERN};
+use crate::body::{json_response, read_body, Body, BodyLimits};
 use crate::config::Upstream;
-use crate::error::ApiError;
-use crate::http::body::{json_response, read_body, Body, BodyLimits};
+use crate::error::{ApiError, Code};
+use crate::pipeline::{admit, Front};
 use crate::state::Gateway;
-use upstream::{LEGACY, MODERN};
 use wire::{Message, RpcError};
 
 /// The versions this endpoint speaks, oldest first.
@@ -212,18 +212,15 @@ pub async fn handle(
     front: Arc<McpFront>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let Ok(_permit) = gw.in_flight.try_acquire() else {
-        return http_refusal(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "gateway.overloaded",
-            "too many requests in flight",
-        );
+    let _permit = match admit::in_flight(&gw) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
     };
     if let Some(origin) = req.headers().get("origin").and_then(|v| v.to_str().ok()) {
         if !gw.config.origin_allowed(origin) {
             return http_refusal(
                 StatusCode::FORBIDDEN,
-                "auth.forbidden_origin",
+                Code::AuthForbiddenOrigin,
                 &format!("requests from origin `{origin}` are not accepted"),
             );
         }
@@ -242,14 +239,11 @@ pub async fn handle(
     if role == Role::Approver {
         return http_refusal(
             StatusCode::FORBIDDEN,
-            "auth.forbidden",
+            Code::AuthForbidden,
             "`/mcp` is for agents (and admins); approvers decide through the API or the inbox",
         );
     }
-    if let Err(refusal) = gw.limits.take(&principal.id, std::time::Instant::now()) {
-        let e = gw
-            .principal_refused(&principal.id, "principal.rate_limited", refusal)
-            .await;
+    if let Err(e) = admit::rate(&gw, &principal).await {
         return e.into_response();
     }
     match *req.method() {
@@ -283,13 +277,13 @@ fn header(req: &Request<Incoming>, name: &str) -> Option<String> {
 }
 
 fn empty(status: StatusCode) -> Response<Body> {
-    let mut r = Response::new(crate::http::body::full(Vec::new()));
+    let mut r = Response::new(crate::body::full(Vec::new()));
     *r.status_mut() = status;
     r
 }
 
 /// A refusal before any JSON-RPC is read: the API's error body.
-fn http_refusal(status: StatusCode, code: &'static str, message: &str) -> Response<Body> {
+fn http_refusal(status: StatusCode, code: Code, message: &str) -> Response<Body> {
     json_response(
         status,
         &json!({"error": {"code": code, "message": message, "details": {}}}),
@@ -334,7 +328,19 @@ async fn post(
     };
     let msg = match wire::parse(&body) {
         Ok(m) => m,
-        Err(e) => return rpc_error(&e, false),
+        Err(e) => {
+            // Refused before any method is read: audited as a refused call, in the revision
+            // the headers name.
+            let code = e
+                .data
+                .as_ref()
+                .and_then(|d| d["code"].as_str())
+                .and_then(Code::parse)
+                .unwrap_or(Code::RequestInvalidJson);
+            let front = front_of_headers(&get);
+            admit::reject(gw, Some(&principal.id), code, &front, None).await;
+            return rpc_error(&e, false);
+        }
     };
     let accepts_sse = get("accept").is_some_and(|a| a.contains("text/event-stream"));
     let version_header = get("mcp-protocol-version");
@@ -465,7 +471,7 @@ async fn post(
         "prompts/list" => Ok(aggregate(gw, "prompts/list", "prompts", &msg.params, true).await),
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
             let uri = msg.params.get("uri").and_then(Value::as_str).unwrap_or("");
-            match gw.mcp.resource(uri) {
+            match gw.backends.mcp.resource(uri) {
                 Some(server) => pass(&server, &method, strip_meta(&msg.params)).await,
                 None => Err(RpcError::new(
                     id.clone(),
@@ -476,7 +482,7 @@ async fn post(
         }
         "prompts/get" => {
             let name = msg.params.get("name").and_then(Value::as_str).unwrap_or("");
-            match gw.mcp.prompt(name) {
+            match gw.backends.mcp.prompt(name) {
                 Some((server, upstream_name)) => {
                     let mut p = strip_meta(&msg.params);
                     p["name"] = Value::String(upstream_name);
@@ -495,12 +501,12 @@ async fn post(
                 Some("ref/prompt") => r
                     .get("name")
                     .and_then(Value::as_str)
-                    .and_then(|n| gw.mcp.prompt(n))
+                    .and_then(|n| gw.backends.mcp.prompt(n))
                     .map(|(s, n)| (s, Some(n))),
                 Some("ref/resource") => r
                     .get("uri")
                     .and_then(Value::as_str)
-                    .and_then(|u| gw.mcp.resource(u))
+                    .and_then(|u| gw.backends.mcp.resource(u))
                     .map(|s| (s, None)),
                 _ => None,
             };
@@ -516,7 +522,7 @@ async fn post(
             }
         }
         "logging/setLevel" => {
-            for s in &gw.mcp.servers {
+            for s in &gw.backends.mcp.servers {
                 let _ = s.request(&method, strip_meta(&msg.params), None).await;
             }
             Ok(json!({}))
@@ -548,6 +554,19 @@ async fn post(
             rpc_error(&e, modern)
         }
     }
+}
+
+/// The front a request's headers name, for a refusal before its body could be read: a 2025
+/// session's, or a 2026-07-28 request's.
+fn front_of_headers(get: &dyn Fn(&str) -> Option<String>) -> Front {
+    let session = get("mcp-session-id");
+    let revision = match get("mcp-protocol-version").as_deref() {
+        _ if session.is_some() => Some(LEGACY),
+        Some(MODERN) => Some(MODERN),
+        Some(LEGACY) => Some(LEGACY),
+        _ => None,
+    };
+    Front::mcp(revision, session)
 }
 
 /// The 2026-07-28 checks, in the order the revision gives them: the `_meta` envelope, the
@@ -649,7 +668,7 @@ fn tools(gw: &Gateway) -> Vec<Value> {
             Upstream::Http(_) => None,
         })
         .collect();
-    out.extend(gw.mcp.tools());
+    out.extend(gw.backends.mcp.tools());
     out
 }
 
@@ -701,7 +720,7 @@ async fn aggregate(
     prefix_names: bool,
 ) -> Value {
     let mut items = Vec::new();
-    for s in &gw.mcp.servers {
+    for s in &gw.backends.mcp.servers {
         let Ok(listed) = s.list_all(method, field).await else {
             continue;
         };

@@ -192,15 +192,6 @@ pub fn notification(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})
 }
 
-/// How deep a value nests (a scalar is 0, `{}` is 1).
-pub fn depth(v: &Value) -> usize {
-    match v {
-        Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
-        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
-        _ => 0,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -261,12 +252,5 @@ mod tests {
         let ok = parse(call(r#"{"x":1}"#).as_bytes()).unwrap();
         assert_eq!(ok.method.as_deref(), Some("tools/call"));
         assert_eq!(ok.id, Some(json!(1)));
-    }
-
-    #[test]
-    fn depth_counts_containers() {
-        assert_eq!(depth(&json!(1)), 0);
-        assert_eq!(depth(&json!({})), 1);
-        assert_eq!(depth(&json!({"a": [1, {"b": {}}]})), 4);
     }
 }

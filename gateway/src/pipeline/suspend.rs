@@ -18,12 +18,13 @@ use airlock_storage::{CallRecord, CallStatus, Principal, Suspend};
 use jsonschema::Validator;
 use serde_json::{json, Value};
 
-use super::{call_not_found, decide_policy, explanation, run_claimed, Answer, Outcome, Suspended};
+use super::claim::{claim, Unfinished};
+use super::decide::{denied, explanation, policy};
+use super::outcome::{call_not_found, respond};
+use super::{forward, Outcome, Suspended};
 use crate::clock::now_ms;
-use crate::error::ApiError;
-use crate::mcp::upstream::{McpTool, Notifications, ToolAnswer};
+use crate::error::{ApiError, Code};
 use crate::state::Gateway;
-use crate::upstream;
 
 /// Compiled resume schemas kept at once; past it the cache starts over (a schema is compiled
 /// again on its next resume, never skipped).
@@ -47,7 +48,7 @@ impl Schemas {
         }
         let v = Arc::new(compile(&s.resume_schema).map_err(|why| {
             ApiError::new(
-                "upstream.invalid_suspend",
+                Code::UpstreamInvalidSuspend,
                 format!("the call's resume schema does not compile: {why}"),
             )
         })?);
@@ -78,76 +79,6 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
     compile(schema).map(drop)
 }
 
-/// Reads an HTTP backend's answer: `202 {"suspend": {"payload", "resume_schema"}}` suspends
-/// the call; anything else is its result.
-pub fn http_answer(answer: upstream::Answer, ttl_ms: u64) -> Result<Answer, ApiError> {
-    let suspend = match (&answer.body, answer.status) {
-        (Value::Object(body), 202) => body.get("suspend").cloned(),
-        _ => None,
-    };
-    let Some(suspend) = suspend else {
-        return Ok(Answer::Result(Some(answer.status), answer.body));
-    };
-    let Some(schema) = suspend.get("resume_schema").cloned() else {
-        return Err(ApiError::new(
-            "upstream.invalid_suspend",
-            "the backend suspended the call without a `resume_schema`",
-        ));
-    };
-    Ok(Answer::Suspend(Suspend {
-        payload: suspend.get("payload").cloned().unwrap_or(Value::Null),
-        resume_schema: schema,
-        upstream_state: None,
-        ttl_ms,
-    }))
-}
-
-/// Reads an MCP upstream's answer: a form elicitation during `tools/call` suspends the call,
-/// with the request's message as payload and its `requestedSchema` as resume schema. A live
-/// elicitation (the upstream waits on an open request) is kept in memory until the resume.
-pub fn mcp_answer(
-    gw: &Gateway,
-    call: &CallRecord,
-    answer: ToolAnswer,
-    ttl_ms: u64,
-) -> Result<Answer, ApiError> {
-    match answer {
-        ToolAnswer::Result(v) => Ok(Answer::Result(None, v)),
-        ToolAnswer::Input(input) => {
-            let payload = json!({"message": input.message});
-            let upstream_state = input.retry_state();
-            if let Some(live) = input.live {
-                gw.mcp.keep_live(&call.call_id, live)?;
-            }
-            Ok(Answer::Suspend(Suspend {
-                payload,
-                resume_schema: input.schema,
-                upstream_state,
-                ttl_ms,
-            }))
-        }
-    }
-}
-
-/// Sends an MCP upstream the resume data of its elicitation: on the request it keeps open,
-/// or as a retry of the `tools/call` with the `requestState` it gave.
-pub async fn resume_mcp(
-    gw: &Gateway,
-    tool: &McpTool,
-    call: &CallRecord,
-    canonical: &str,
-    data: &Value,
-    notify: Option<Notifications>,
-) -> Result<ToolAnswer, ApiError> {
-    let state = call
-        .suspension
-        .as_ref()
-        .and_then(|s| s.upstream_state.clone());
-    gw.mcp
-        .resume_tool(tool, &call.call_id, canonical, data, state, notify)
-        .await
-}
-
 /// Stores a suspension the upstream asked for, and answers with it.
 pub(super) async fn suspend(
     gw: &Arc<Gateway>,
@@ -160,7 +91,7 @@ pub(super) async fn suspend(
         Ok(r) => r,
         Err(e) => {
             // Not suspended: an upstream request kept open for it is abandoned.
-            gw.mcp.drop_live(&call.call_id);
+            gw.backends.abandon(&call.call_id);
             return Err(e);
         }
     };
@@ -168,12 +99,17 @@ pub(super) async fn suspend(
     tracing::info!(call_id = %record.call_id, "call suspended by its upstream");
     Suspended::of(&record)
         .map(Outcome::Suspended)
-        .ok_or_else(|| ApiError::new("store.corrupt", "a suspended call without its suspension"))
+        .ok_or_else(|| {
+            ApiError::new(
+                Code::StoreCorrupt,
+                "a suspended call without its suspension",
+            )
+        })
 }
 
 fn not_suspended(call: &CallRecord) -> ApiError {
     ApiError::new(
-        "call.not_suspended",
+        Code::CallNotSuspended,
         format!(
             "call `{}` is {}, not suspended: there is nothing to resume",
             call.call_id,
@@ -215,7 +151,7 @@ fn validate(gw: &Gateway, call: &CallRecord, data: &Value) -> Result<(), ApiErro
         .collect::<Vec<_>>()
         .join("; ");
     Err(ApiError::new(
-        "request.invalid_resume_data",
+        Code::RequestInvalidResumeData,
         format!("the resume data does not fit the call's resume schema: {first}"),
     )
     .with_details(json!({"call_id": call.call_id, "errors": errors})))
@@ -244,7 +180,7 @@ pub async fn resume(
 
     // Policy again, as the call's requester, with `resume` bound.
     let as_call = ToolCall::new(&call.tool, call.args.clone(), Some(call.context.clone()))?;
-    let (decision, classified) = decide_policy(gw, &as_call, &call.requester, Some(&data)).await;
+    let (decision, classified) = policy(gw, &as_call, &call.requester, Some(&data), now_ms()).await;
     let mut expl = explanation(&decision, &classified);
     expl.insert("decision".into(), Value::from(decision.decision.as_str()));
     if decision.decision != DecisionKind::Allow {
@@ -253,7 +189,7 @@ pub async fn resume(
         gw.store_op(move |s| s.resume_denied(&c, &by, &d, audit, now))
             .await?;
         tracing::info!(call_id, by = %principal.id, decision = decision.decision.as_str(), "resume refused by policy");
-        let mut e = super::denied(&decision);
+        let mut e = denied(&decision);
         if decision.decision == DecisionKind::RequireApproval {
             e.message = format!(
                 "policy requires approval for this resume, and a resume cannot wait for one: \
@@ -273,7 +209,7 @@ pub async fn resume(
         data.clone(),
         now_ms(),
     );
-    let claimed = super::claim(
+    let claimed = claim(
         gw,
         move |s| s.resume_call(&id, &by, &d, expl, now),
         |c| Some(c),
@@ -282,8 +218,8 @@ pub async fn resume(
     gw.schemas.forget(&claimed.call_id);
     tracing::info!(call_id, by = %principal.id, "call resumed");
     gw.metrics.call(&claimed.decision, "resumed");
-    let guard = super::Unfinished::arm(gw, &claimed.call_id, &claimed.decision);
-    run_claimed(gw, claimed, Some(&data), guard).await
+    let guard = Unfinished::arm(gw, &claimed.call_id, &claimed.decision);
+    forward::run(gw, claimed, Some(&data), guard).await
 }
 
 /// `POST /v1/runs/{run_id}/resume`: resumes the run's one suspended call (narrowed by
@@ -305,12 +241,12 @@ pub async fn resume_run(
         .collect();
     match suspended.as_slice() {
         [] => Err(ApiError::new(
-            "call.not_found",
+            Code::CallNotFound,
             format!("run `{run_id}` has no suspended call to resume"),
         )),
         [one] => resume(gw, principal, &one.call_id, data).await,
         many => Err(ApiError::new(
-            "call.ambiguous",
+            Code::CallAmbiguous,
             format!(
                 "run `{run_id}` has {} suspended calls: resume one by `tool_call_id`, or by call id",
                 many.len()
@@ -378,7 +314,7 @@ pub async fn answer_input(
         Some(action @ ("decline" | "cancel")) => {
             super::cancel(gw, principal, call_id).await?;
             Err(ApiError::new(
-                "call.cancelled",
+                Code::CallCancelled,
                 format!(
                     "the input the tool asked for was refused ({action}); the call is cancelled"
                 ),
@@ -386,7 +322,7 @@ pub async fn answer_input(
             .with_details(json!({"call_id": call_id})))
         }
         _ => Err(ApiError::new(
-            "request.invalid_field",
+            Code::RequestInvalidField,
             "an elicitation answer needs `action`: accept, decline or cancel",
         )),
     }
@@ -403,5 +339,5 @@ pub async fn wait_resumed(
         matches!(s, CallStatus::Suspended | CallStatus::Executing)
     })
     .await?;
-    super::respond(gw, call).await
+    respond(gw, call).await
 }

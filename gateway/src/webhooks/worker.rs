@@ -62,7 +62,7 @@ pub async fn run(gw: Arc<Gateway>) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(
-                    code = e.code,
+                    code = e.code.as_str(),
                     "cannot lease webhook deliveries: {}",
                     e.message
                 );
@@ -297,7 +297,7 @@ async fn sync_decision(gw: &Arc<Gateway>, hook: &WebhookConfig, d: &Delivery, bo
     if let Err(e) =
         crate::pipeline::decide(gw, &approval_id, &principal, approve, reason, None).await
     {
-        tracing::warn!(webhook = %hook.id, code = e.code, "the webhook's decision was refused: {}", e.message);
+        tracing::warn!(webhook = %hook.id, code = e.code.as_str(), "the webhook's decision was refused: {}", e.message);
         let record = audit_fields(
             json!({"webhook": hook.id, "approval_id": approval_id, "principal": principal.id, "code": e.code}),
         );

@@ -12,6 +12,9 @@ use airlock_policy::{parse_duration, Glob};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+mod target;
+pub use target::{Target, BUILTINS};
+
 /// A config problem, naming the key and the value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{key}: {message}")]
@@ -275,7 +278,7 @@ impl Default for ConnectionLimits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Upstream {
     /// `http://` or `https://` URL receiving POST with the canonical args.
-    Http(crate::upstream::Target),
+    Http(Target),
     /// A demo tool the gateway serves itself.
     Builtin(String),
 }
@@ -542,29 +545,29 @@ impl Config {
         for (i, t) in raw.tools.into_iter().enumerate() {
             let key = format!("tools[{i}]");
             let pattern = Glob::new(&t.name).map_err(|m| err(format!("{key}.name"), m))?;
-            let upstream =
-                if t.upstream.starts_with("http://") || t.upstream.starts_with("https://") {
-                    Upstream::Http(
-                        crate::upstream::Target::parse(&t.upstream)
-                            .map_err(|m| err(format!("{key}.upstream"), m))?,
-                    )
-                } else if let Some(name) = t.upstream.strip_prefix("builtin:") {
-                    if !crate::upstream::BUILTINS.contains(&name) {
-                        return Err(err(
-                            format!("{key}.upstream"),
-                            format!("unknown built-in tool `{name}`"),
-                        ));
-                    }
-                    Upstream::Builtin(name.to_owned())
-                } else {
+            let upstream = if t.upstream.starts_with("http://")
+                || t.upstream.starts_with("https://")
+            {
+                Upstream::Http(
+                    Target::parse(&t.upstream).map_err(|m| err(format!("{key}.upstream"), m))?,
+                )
+            } else if let Some(name) = t.upstream.strip_prefix("builtin:") {
+                if !BUILTINS.contains(&name) {
                     return Err(err(
                         format!("{key}.upstream"),
-                        format!(
-                            "`{}` must be an http:// or https:// URL, or builtin:<name>",
-                            t.upstream
-                        ),
+                        format!("unknown built-in tool `{name}`"),
                     ));
-                };
+                }
+                Upstream::Builtin(name.to_owned())
+            } else {
+                return Err(err(
+                    format!("{key}.upstream"),
+                    format!(
+                        "`{}` must be an http:// or https:// URL, or builtin:<name>",
+                        t.upstream
+                    ),
+                ));
+            };
             let timeout = duration(
                 &format!("{key}.timeout"),
                 t.timeout.as_deref(),
@@ -919,7 +922,7 @@ impl Config {
             rate: None,
             max_pending: None,
         };
-        let tools = crate::upstream::BUILTINS
+        let tools = BUILTINS
             .iter()
             .filter_map(|name| {
                 Some(ToolRoute {
@@ -942,7 +945,7 @@ impl Config {
             store: StoreKind::Fjall,
             policy: PolicySource::Embedded(vec![(
                 PathBuf::from("default/policy.toml"),
-                include_str!("../../policies/default/policy.toml").to_owned(),
+                include_str!("../../../policies/default/policy.toml").to_owned(),
             )]),
             hold_timeout: Duration::from_secs(30),
             max_hold: Duration::from_secs(300),

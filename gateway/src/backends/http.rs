@@ -27,12 +27,8 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 
-use crate::config::{Config, ToolRoute, Upstream};
-use crate::error::ApiError;
-use crate::urlencoded::decode_percent;
-
-/// Demo tools the gateway serves itself.
-pub const BUILTINS: [&str; 3] = ["demo.echo", "demo.shell_preview", "demo.deploy"];
+use crate::config::{Config, Target, ToolRoute, Upstream};
+use crate::error::{ApiError, Code};
 
 /// The largest backend answer kept; a larger one is `upstream.too_large`.
 const MAX_RESPONSE_BYTES: usize = 16 << 20;
@@ -75,65 +71,6 @@ impl Conn {
         }
         let mut cx = Context::from_waker(Waker::noop());
         self.io.as_mut().poll(&mut cx).is_pending() && self.send.is_ready()
-    }
-}
-
-/// Where a backend URL points: parsed once, when the config loads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    tls: bool,
-    host: String,
-    port: u16,
-    /// `scheme://host:port`, the pool's key.
-    origin: String,
-    /// The `host` header: the URL's host and port, without credentials.
-    authority: String,
-    path: String,
-    /// `Basic …`, from credentials in the URL (`https://user:password@host/`).
-    basic: Option<String>,
-}
-
-impl Target {
-    /// Why `url` cannot be a backend, or where it points.
-    pub fn parse(url: &str) -> Result<Target, String> {
-        let bad = |why: &str| format!("the backend URL `{url}` {why}");
-        let uri: hyper::Uri = url.parse().map_err(|_| bad("is not a URL"))?;
-        let tls = match uri.scheme_str() {
-            Some("http") => false,
-            Some("https") => true,
-            _ => return Err(bad("is neither http nor https")),
-        };
-        let authority = uri.authority().ok_or_else(|| bad("names no host"))?;
-        let (userinfo, hostport) = match authority.as_str().rsplit_once('@') {
-            Some((user, rest)) => (Some(user), rest),
-            None => (None, authority.as_str()),
-        };
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        if host.is_empty() {
-            return Err(bad("names no host"));
-        }
-        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        let basic = userinfo.map(|u| {
-            use base64::Engine as _;
-            let (user, password) = u.split_once(':').unwrap_or((u, ""));
-            let pair = format!("{}:{}", decode_percent(user), decode_percent(password));
-            format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(pair)
-            )
-        });
-        Ok(Target {
-            tls,
-            host: host.to_owned(),
-            port,
-            origin: format!("{}://{}:{port}", if tls { "https" } else { "http" }, host),
-            authority: hostport.to_owned(),
-            path: uri.path_and_query().map_or("/", |p| p.as_str()).to_owned(),
-            basic,
-        })
     }
 }
 
@@ -186,7 +123,7 @@ impl Upstreams {
                 {
                     Ok(answer) => answer,
                     Err(_) => Err(ApiError::new(
-                        "upstream.timeout",
+                        Code::UpstreamTimeout,
                         format!("the backend did not answer within {timeout:?}"),
                     )),
                 }
@@ -252,7 +189,7 @@ impl Upstreams {
                 }
                 Ok(None) => {
                     return Err(ApiError::new(
-                        "upstream.too_large",
+                        Code::UpstreamTooLarge,
                         format!("the backend's answer is larger than {MAX_RESPONSE_BYTES} bytes"),
                     ))
                 }
@@ -356,7 +293,7 @@ async fn drive<T>(conn: &mut Conn, exchange: impl Future<Output = T>) -> (T, boo
 
 fn unreachable_backend(e: &dyn std::fmt::Display) -> ApiError {
     ApiError::new(
-        "upstream.unavailable",
+        Code::UpstreamUnavailable,
         format!("the backend could not be reached: {e}"),
     )
 }
@@ -405,7 +342,7 @@ fn builtin(name: &str, tool: &str, body: &str, resume: bool) -> Result<Answer, A
         }),
         other => {
             return Err(ApiError::new(
-                "tool.unknown",
+                Code::ToolUnknown,
                 format!("no built-in tool `{other}`"),
             ))
         }

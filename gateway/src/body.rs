@@ -16,7 +16,7 @@ use hyper::{Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 
 /// Every response body: a full buffer or a stream.
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -57,49 +57,81 @@ impl ApiError {
     }
 }
 
-/// The one place that maps error codes to HTTP statuses.
-pub fn status_for(code: &str) -> StatusCode {
+/// The one place that maps error codes to HTTP statuses. The match is exhaustive: a new
+/// code cannot be added without its status.
+pub fn status_for(code: Code) -> StatusCode {
+    use Code::*;
     match code {
-        "request.too_large" => StatusCode::PAYLOAD_TOO_LARGE,
-        "request.body_timeout" => StatusCode::REQUEST_TIMEOUT,
-        "request.headers_too_large" => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-        "auth.unauthenticated" => StatusCode::UNAUTHORIZED,
-        "auth.forbidden"
-        | "policy.denied"
-        | "approval.declined"
-        | "approval.expired"
-        | "approval.forbidden"
-        | "approval.self_approval"
-        | "approval.edit_denied" => StatusCode::FORBIDDEN,
-        "approval.already_decided"
-        | "approval.not_pending"
-        | "call.in_progress"
-        | "call.invalid_state"
-        | "call.cancelled"
-        | "call.exists"
-        | "call.not_suspended"
-        | "call.ambiguous" => StatusCode::CONFLICT,
-        "call.expired" => StatusCode::GONE,
-        "request.invalid_resume_data" => StatusCode::UNPROCESSABLE_ENTITY,
-        "audit.not_exported" => StatusCode::CONFLICT,
-        "approval.not_found" | "call.not_found" | "tool.unknown" | "route.not_found"
-        | "delivery.not_found" | "webhook.not_found" => StatusCode::NOT_FOUND,
-        "route.method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
-        "upstream.unavailable"
-        | "upstream.too_large"
-        | "upstream.invalid_suspend"
-        | "call.interrupted" => StatusCode::BAD_GATEWAY,
-        "upstream.timeout" => StatusCode::GATEWAY_TIMEOUT,
-        "gateway.too_many_held" | "principal.rate_limited" | "principal.too_many_pending" => {
+        RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
+        RequestHeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        RequestInvalidJson
+        | RequestDuplicateKey
+        | RequestUnsafeNumber
+        | RequestTooDeep
+        | RequestInvalidArgs
+        | RequestInvalidTool
+        | RequestInvalidContext
+        | RequestUnknownField
+        | RequestInvalidField
+        | RequestMissingField
+        | RequestMissingReason
+        | RequestInvalidHeader
+        | RequestInvalidClassifier
+        | RequestInvalidTime => StatusCode::BAD_REQUEST,
+        RequestInvalidResumeData => StatusCode::UNPROCESSABLE_ENTITY,
+        AuthUnauthenticated => StatusCode::UNAUTHORIZED,
+        AuthForbidden | AuthForbiddenOrigin | PolicyDenied | ApprovalDeclined | ApprovalExpired
+        | ApprovalForbidden | ApprovalSelfApproval | ApprovalEditDenied => StatusCode::FORBIDDEN,
+        ApprovalAlreadyDecided
+        | ApprovalNotPending
+        | CallInProgress
+        | CallInvalidState
+        | CallCancelled
+        | CallExists
+        | CallNotSuspended
+        | CallAmbiguous
+        | CallSuspended
+        | AuditNotExported => StatusCode::CONFLICT,
+        CallExpired => StatusCode::GONE,
+        ApprovalNotFound | CallNotFound | ToolUnknown | RouteNotFound | DeliveryNotFound
+        | WebhookNotFound => StatusCode::NOT_FOUND,
+        RouteMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        UpstreamUnavailable | UpstreamTooLarge | UpstreamInvalidSuspend | CallInterrupted => {
+            StatusCode::BAD_GATEWAY
+        }
+        UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        GatewayTooManyHeld | PrincipalRateLimited | PrincipalTooManyPending => {
             StatusCode::TOO_MANY_REQUESTS
         }
-        "gateway.overloaded"
-        | "gateway.shutting_down"
-        | "store.unavailable"
-        | "policy.unavailable" => StatusCode::SERVICE_UNAVAILABLE,
-        c if c.starts_with("request.") => StatusCode::BAD_REQUEST,
-        c if c.starts_with("policy.") => StatusCode::UNPROCESSABLE_ENTITY,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+        GatewayOverloaded | GatewayShuttingDown | StoreUnavailable | PolicyUnavailable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        PolicyCelSyntax
+        | PolicyDuplicateDefaults
+        | PolicyDuplicateKey
+        | PolicyDuplicateRule
+        | PolicyDynamicRegex
+        | PolicyEmpty
+        | PolicyInternal
+        | PolicyInvalid
+        | PolicyInvalidDuration
+        | PolicyInvalidGlob
+        | PolicyInvalidRegex
+        | PolicyInvalidRuleId
+        | PolicyIo
+        | PolicyMissingDefaults
+        | PolicyOnErrorAllow
+        | PolicyReservedName
+        | PolicySyntax
+        | PolicyUnknownClassifier
+        | PolicyUnknownKey
+        | PolicyUnknownVariable
+        | PolicyUnsupportedVersion => StatusCode::UNPROCESSABLE_ENTITY,
+        ApprovalInvalidState => StatusCode::BAD_REQUEST,
+        CallFingerprintMismatch | StoreCorrupt | StoreNotFound | StoreSchemaTooNew | Internal => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
     }
 }
 
@@ -119,18 +151,18 @@ pub async fn read_body(body: Incoming, limits: BodyLimits) -> Result<Bytes, ApiE
         .await
         .map_err(|_| {
             ApiError::new(
-                "request.body_timeout",
+                Code::RequestBodyTimeout,
                 format!("the body did not arrive within {:?}", limits.timeout),
             )
         })?;
     match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::new(
-            "request.too_large",
+            Code::RequestTooLarge,
             format!("the body is larger than {limit} bytes"),
         )),
         Err(e) => Err(ApiError::new(
-            "request.invalid_json",
+            Code::RequestInvalidJson,
             format!("cannot read the body: {e}"),
         )),
     }
@@ -234,8 +266,9 @@ mod tests {
             ("gateway.too_many_held", 429),
             ("gateway.overloaded", 503),
             ("policy.cel_syntax", 422),
-            ("something.else", 500),
+            ("internal", 500),
         ] {
+            let code = Code::parse(code).unwrap_or(Code::Internal);
             assert_eq!(status_for(code).as_u16(), status, "{code}");
         }
     }

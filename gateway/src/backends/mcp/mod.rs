@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::config::{McpServerConfig, McpTransport};
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 
 /// The protocol revisions, newest first.
 pub const MODERN: &str = "2026-07-28";
@@ -59,19 +59,21 @@ pub enum Failure {
 impl Failure {
     pub fn into_api_error(self, server: &str) -> ApiError {
         match self {
+            // A tool's JSON-RPC error reaches the client as it is; this is only for callers
+            // that cannot pass one on.
             Failure::Rpc(e) => ApiError::new(
-                "upstream.error",
+                Code::UpstreamUnavailable,
                 format!(
                     "MCP server `{server}` answered error {}: {}",
                     e.code, e.message
                 ),
             ),
             Failure::Unavailable(why) => ApiError::new(
-                "upstream.unavailable",
+                Code::UpstreamUnavailable,
                 format!("MCP server `{server}` is unavailable: {why}"),
             ),
             Failure::Timeout => ApiError::new(
-                "upstream.timeout",
+                Code::UpstreamTimeout,
                 format!("MCP server `{server}` did not answer in time"),
             ),
         }
@@ -81,6 +83,14 @@ impl Failure {
 /// Notifications an upstream sends while a request runs (progress), for the front end to
 /// relay to its client.
 pub type Notifications = mpsc::UnboundedSender<Value>;
+
+tokio::task_local! {
+    /// Where an upstream's notifications for the call being run (progress, log messages)
+    /// go: set by the MCP front end around the pipeline future of a client that can take
+    /// them. INVARIANT: only the front end that set it reads what is sent; the pipeline does
+    /// not touch it, and [`super::Backends::send`] only passes it to the upstream.
+    pub static NOTIFICATIONS: Notifications;
+}
 
 /// A request an upstream sent its client while one of our requests ran (elicitation,
 /// sampling), and where its answer goes: `{"result": …}` or `{"error": …}`.
@@ -557,7 +567,7 @@ impl Registry {
             .and_then(Value::as_str)
         else {
             return Err(ApiError::new(
-                "call.interrupted",
+                Code::CallInterrupted,
                 format!(
                     "MCP server `{}` no longer holds the request that asked for this input (the gateway restarted, or the request ended); the tool's work is not run again",
                     tool.server.config.name
@@ -581,7 +591,7 @@ impl Registry {
         let mut held = self.live.lock().unwrap_or_else(|e| e.into_inner());
         if held.len() >= MAX_LIVE {
             return Err(ApiError::new(
-                "upstream.unavailable",
+                Code::UpstreamUnavailable,
                 format!("{MAX_LIVE} calls already wait on an MCP server's open request for input; this one cannot be suspended"),
             ));
         }
@@ -673,7 +683,7 @@ async fn drive(
                     .map_err(|f| match f {
                         // A tool's own JSON-RPC error is data for the model, like a backend's 4xx.
                         Failure::Rpc(e) => ApiError::new(
-                            "upstream.unavailable",
+                            Code::UpstreamUnavailable,
                             format!("MCP server `{name}` refused the call: {} ({})", e.message, e.code),
                         ),
                         other => other.into_api_error(name),
@@ -732,7 +742,7 @@ fn input_required(server: &str, result: Value) -> Result<ToolAnswer, ApiError> {
     };
     let Some((key, message, schema)) = form else {
         return Err(ApiError::new(
-            "upstream.unavailable",
+            Code::UpstreamUnavailable,
             format!("MCP server `{server}` asked for input airlock does not relay (only one form elicitation at a time is)"),
         ));
     };

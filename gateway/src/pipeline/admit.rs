@@ -1,0 +1,225 @@
+//! Admission, the first stage, the same for every front end (the JSON API, MCP, the inbox):
+//!
+//! - [`in_flight`]: a permit under `server.max_in_flight`, or `503 gateway.overloaded`;
+//! - [`authenticate`]: the bearer token names a principal and its role, and the principal's
+//!   request rate admits it (`429 principal.rate_limited`, audited once per burst);
+//! - [`intake`]: a call's strict parse and fingerprint (`airlock_policy`) and its route; any
+//!   refusal there is recorded by [`reject`] as `call.rejected` with its code and front.
+//!
+//! Identity providers plug in at [`authenticate`]. What a role may do is each route's own
+//! business (`crate::auth::require`), not admission's.
+
+use std::sync::Arc;
+
+use airlock_policy::{ToolCall, MAX_ARGS_DEPTH};
+use airlock_storage::Principal;
+use hyper::HeaderMap;
+use serde_json::{json, Value};
+use tokio::sync::SemaphorePermit;
+
+use super::Front;
+use crate::auth::Role;
+use crate::clock::now_ms;
+use crate::error::{ApiError, Code};
+use crate::limits::Refusal;
+use crate::state::{audit_fields, Gateway};
+
+/// A permit for one request in flight, or `503 gateway.overloaded`: refused before any work,
+/// so no call ever runs without a decision.
+pub fn in_flight(gw: &Gateway) -> Result<SemaphorePermit<'_>, ApiError> {
+    gw.in_flight.try_acquire().map_err(|_| {
+        ApiError::new(Code::GatewayOverloaded, "too many requests in flight").retry_after(1)
+    })
+}
+
+/// The principal behind the request's bearer token, admitted by its request rate.
+pub async fn authenticate(
+    gw: &Arc<Gateway>,
+    headers: &HeaderMap,
+) -> Result<(Principal, Role), ApiError> {
+    let (principal, role) = gw.auth.authenticate(headers)?;
+    rate(gw, &principal).await?;
+    Ok((principal, role))
+}
+
+/// Whether the principal's request rate admits one more request (`429
+/// principal.rate_limited` otherwise).
+pub async fn rate(gw: &Arc<Gateway>, principal: &Principal) -> Result<(), ApiError> {
+    match gw.limits.take(&principal.id, std::time::Instant::now()) {
+        Ok(()) => Ok(()),
+        Err(refusal) => {
+            Err(principal_refused(gw, &principal.id, Code::PrincipalRateLimited, refusal).await)
+        }
+    }
+}
+
+/// A per-principal limit refused a request: counted, audited once at the start of each burst
+/// of refusals (not once per refused request), answered 429 with `Retry-After`.
+pub(crate) async fn principal_refused(
+    gw: &Arc<Gateway>,
+    principal: &str,
+    code: Code,
+    refusal: Refusal,
+) -> ApiError {
+    let reason = code.as_str().trim_start_matches("principal.");
+    gw.metrics
+        .principal_refusals
+        .with_label_values(&[principal, reason])
+        .inc();
+    let retry = refusal.retry_after.as_secs_f64().ceil().max(1.0) as u64;
+    if refusal.first_of_burst {
+        tracing::warn!(
+            principal,
+            code = code.as_str(),
+            "per-principal limit reached"
+        );
+        let record = audit_fields(json!({"principal": principal, "code": code}));
+        let now = now_ms();
+        if let Err(e) = gw
+            .store_op(move |s| s.append_audit("principal.limited", record, now))
+            .await
+        {
+            tracing::error!(
+                code = e.code.as_str(),
+                "cannot audit a limit: {}",
+                e.message
+            );
+        }
+    }
+    let message = match code {
+        Code::PrincipalRateLimited => {
+            format!("`{principal}` is over its request rate; retry in {retry}s")
+        }
+        _ => format!(
+            "`{principal}` has as many pending approvals as it may; wait for decisions (retry in {retry}s)"
+        ),
+    };
+    ApiError::new(code, message).retry_after(retry)
+}
+
+/// A call as a front end read it, before the strict intake of DESIGN §3.
+pub enum Raw<'a> {
+    /// `POST /v1/calls`: the whole body, `{"tool","args","context"?}`.
+    Body(&'a [u8]),
+    /// A call whose message the front end already parsed strictly (MCP `tools/call`): the
+    /// tool name, `arguments` (depth counts from them as level 1) and the context it built.
+    Parts {
+        tool: &'a str,
+        args: Value,
+        context: Value,
+    },
+}
+
+/// Parses and fingerprints a call, and checks that its tool has a route. A refusal is
+/// recorded (`call.rejected`, with the code and the front) before it is returned.
+pub async fn intake(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    raw: Raw<'_>,
+    front: &Front,
+) -> Result<ToolCall, ApiError> {
+    let (parsed, tool) = match raw {
+        Raw::Body(body) => (ToolCall::from_body(body).map_err(ApiError::from), None),
+        Raw::Parts {
+            tool,
+            args,
+            context,
+        } => {
+            let parsed = if depth(&args) > MAX_ARGS_DEPTH {
+                Err(airlock_policy::RequestError::TooDeep {
+                    limit: MAX_ARGS_DEPTH,
+                }
+                .into())
+            } else {
+                ToolCall::new(tool, args, Some(context)).map_err(ApiError::from)
+            };
+            (parsed, Some(tool))
+        }
+    };
+    let routed = parsed.and_then(|call| match gw.route(&call.tool) {
+        Some(_) => Ok(call),
+        None => Err(unknown_tool(gw, &call.tool)),
+    });
+    if let Err(e) = &routed {
+        reject(gw, Some(&principal.id), e.code, front, tool).await;
+    }
+    routed
+}
+
+/// Records a refused call: counted as `rejected` with its code, and audited as
+/// `call.rejected` with who sent it (when known), the code, the front (and its MCP revision
+/// and session) and the tool name when it was readable.
+pub async fn reject(
+    gw: &Arc<Gateway>,
+    principal: Option<&str>,
+    code: Code,
+    front: &Front,
+    tool: Option<&str>,
+) {
+    gw.metrics.call("rejected", code.as_str());
+    let mut record = audit_fields(json!({"principal": principal, "code": code}));
+    front.tag(&mut record);
+    record
+        .entry("front")
+        .or_insert_with(|| Value::String("http".into()));
+    if let Some(t) = tool {
+        record.insert("tool".into(), Value::String(t.into()));
+    }
+    let now = now_ms();
+    if let Err(e) = gw
+        .store_op(move |s| s.append_audit("call.rejected", record, now))
+        .await
+    {
+        tracing::error!(
+            code = e.code.as_str(),
+            "cannot audit a rejected call: {}",
+            e.message
+        );
+    }
+}
+
+/// `tool.unknown`, naming the tools there are, nearest first.
+pub fn unknown_tool(gw: &Gateway, tool: &str) -> ApiError {
+    let mut known: Vec<String> = gw
+        .config
+        .tools_nearest(tool)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    known.extend(
+        gw.backends
+            .mcp
+            .tools()
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned)),
+    );
+    ApiError::new(
+        Code::ToolUnknown,
+        format!(
+            "no upstream is configured for tool `{tool}`; configured tools, nearest first: {}",
+            known.join(", ")
+        ),
+    )
+    .with_details(json!({"tools": known}))
+}
+
+/// How deep a value nests: a scalar is 0, an empty object or array 1.
+fn depth(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+        Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn depth_counts_containers() {
+        assert_eq!(depth(&json!(1)), 0);
+        assert_eq!(depth(&json!({})), 1);
+        assert_eq!(depth(&json!({"a": [1, {"b": {}}]})), 4);
+    }
+}

@@ -1,0 +1,175 @@
+//! The decide stage: classifiers, then the pure policy evaluation of `airlock_policy`, for one
+//! parsed call. It takes the call, its principal and `now`, and gives a [`Decided`]: the
+//! decision with its explanation and the call record it starts. It writes nothing; the stage
+//! that acts on the decision (deny here, [`super::claim`], [`super::grant`], [`super::hold`])
+//! writes the record.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock_policy::cases::classifiers_json;
+use airlock_policy::{evaluate, ClassifierOutcome, Decision, DecisionKind, Input, ToolCall};
+use airlock_storage::{CallRecord, CallStatus, Principal};
+use serde_json::{json, Map, Value};
+
+use super::Front;
+use crate::clock::to_system_time;
+use crate::error::{ApiError, Code};
+use crate::state::{audit_fields, Gateway};
+
+/// A call and what policy decided for it: everything the later stages act on.
+pub(super) struct Decided {
+    pub call_id: String,
+    pub call: ToolCall,
+    pub principal: Principal,
+    pub decision: Decision,
+    pub classified: BTreeMap<String, ClassifierOutcome>,
+    pub front: Front,
+    /// When the call was decided (ms since the epoch): the time its records carry.
+    pub now: u64,
+}
+
+impl Decided {
+    /// What the audit log and the approval record say about the decision.
+    pub fn explanation(&self) -> Map<String, Value> {
+        let mut e = explanation(&self.decision, &self.classified);
+        self.front.tag(&mut e);
+        e
+    }
+
+    /// The call's record as the decision starts it.
+    pub fn record(&self) -> CallRecord {
+        let (call, principal, now) = (&self.call, &self.principal, self.now);
+        CallRecord {
+            call_id: self.call_id.clone(),
+            tool: call.tool.clone(),
+            args: call.args.clone(),
+            fingerprint: call.fingerprint.to_string(),
+            requester: principal.clone(),
+            context: call.context.clone(),
+            decision: self.decision.decision.as_str().to_owned(),
+            status: match self.decision.decision {
+                DecisionKind::Allow => CallStatus::Allowed,
+                DecisionKind::Deny => CallStatus::Denied,
+                DecisionKind::RequireApproval => CallStatus::PendingApproval,
+            },
+            approval_id: None,
+            reason: None,
+            edited: false,
+            run_by: None,
+            outcome: None,
+            suspension: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+}
+
+/// Decides a parsed call of `principal` that came through `front`.
+pub(super) async fn decide(
+    gw: &Gateway,
+    call_id: String,
+    call: ToolCall,
+    principal: Principal,
+    front: Front,
+    now: u64,
+) -> Decided {
+    let (decision, classified) = policy(gw, &call, &principal, None, now).await;
+    tracing::Span::current().record("decision", decision.decision.as_str());
+    Decided {
+        call_id,
+        call,
+        principal,
+        decision,
+        classified,
+        front,
+        now,
+    }
+}
+
+/// A denied call: its record and audit, then the `policy.denied` refusal.
+pub(super) async fn deny(gw: &Arc<Gateway>, d: Decided) -> Result<super::Outcome, ApiError> {
+    let (record, expl) = (d.record(), d.explanation());
+    gw.store_op(move |s| s.record_call(record, expl, false))
+        .await?;
+    gw.metrics.call("deny", "denied");
+    Err(denied(&d.decision))
+}
+
+/// The principal as policy sees it.
+fn principal_json(p: &Principal) -> Value {
+    json!({"id": p.id, "role": p.role, "groups": p.groups})
+}
+
+/// Runs the classifiers named by the rules that may apply to `call`, then evaluates it for
+/// `principal` under the current policy at `now`. Returns the decision and the classifier
+/// results. Also what an approver's edit and a resume are checked by.
+pub async fn policy(
+    gw: &Gateway,
+    call: &ToolCall,
+    principal: &Principal,
+    resume: Option<&Value>,
+    now: u64,
+) -> (Decision, BTreeMap<String, ClassifierOutcome>) {
+    let policy = gw.policy.load_full();
+    let names = policy.classifiers_for(&call.tool);
+    let classifiers = if names.is_empty() {
+        BTreeMap::new()
+    } else {
+        gw.classifiers.run(&names, call, &gw.metrics).await
+    };
+    let principal = principal_json(principal);
+    let start = Instant::now();
+    let decision = evaluate(
+        &policy,
+        &Input {
+            tool: &call.tool,
+            args: &call.args,
+            context: &call.context,
+            principal: &principal,
+            fingerprint: call.fingerprint.as_str(),
+            now: to_system_time(now),
+            classifiers: &classifiers,
+            resume,
+        },
+    );
+    gw.metrics
+        .policy_eval_seconds
+        .observe(start.elapsed().as_secs_f64());
+    (decision, classifiers)
+}
+
+/// What the audit log and the approval record say about a decision: the matched rules, their
+/// errors and messages, the policy version, and the classifier results.
+pub(super) fn explanation(
+    d: &Decision,
+    classifiers: &BTreeMap<String, ClassifierOutcome>,
+) -> Map<String, Value> {
+    let mut e = audit_fields(json!({
+        "rules": d.rules,
+        "errors": d.errors,
+        "messages": d.messages,
+        "policy_version": d.policy_version,
+    }));
+    if !classifiers.is_empty() {
+        e.insert("classifiers".into(), classifiers_json(classifiers));
+    }
+    e
+}
+
+/// `policy.denied`, with the rules' messages.
+pub(super) fn denied(d: &Decision) -> ApiError {
+    let message = if d.messages.is_empty() {
+        "denied by policy".to_owned()
+    } else {
+        d.messages
+            .iter()
+            .map(|m| m.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    ApiError::new(Code::PolicyDenied, message).with_details(json!({
+        "rules": d.rules, "messages": d.messages, "errors": d.errors, "policy_version": d.policy_version,
+    }))
+}

@@ -1,0 +1,90 @@
+//! The forward stage: a claimed call's canonical args (re-fingerprinted first: what runs is
+//! what was approved) go to its backend, and the answer is recorded ([`super::outcome`]) or
+//! turned into a suspension ([`super::suspend`]). The backend is named by the tool's route;
+//! the pipeline does not know whether it is an HTTP tool or an MCP upstream
+//! ([`crate::backends`]).
+
+use std::sync::Arc;
+
+use airlock_storage::{CallOutcome, CallRecord};
+use serde_json::Value;
+
+use super::claim::Unfinished;
+use super::outcome::{finished, record_outcome};
+use super::{suspend, Outcome};
+use crate::backends::Answer;
+use crate::error::{ApiError, Code};
+use crate::state::Gateway;
+
+/// Forwards a call this request has claimed (it is `executing`), records the outcome, answers.
+/// `resume` carries the resume data of a suspended call being resumed; `guard` records the
+/// outcome if this request is dropped before it does.
+pub(super) async fn run(
+    gw: &Arc<Gateway>,
+    call: CallRecord,
+    resume: Option<&Value>,
+    guard: Unfinished,
+) -> Result<Outcome, ApiError> {
+    let decision = call.decision.clone();
+    let canonical = airlock_policy::canonicalize(&call.args);
+    // INVARIANT: what runs is what was approved. The bytes sent are re-fingerprinted and must
+    // match the call's fingerprint; if they ever did not, nothing is sent.
+    let fp = airlock_policy::fingerprint_canonical(&call.tool, canonical.as_bytes());
+    let answer = if fp.as_str() != call.fingerprint {
+        Err(ApiError::new(
+            Code::CallFingerprintMismatch,
+            "the args to send do not match the approved fingerprint; nothing was sent",
+        ))
+    } else {
+        forward(gw, &call, &canonical, resume).await
+    };
+    let answer = match answer {
+        Ok(Answer::Suspend(s)) => match suspend::check_schema(&s.resume_schema) {
+            Ok(()) => return guard.disarm(suspend::suspend(gw, &call, s)).await,
+            Err(why) => {
+                // Not suspended: an upstream request kept open for it is abandoned.
+                gw.backends.abandon(&call.call_id);
+                Err(ApiError::new(
+                    Code::UpstreamInvalidSuspend,
+                    format!("the upstream suspended the call with a resume schema that is not valid JSON Schema 2020-12: {why}"),
+                ))
+            }
+        },
+        Ok(Answer::Result(status, body)) => Ok((status, body)),
+        Err(e) => Err(e),
+    };
+    let stored = match &answer {
+        Ok((status, body)) => CallOutcome {
+            upstream_status: *status,
+            result: Some(body.clone()),
+            error: None,
+            message: None,
+        },
+        Err(e) => CallOutcome {
+            upstream_status: None,
+            result: None,
+            error: Some(e.code.as_str().to_owned()),
+            message: Some(e.message.clone()),
+        },
+    };
+    // Disarmed whatever the write did: a failed write is not retried as an interruption.
+    let call_id = call.call_id.clone();
+    let written = record_outcome(gw, &call_id, Some(call), &decision, stored).await;
+    let record = guard.disarm(written)?;
+    finished(&record)
+}
+
+/// Sends the call's canonical args (and resume data) to the backend of its tool.
+async fn forward(
+    gw: &Arc<Gateway>,
+    call: &CallRecord,
+    canonical: &str,
+    resume: Option<&Value>,
+) -> Result<Answer, ApiError> {
+    let Some(route) = gw.route(&call.tool) else {
+        return Err(super::admit::unknown_tool(gw, &call.tool));
+    };
+    gw.backends
+        .send(route, call, canonical, resume, &gw.metrics)
+        .await
+}

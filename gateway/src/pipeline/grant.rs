@@ -1,0 +1,92 @@
+//! The grant stage, for a call that requires approval, before anyone is asked (DESIGN §5,
+//! §10): a grant for its fingerprint and scope spends one use and lets the call run at once
+//! ([`spend`]); else an identical call of the same principal and run that already waits joins
+//! that approval ([`join`]). Neither opens an approval; [`super::hold`] does.
+
+use std::sync::Arc;
+
+use airlock_policy::{GrantScope, ToolCall};
+use airlock_storage::{CallRecord, CallStatus, Principal};
+use serde_json::json;
+
+use super::claim::Unfinished;
+use super::decide::Decided;
+use crate::clock::now_ms;
+use crate::error::ApiError;
+use crate::state::{attach_key, audit_fields, Gateway};
+
+/// The key a grant binds to (DESIGN §5). A run-scoped grant is also bound to the requesting
+/// principal, so another principal reusing a run id gets nothing.
+pub(super) fn scope_key(
+    scope: GrantScope,
+    call_id: &str,
+    call: &ToolCall,
+    principal: &Principal,
+) -> String {
+    match (scope, call.run_id()) {
+        (GrantScope::Run, Some(run)) => format!("run:{}:{run}", principal.id),
+        (GrantScope::Principal, _) => format!("principal:{}", principal.id),
+        _ => format!("call:{call_id}"),
+    }
+}
+
+/// Spends one use of a grant for this call's fingerprint and `scope_key`, if there is one
+/// with uses left: the call is then recorded allowed and claimed to run, in one step, and
+/// returned with the guard that records it interrupted if this request is dropped.
+pub(super) async fn spend(
+    gw: &Arc<Gateway>,
+    d: &Decided,
+    scope_key: &str,
+) -> Result<Option<(CallRecord, Unfinished)>, ApiError> {
+    let (fp, probe_key) = (d.call.fingerprint.to_string(), scope_key.to_owned());
+    let has_grant = gw
+        .store_op(move |s| s.grant(&fp, &probe_key))
+        .await?
+        .is_some();
+    if !has_grant {
+        return Ok(None);
+    }
+    let mut record = d.record();
+    record.status = CallStatus::Allowed;
+    let (k, expl) = (scope_key.to_owned(), d.explanation());
+    let guard = Unfinished::arm(gw, &d.call_id, "require_approval");
+    match gw
+        .store_op(move |s| s.call_with_grant(record, &k, expl, true))
+        .await
+    {
+        Ok(Some(record)) => Ok(Some((record, guard))),
+        // Spent by someone else in between: ask for approval after all.
+        Ok(None) => Ok(guard.disarm(None)),
+        Err(e) => Err(guard.disarm(e)),
+    }
+}
+
+/// An identical call of this principal in this run that waits for an approval (or has one
+/// and has not run): this call joins it, audited `call.attached`, and its id is returned.
+pub(super) async fn join(gw: &Arc<Gateway>, d: &Decided) -> Result<Option<String>, ApiError> {
+    let key = attach_key(
+        &d.principal.id,
+        d.call.fingerprint.as_str(),
+        d.call.run_id(),
+    );
+    let Some(existing) = gw.attached(&key) else {
+        return Ok(None);
+    };
+    let id = existing.clone();
+    let found = gw.store_op(move |s| s.call(&id)).await?;
+    let Some(c) =
+        found.filter(|c| matches!(c.status, CallStatus::PendingApproval | CallStatus::Approved))
+    else {
+        gw.detach(&key, &existing);
+        return Ok(None);
+    };
+    tracing::info!(attached_to = %c.call_id, "an identical call joins its pending approval");
+    let fields = audit_fields(json!({
+        "call_id": c.call_id, "approval_id": c.approval_id,
+        "principal": d.principal.id, "fingerprint": c.fingerprint,
+    }));
+    let now = now_ms();
+    gw.store_op(move |s| s.append_audit("call.attached", fields, now))
+        .await?;
+    Ok(Some(c.call_id))
+}

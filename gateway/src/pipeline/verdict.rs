@@ -1,0 +1,85 @@
+//! The verdict stage: an approver's word on an approval (DESIGN §5). An edit is
+//! fingerprinted and evaluated again as its requester's call first (policy must not deny it);
+//! then the store applies the verdict (who may decide, quorum, separation of duties) and the
+//! event stream and webhooks are told. The held call wakes from the store's notice of the
+//! call it changed.
+
+use std::sync::Arc;
+
+use airlock_policy::{DecisionKind, ToolCall};
+use airlock_storage::{Approval, ApprovalStatus, Principal, Verdict};
+use serde_json::{json, Value};
+
+use crate::clock::now_ms;
+use crate::error::{ApiError, Code};
+use crate::state::Gateway;
+
+/// An approver's verdict on one approval, with an edit checked by policy first; tells the
+/// event stream. The held call wakes from the store's notice of the call it changed.
+pub async fn decide(
+    gw: &Arc<Gateway>,
+    approval_id: &str,
+    by: &Principal,
+    approve: bool,
+    reason: Option<String>,
+    edited_args: Option<Value>,
+) -> Result<Approval, ApiError> {
+    let verdict = if approve {
+        let edit = match edited_args {
+            None => None,
+            Some(args) => {
+                let id = approval_id.to_owned();
+                let a = gw
+                    .store_op(move |s| s.approval(&id))
+                    .await?
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            Code::ApprovalNotFound,
+                            format!("no approval `{approval_id}`"),
+                        )
+                    })?;
+                let edited = ToolCall::new(&a.tool, args, Some(a.context.clone()))?;
+                // The edited call is evaluated as its requester's call: policy must not deny it.
+                let (d, _) = super::decide::policy(gw, &edited, &a.requester, None, now_ms()).await;
+                if d.decision == DecisionKind::Deny {
+                    return Err(ApiError::new(
+                        Code::ApprovalEditDenied,
+                        "policy denies the edited call",
+                    )
+                    .with_details(json!({"rules": d.rules, "messages": d.messages})));
+                }
+                Some((edited.args, edited.fingerprint.to_string()))
+            }
+        };
+        Verdict::Approve { reason, edit }
+    } else {
+        Verdict::Decline {
+            reason: reason.unwrap_or_default(),
+        }
+    };
+    let (id, who, now) = (approval_id.to_owned(), by.clone(), now_ms());
+    let a = gw
+        .store_op(move |s| s.decide(&id, &who, verdict, now))
+        .await?;
+    if a.status != ApprovalStatus::Pending {
+        gw.approval_closed(&a.requester.id);
+        gw.metrics
+            .approval_wait_seconds
+            .observe(now.saturating_sub(a.created_at) as f64 / 1000.0);
+        if a.status == ApprovalStatus::Declined {
+            gw.metrics.call("require_approval", "declined");
+        }
+    }
+    tracing::info!(
+        approval_id = %a.id,
+        call_id = %a.call_id,
+        tool = %a.tool,
+        by = %by.id,
+        decision = if approve { "approve" } else { "decline" },
+        status = a.status.as_str(),
+        "approval decided"
+    );
+    let event = gw.approval_event(&a);
+    gw.announce("approval.decided", event).await;
+    Ok(a)
+}
