@@ -186,9 +186,9 @@ pub fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
 /// skips it), with a keep-alive comment every 15 seconds, until the client leaves or
 /// `shutdown` is cancelled. A client too slow to keep up gets `lagged(n)`.
 pub fn event_stream(
-    mut events: tokio::sync::broadcast::Receiver<crate::state::Event>,
+    mut events: tokio::sync::broadcast::Receiver<crate::events::Event>,
     shutdown: tokio_util::sync::CancellationToken,
-    chunk: impl Fn(&crate::state::Event) -> Option<Bytes> + Send + 'static,
+    chunk: impl Fn(&crate::events::Event) -> Option<Bytes> + Send + 'static,
     lagged: impl Fn(u64) -> Bytes + Send + 'static,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(64);

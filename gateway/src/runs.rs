@@ -22,15 +22,10 @@ use tokio::sync::mpsc;
 use crate::body::{sse_response, Body};
 use crate::clock::rfc3339;
 use crate::pipeline::tool_call_id;
-use crate::state::Gateway;
+use crate::state::{run_key, Gateway};
 
 /// Audit records read per page.
 const PAGE: usize = 256;
-
-/// The hold-registry key a run's stream waits on.
-pub fn run_key(run_id: &str) -> String {
-    format!("run:{run_id}")
-}
 
 /// The stream of run `run_id` as `principal` may see it, from after audit seq `after`.
 pub fn stream(

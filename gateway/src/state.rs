@@ -25,16 +25,10 @@ use crate::classifiers::Classifiers;
 use crate::clock::now_ms;
 use crate::config::{Config, PolicySource, StoreKind};
 use crate::error::{ApiError, Code};
+pub use crate::events::Event;
 use crate::limits::PrincipalLimits;
 use crate::metrics::Metrics;
 use crate::webhooks::Webhooks;
-
-/// An event for approvers' SSE stream and, later, webhooks.
-#[derive(Debug, Clone)]
-pub struct Event {
-    pub kind: &'static str,
-    pub data: Value,
-}
 
 /// Held requests, by call id: each waits on a `Notify` that fires when its call changes.
 #[derive(Default)]
@@ -103,10 +97,15 @@ pub struct Gateway {
     /// Pending calls by [`attach_key`]: an identical call joins them.
     attached: Mutex<HashMap<String, String>>,
     /// Resume schemas, compiled once per suspension.
-    pub schemas: crate::pipeline::suspend::Schemas,
+    pub schemas: crate::schemas::Schemas,
     /// The audit records other gateways on the same database appended, by seq range: the
     /// approvals and calls in them are told on this gateway's event streams too.
     remote_audit: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(u64, u64)>>>,
+}
+
+/// The hold-registry key a run's stream waits on.
+pub fn run_key(run_id: &str) -> String {
+    format!("run:{run_id}")
 }
 
 /// What makes two calls identical for attaching (DESIGN §10): principal, fingerprint and run
@@ -216,7 +215,7 @@ impl Gateway {
                 told.notify(call);
             }
             for run in &change.runs {
-                told.notify(&crate::runs::run_key(run));
+                told.notify(&run_key(run));
             }
         }));
         let gw = Gateway {

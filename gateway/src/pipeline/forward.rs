@@ -1,6 +1,6 @@
 //! The forward stage: a claimed call's canonical args (re-fingerprinted first: what runs is
 //! what was approved) go to its backend, and the answer is recorded ([`super::outcome`]) or
-//! turned into a suspension ([`super::suspend`]). The backend is named by the tool's route;
+//! stored as a suspension. The backend is named by the tool's route;
 //! the pipeline does not know whether it is an HTTP tool or an MCP upstream
 //! ([`crate::backends`]).
 
@@ -9,11 +9,11 @@ use std::sync::Arc;
 use airlock_storage::{CallOutcome, CallRecord};
 use serde_json::Value;
 
-use super::claim::Unfinished;
-use super::outcome::{finished, record_outcome};
-use super::{suspend, Outcome};
+use super::outcome::{finished, record_outcome, record_suspension, Unfinished};
+use super::Outcome;
 use crate::backends::Answer;
 use crate::error::{ApiError, Code};
+use crate::schemas::check_schema;
 use crate::state::Gateway;
 
 /// Forwards a call this request has claimed (it is `executing`), records the outcome, answers.
@@ -39,8 +39,8 @@ pub(super) async fn run(
         forward(gw, &call, &canonical, resume).await
     };
     let answer = match answer {
-        Ok(Answer::Suspend(s)) => match suspend::check_schema(&s.resume_schema) {
-            Ok(()) => return guard.disarm(suspend::suspend(gw, &call, s)).await,
+        Ok(Answer::Suspend(s)) => match check_schema(&s.resume_schema) {
+            Ok(()) => return guard.disarm(record_suspension(gw, &call, s)).await,
             Err(why) => {
                 // Not suspended: an upstream request kept open for it is abandoned.
                 gw.backends.abandon(&call.call_id);

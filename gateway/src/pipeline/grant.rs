@@ -9,8 +9,8 @@ use airlock_policy::{GrantScope, ToolCall};
 use airlock_storage::{CallRecord, CallStatus, Principal};
 use serde_json::json;
 
-use super::claim::Unfinished;
 use super::decide::Decided;
+use super::outcome::Unfinished;
 use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::state::{attach_key, audit_fields, Gateway};

@@ -2,7 +2,7 @@
 //! notifications, under the requester's `max_pending`), and its request waits for the
 //! decision, woken by the store's notice that the call changed (never by polling), for as
 //! long as the caller asked (`Prefer`, `?wait=N`, the MCP hold). What the call's state then
-//! means is [`super::outcome::respond`]'s. Also here: cancelling a call that waits.
+//! means is [`super::claim::respond`]'s. Also here: cancelling a call that waits.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +12,9 @@ use serde_json::{json, Value};
 use tokio::time::Instant as TokioInstant;
 
 use super::admit::principal_refused;
+use super::claim::respond;
 use super::decide::Decided;
-use super::outcome::{call_not_found, respond};
+use super::outcome::call_not_found;
 use super::{Hold, Outcome, Pending};
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
@@ -92,7 +93,7 @@ pub(super) async fn open(
         attach_key(&principal.id, call.fingerprint.as_str(), call.run_id()),
         &d.call_id,
     );
-    let _ = gw.events.send(crate::state::Event {
+    let _ = gw.events.send(crate::events::Event {
         kind: "approval.requested",
         data: event,
     });

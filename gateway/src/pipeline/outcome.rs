@@ -4,12 +4,13 @@
 //! format (a JSON body and a status for HTTP, a tool result for MCP).
 //!
 //! [`record_outcome`] writes a claimed call's outcome (the last stage of a call that ran);
-//! [`respond`] answers for a call in whatever state it is in, running it when it may.
+//! [`Unfinished`] records `call.interrupted` for a claimed call whose request went away;
+//! [`record_suspension`] stores a suspension a backend asked for.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use airlock_storage::{CallOutcome, CallStatus, Durability};
+use airlock_storage::{CallOutcome, Durability, Suspend};
 use serde_json::json;
 
 use crate::clock::now_ms;
@@ -119,52 +120,6 @@ pub fn question_of(payload: &Value) -> Option<&str> {
         .find_map(|k| payload.get(*k).and_then(Value::as_str))
 }
 
-/// Answers for a call in whatever state it is in, executing it when it may run.
-pub(super) async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiError> {
-    match call.status {
-        CallStatus::Allowed | CallStatus::Approved => super::claim::execute(gw, call).await,
-        CallStatus::Executing => Err(ApiError::new(
-            Code::CallInProgress,
-            "the call is executing; ask again for its outcome",
-        )
-        .retry_after(1)),
-        CallStatus::Completed | CallStatus::Failed => finished(&call),
-        CallStatus::PendingApproval => {
-            let id = call.approval_id.clone().unwrap_or_default();
-            let approval = gw.store_op(move |s| s.approval(&id)).await?;
-            match approval {
-                Some(a) => Ok(Outcome::Pending(Pending::of(&a))),
-                None => Err(ApiError::new(
-                    Code::ApprovalNotFound,
-                    "the call's approval is missing",
-                )),
-            }
-        }
-        CallStatus::Denied => Err(ApiError::new(
-            Code::PolicyDenied,
-            "the call was denied by policy",
-        )),
-        CallStatus::Declined => Err(declined(&call)),
-        CallStatus::Suspended => match Suspended::of(&call) {
-            Some(v) => Ok(Outcome::Suspended(v)),
-            None => Err(ApiError::new(
-                Code::StoreCorrupt,
-                "a suspended call without its suspension",
-            )),
-        },
-        CallStatus::Expired if call.suspension.is_some() => Err(ApiError::new(
-            Code::CallExpired,
-            "nobody resumed the suspended call in time; it has ended",
-        )
-        .with_details(json!({"call_id": call.call_id}))),
-        CallStatus::Expired => Err(ApiError::new(
-            Code::ApprovalExpired,
-            "nobody approved the call in time; it is denied",
-        )),
-        CallStatus::Cancelled => Err(ApiError::new(Code::CallCancelled, "the call was cancelled")),
-    }
-}
-
 /// `call.not_found`, saying so when the id is an approval's (they look alike otherwise).
 pub fn call_not_found(id: &str) -> ApiError {
     let message = if id.starts_with("apr_") {
@@ -266,4 +221,125 @@ pub(super) fn finished(call: &CallRecord) -> Result<Outcome, ApiError> {
         result: outcome.result.unwrap_or(Value::Null),
         edited_args: call.edited.then(|| call.args.clone()),
     }))
+}
+
+/// A claimed call's outcome, written if the request is dropped before it is: the client went
+/// away or cancelled (an MCP `notifications/cancelled`) while the backend was being called.
+/// The request to the backend is dropped with it, so whether the call ran is unknown: it is
+/// recorded `call.interrupted` at once, as a crash would be at the next start, and never
+/// left `executing`. Disarmed once the outcome is written.
+pub(crate) struct Unfinished {
+    gw: Arc<Gateway>,
+    /// The call, while its outcome is still to be written.
+    call_id: Option<String>,
+    decision: String,
+}
+
+impl Unfinished {
+    pub(crate) fn arm(gw: &Arc<Gateway>, call_id: &str, decision: &str) -> Unfinished {
+        Unfinished {
+            gw: gw.clone(),
+            call_id: Some(call_id.to_owned()),
+            decision: decision.to_owned(),
+        }
+    }
+
+    /// The outcome is written (or the call was never claimed): nothing to do when dropped.
+    /// Returns `pass` so an error can go through it.
+    pub(crate) fn disarm<T>(mut self, pass: T) -> T {
+        self.call_id = None;
+        pass
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let Some(call_id) = self.call_id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (gw, decision) = (self.gw.clone(), std::mem::take(&mut self.decision));
+        runtime.spawn(async move {
+            let outcome = CallOutcome {
+                upstream_status: None,
+                result: None,
+                error: Some("call.interrupted".into()),
+                message: Some(
+                    "the client went away or cancelled while the backend was being called; \
+                     the request to it was dropped, so whether the call ran is unknown"
+                        .into(),
+                ),
+            };
+            match record_outcome(&gw, &call_id, None, &decision, outcome).await {
+                Ok(_) => tracing::warn!(
+                    call_id,
+                    "the client left a running call: recorded call.interrupted"
+                ),
+                // Not claimed after all (the claim itself failed): nothing was left running.
+                Err(e) => tracing::debug!(
+                    call_id,
+                    code = e.code.as_str(),
+                    "no unfinished call to record"
+                ),
+            }
+        });
+    }
+}
+
+/// Runs a store operation that may claim a call (`claimed` finds it in the result), so that a
+/// claim made after the request went away is not left executing: the operation finishes in a
+/// task of its own, and a claim nobody is left to run is recorded `call.interrupted` at once,
+/// as the request's [`Unfinished`] guard would have done.
+pub(crate) async fn claim<T, F>(
+    gw: &Arc<Gateway>,
+    op: F,
+    claimed: fn(&T) -> Option<&CallRecord>,
+) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&airlock_storage::Store) -> Result<T, airlock_storage::StoreError> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let owner = gw.clone();
+    tokio::spawn(async move {
+        let result = owner.store_op(op).await;
+        if let Err(Ok(unheard)) = tx.send(result) {
+            if let Some(call) = claimed(&unheard) {
+                // Dropped at once: it records the outcome.
+                drop(Unfinished::arm(&owner, &call.call_id, &call.decision));
+            }
+        }
+    });
+    rx.await
+        .map_err(|_| ApiError::new(Code::Internal, "the store task ended without an answer"))?
+}
+
+/// Stores a suspension the upstream asked for, and answers with it.
+pub(super) async fn record_suspension(
+    gw: &Arc<Gateway>,
+    call: &CallRecord,
+    s: Suspend,
+) -> Result<Outcome, ApiError> {
+    let id = call.call_id.clone();
+    let now = now_ms();
+    let record = match gw.store_op(move |st| st.suspend_call(&id, s, now)).await {
+        Ok(r) => r,
+        Err(e) => {
+            // Not suspended: an upstream request kept open for it is abandoned.
+            gw.backends.abandon(&call.call_id);
+            return Err(e);
+        }
+    };
+    gw.metrics.call(&record.decision, "suspended");
+    tracing::info!(call_id = %record.call_id, "call suspended by its upstream");
+    Suspended::of(&record)
+        .map(Outcome::Suspended)
+        .ok_or_else(|| {
+            ApiError::new(
+                Code::StoreCorrupt,
+                "a suspended call without its suspension",
+            )
+        })
 }

@@ -10,114 +10,20 @@
 //! Not here: sending the resume to the upstream (the pipeline's `forward`), or how a front end
 //! shows a suspension to its client (`http`, `mcp`, `inbox`).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use airlock_policy::{DecisionKind, ToolCall};
-use airlock_storage::{CallRecord, CallStatus, Principal, Suspend};
-use jsonschema::Validator;
+use airlock_storage::{CallRecord, CallStatus, Principal};
 use serde_json::{json, Value};
 
-use super::claim::{claim, Unfinished};
+use super::claim::respond;
 use super::decide::{denied, explanation, policy};
-use super::outcome::{call_not_found, respond};
-use super::{forward, Outcome, Suspended};
+use super::outcome::{call_not_found, claim, Unfinished};
+use super::{forward, Outcome};
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
+pub use crate::schemas::{check_schema, not_suspended};
 use crate::state::Gateway;
-
-/// Compiled resume schemas kept at once; past it the cache starts over (a schema is compiled
-/// again on its next resume, never skipped).
-const MAX_COMPILED: usize = 4096;
-
-/// Resume schemas compiled once per suspension (by call id and suspension count).
-#[derive(Default)]
-pub struct Schemas {
-    compiled: Mutex<HashMap<(String, u32), Arc<Validator>>>,
-}
-
-impl Schemas {
-    fn validator(&self, call: &CallRecord) -> Result<Arc<Validator>, ApiError> {
-        let Some(s) = &call.suspension else {
-            return Err(not_suspended(call));
-        };
-        let key = (call.call_id.clone(), s.count);
-        let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(v) = compiled.get(&key) {
-            return Ok(v.clone());
-        }
-        let v = Arc::new(compile(&s.resume_schema).map_err(|why| {
-            ApiError::new(
-                Code::UpstreamInvalidSuspend,
-                format!("the call's resume schema does not compile: {why}"),
-            )
-        })?);
-        if compiled.len() >= MAX_COMPILED {
-            compiled.clear();
-        }
-        compiled.insert(key, v.clone());
-        Ok(v)
-    }
-
-    fn forget(&self, call_id: &str) {
-        let mut compiled = self.compiled.lock().unwrap_or_else(|e| e.into_inner());
-        compiled.retain(|(id, _), _| id != call_id);
-    }
-}
-
-fn compile(schema: &Value) -> Result<Validator, String> {
-    jsonschema::draft202012::meta::validate(schema).map_err(|e| e.to_string())?;
-    jsonschema::draft202012::new(schema).map_err(|e| e.to_string())
-}
-
-/// Whether `schema` is a JSON Schema 2020-12 that compiles (no remote references: the crate
-/// is built without fetching).
-pub fn check_schema(schema: &Value) -> Result<(), String> {
-    if !schema.is_object() && !schema.is_boolean() {
-        return Err("a schema is an object or a boolean".into());
-    }
-    compile(schema).map(drop)
-}
-
-/// Stores a suspension the upstream asked for, and answers with it.
-pub(super) async fn suspend(
-    gw: &Arc<Gateway>,
-    call: &CallRecord,
-    s: Suspend,
-) -> Result<Outcome, ApiError> {
-    let id = call.call_id.clone();
-    let now = now_ms();
-    let record = match gw.store_op(move |st| st.suspend_call(&id, s, now)).await {
-        Ok(r) => r,
-        Err(e) => {
-            // Not suspended: an upstream request kept open for it is abandoned.
-            gw.backends.abandon(&call.call_id);
-            return Err(e);
-        }
-    };
-    gw.metrics.call(&record.decision, "suspended");
-    tracing::info!(call_id = %record.call_id, "call suspended by its upstream");
-    Suspended::of(&record)
-        .map(Outcome::Suspended)
-        .ok_or_else(|| {
-            ApiError::new(
-                Code::StoreCorrupt,
-                "a suspended call without its suspension",
-            )
-        })
-}
-
-fn not_suspended(call: &CallRecord) -> ApiError {
-    ApiError::new(
-        Code::CallNotSuspended,
-        format!(
-            "call `{}` is {}, not suspended: there is nothing to resume",
-            call.call_id,
-            call.status.as_str()
-        ),
-    )
-    .with_details(json!({"call_id": call.call_id, "status": call.status.as_str()}))
-}
 
 /// Who may resume a call: its requester, approvers and admins. Anyone else is told the call
 /// does not exist.
