@@ -81,58 +81,81 @@ impl Backends {
         metrics: &Metrics,
     ) -> Result<Answer, ApiError> {
         match route {
-            Route::Mcp(tool) => {
-                let start = Instant::now();
-                let notify = mcp::NOTIFICATIONS.try_with(Clone::clone).ok();
-                let r = match resume {
-                    None => {
-                        self.mcp
-                            .call_tool(&tool, canonical, Map::new(), notify)
-                            .await
-                    }
-                    Some(data) => {
-                        // On the request the upstream keeps open, or as a retry of the
-                        // `tools/call` with the `requestState` it gave.
-                        let state = call
-                            .suspension
-                            .as_ref()
-                            .and_then(|s| s.upstream_state.clone());
-                        self.mcp
-                            .resume_tool(&tool, &call.call_id, canonical, data, state, notify)
-                            .await
-                    }
-                };
-                metrics
-                    .upstream_seconds
-                    .with_label_values(&[tool.server.config.name.as_str()])
-                    .observe(start.elapsed().as_secs_f64());
-                r.and_then(|answer| self.mcp_answer(call, answer))
-            }
+            Route::Mcp(tool) => self.send_mcp(tool, call, canonical, resume, metrics).await,
             Route::Http(route) => {
-                let headers = CallHeaders {
-                    call_id: &call.call_id,
-                    fingerprint: &call.fingerprint,
-                    approval_id: call.approval_id.as_deref(),
-                    resume: resume.is_some(),
-                };
-                // A resume sends `{"args", "resume_data"}`, both canonical: the keys are in
-                // JCS order, so the body is itself canonical JSON.
-                let body = match resume {
-                    None => Cow::Borrowed(canonical),
-                    Some(data) => Cow::Owned(format!(
-                        "{{\"args\":{canonical},\"resume_data\":{}}}",
-                        airlock_policy::canonicalize(data)
-                    )),
-                };
-                let (answer, elapsed) =
-                    self.http.forward(route, &call.tool, &body, headers).await?;
-                metrics
-                    .upstream_seconds
-                    .with_label_values(&[route.pattern.as_str()])
-                    .observe(elapsed.as_secs_f64());
-                self.http_answer(answer)
+                self.send_http(route, call, canonical, resume, metrics)
+                    .await
             }
         }
+    }
+
+    /// [`Backends::send`] to an MCP upstream's tool: a `tools/call`, or, resuming, the
+    /// answer to the upstream's elicitation.
+    async fn send_mcp(
+        &self,
+        tool: McpTool,
+        call: &CallRecord,
+        canonical: &str,
+        resume: Option<&Value>,
+        metrics: &Metrics,
+    ) -> Result<Answer, ApiError> {
+        let start = Instant::now();
+        let notify = mcp::NOTIFICATIONS.try_with(Clone::clone).ok();
+        let r = match resume {
+            None => {
+                self.mcp
+                    .call_tool(&tool, canonical, Map::new(), notify)
+                    .await
+            }
+            Some(data) => {
+                // On the request the upstream keeps open, or as a retry of the `tools/call`
+                // with the `requestState` it gave.
+                let state = call
+                    .suspension
+                    .as_ref()
+                    .and_then(|s| s.upstream_state.clone());
+                self.mcp
+                    .resume_tool(&tool, &call.call_id, canonical, data, state, notify)
+                    .await
+            }
+        };
+        metrics
+            .upstream_seconds
+            .with_label_values(&[tool.server.config.name.as_str()])
+            .observe(start.elapsed().as_secs_f64());
+        r.and_then(|answer| self.mcp_answer(call, answer))
+    }
+
+    /// [`Backends::send`] to an `[[tools]]` route: the canonical args as the body, or, resuming,
+    /// `{"args", "resume_data"}`.
+    async fn send_http(
+        &self,
+        route: &ToolRoute,
+        call: &CallRecord,
+        canonical: &str,
+        resume: Option<&Value>,
+        metrics: &Metrics,
+    ) -> Result<Answer, ApiError> {
+        let headers = CallHeaders {
+            call_id: &call.call_id,
+            fingerprint: &call.fingerprint,
+            approval_id: call.approval_id.as_deref(),
+            resume: resume.is_some(),
+        };
+        // Both canonical, and the keys in JCS order: the body is itself canonical JSON.
+        let body = match resume {
+            None => Cow::Borrowed(canonical),
+            Some(data) => Cow::Owned(format!(
+                "{{\"args\":{canonical},\"resume_data\":{}}}",
+                airlock_policy::canonicalize(data)
+            )),
+        };
+        let (answer, elapsed) = self.http.forward(route, &call.tool, &body, headers).await?;
+        metrics
+            .upstream_seconds
+            .with_label_values(&[route.pattern.as_str()])
+            .observe(elapsed.as_secs_f64());
+        self.http_answer(answer)
     }
 
     /// The call will not be resumed after all (its suspension failed to store, or was

@@ -231,17 +231,7 @@ async fn redeem(
             "code": "approval.invalid_state", "reason": why,
         }));
         tag.tag(&mut fields);
-        let now = now_ms();
-        if let Err(e) = gw
-            .store_op(move |s| s.append_audit("call.rejected", fields, now))
-            .await
-        {
-            tracing::error!(
-                code = e.code.as_str(),
-                "cannot audit an invalid requestState: {}",
-                e.message
-            );
-        }
+        pipeline::admit::record_rejection(gw, fields).await;
     }
     result
 }

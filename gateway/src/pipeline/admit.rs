@@ -14,7 +14,7 @@ use std::sync::Arc;
 use airlock_policy::{ToolCall, MAX_ARGS_DEPTH};
 use airlock_storage::Principal;
 use hyper::HeaderMap;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::sync::SemaphorePermit;
 
 use super::Front;
@@ -165,6 +165,12 @@ pub async fn reject(
     if let Some(t) = tool {
         record.insert("tool".into(), Value::String(t.into()));
     }
+    record_rejection(gw, record).await;
+}
+
+/// Appends a `call.rejected` record; a store that cannot take it is logged, not answered
+/// (the refusal stands either way).
+pub(crate) async fn record_rejection(gw: &Arc<Gateway>, record: Map<String, Value>) {
     let now = now_ms();
     if let Err(e) = gw
         .store_op(move |s| s.append_audit("call.rejected", record, now))
