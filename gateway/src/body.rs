@@ -253,22 +253,22 @@ mod tests {
 
     #[test]
     fn codes_map_to_statuses() {
+        use Code::*;
         for (code, status) in [
-            ("request.duplicate_key", 400),
-            ("request.too_large", 413),
-            ("auth.unauthenticated", 401),
-            ("policy.denied", 403),
-            ("approval.declined", 403),
-            ("approval.not_pending", 409),
-            ("tool.unknown", 404),
-            ("upstream.unavailable", 502),
-            ("upstream.timeout", 504),
-            ("gateway.too_many_held", 429),
-            ("gateway.overloaded", 503),
-            ("policy.cel_syntax", 422),
-            ("internal", 500),
+            (RequestDuplicateKey, 400),
+            (RequestTooLarge, 413),
+            (AuthUnauthenticated, 401),
+            (PolicyDenied, 403),
+            (ApprovalDeclined, 403),
+            (ApprovalNotPending, 409),
+            (ToolUnknown, 404),
+            (UpstreamUnavailable, 502),
+            (UpstreamTimeout, 504),
+            (GatewayTooManyHeld, 429),
+            (GatewayOverloaded, 503),
+            (PolicyCelSyntax, 422),
+            (Internal, 500),
         ] {
-            let code = Code::parse(code).unwrap_or(Code::Internal);
             assert_eq!(status_for(code).as_u16(), status, "{code}");
         }
     }

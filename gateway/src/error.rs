@@ -139,17 +139,6 @@ codes! {
     PolicyUnsupportedVersion = "policy.unsupported_version",
 }
 
-impl Code {
-    /// A code another crate gave as text. Every such code is listed above (a test checks);
-    /// one that is not is reported as `internal`, naming it, rather than as another code.
-    fn of_crate(text: &str) -> (Code, Option<String>) {
-        match Code::parse(text) {
-            Some(c) => (c, None),
-            None => (Code::Internal, Some(text.to_owned())),
-        }
-    }
-}
-
 impl fmt::Display for Code {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -159,12 +148,6 @@ impl fmt::Display for Code {
 impl serde::Serialize for Code {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
-    }
-}
-
-impl PartialEq<&str> for Code {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
     }
 }
 
@@ -198,11 +181,12 @@ impl ApiError {
         self
     }
 
-    /// A refusal whose code another crate gave as text.
+    /// A refusal whose code another crate gave as text. Every such code is a [`Code`] (a
+    /// test checks); one that is not is reported as `internal`, naming it, never as another.
     pub(crate) fn of_crate(text: &str, message: String) -> ApiError {
-        match Code::of_crate(text) {
-            (code, None) => ApiError::new(code, message),
-            (code, Some(unknown)) => ApiError::new(code, format!("{message} (code `{unknown}`)")),
+        match Code::parse(text) {
+            Some(code) => ApiError::new(code, message),
+            None => ApiError::new(Code::Internal, format!("{message} (code `{text}`)")),
         }
     }
 }

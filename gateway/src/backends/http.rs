@@ -479,7 +479,7 @@ mod tests {
         });
         let target = Target::parse(&url).unwrap();
         let e = upstreams().http(&target, "{}", &HEADERS).await.unwrap_err();
-        assert_eq!(e.code, "upstream.unavailable", "{}", e.message);
+        assert_eq!(e.code, Code::UpstreamUnavailable, "{}", e.message);
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
     }

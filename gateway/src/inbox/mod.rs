@@ -45,7 +45,7 @@ pub struct Session {
 
 /// Handles one request under `/inbox`; never fails (errors become pages).
 pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
-    let Ok(_permit) = gw.in_flight.try_acquire() else {
+    let Ok(_permit) = crate::pipeline::admit::in_flight(&gw) else {
         return page(
             StatusCode::SERVICE_UNAVAILABLE,
             pages::message("Busy", "The gateway is busy; try again in a moment."),

@@ -329,16 +329,17 @@ async fn post(
     let msg = match wire::parse(&body) {
         Ok(m) => m,
         Err(e) => {
-            // Refused before any method is read: audited as a refused call, in the revision
-            // the headers name.
+            // A strict-intake refusal (DESIGN §3) before any method is read: audited as a
+            // refused call, in the revision the headers name. A message that is not JSON-RPC
+            // at all (a batch, no `jsonrpc`) carries no airlock code and is no call.
             let code = e
                 .data
                 .as_ref()
                 .and_then(|d| d["code"].as_str())
-                .and_then(Code::parse)
-                .unwrap_or(Code::RequestInvalidJson);
-            let front = front_of_headers(&get);
-            admit::reject(gw, Some(&principal.id), code, &front, None).await;
+                .and_then(Code::parse);
+            if let Some(code) = code {
+                admit::reject(gw, &principal.id, code, &front_of_headers(&get), None).await;
+            }
             return rpc_error(&e, false);
         }
     };

@@ -141,17 +141,17 @@ pub async fn intake(
         None => Err(unknown_tool(gw, &call.tool)),
     });
     if let Err(e) = &routed {
-        reject(gw, Some(&principal.id), e.code, front, tool).await;
+        reject(gw, &principal.id, e.code, front, tool).await;
     }
     routed
 }
 
 /// Records a refused call: counted as `rejected` with its code, and audited as
-/// `call.rejected` with who sent it (when known), the code, the front (and its MCP revision
+/// `call.rejected` with who sent it, the code, the front (and its MCP revision
 /// and session) and the tool name when it was readable.
 pub async fn reject(
     gw: &Arc<Gateway>,
-    principal: Option<&str>,
+    principal: &str,
     code: Code,
     front: &Front,
     tool: Option<&str>,

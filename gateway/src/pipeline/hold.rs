@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use airlock_policy::ApprovalSettings;
 use airlock_storage::{Approval, ApprovalStatus, CallRecord, CallStatus, GrantTerms, Principal};
 use serde_json::{json, Value};
 use tokio::time::Instant as TokioInstant;
@@ -25,20 +26,16 @@ use crate::state::{attach_key, Gateway};
 pub(super) async fn open(
     gw: &Arc<Gateway>,
     d: Decided,
+    settings: ApprovalSettings,
     scope_key: String,
     hold: Hold,
 ) -> Result<Outcome, ApiError> {
-    let Some(settings) = d.decision.approval.clone() else {
-        return Err(ApiError::new(
-            Code::Internal,
-            "an approval decision without approval settings",
-        ));
-    };
     let permit = match hold {
         Hold::Wait(w) if !w.is_zero() => Some(gw.held.try_acquire().map_err(|_| too_many_held())?),
         _ => None,
     };
     let (call, principal, now) = (&d.call, &d.principal, d.now);
+    let expl = d.explanation();
     let approval = Approval {
         id: airlock_storage::new_id("apr"),
         call_id: d.call_id.clone(),
@@ -48,7 +45,7 @@ pub(super) async fn open(
         requester: principal.clone(),
         context: call.context.clone(),
         policy_version: d.decision.policy_version.clone(),
-        explanation: Value::Object(d.explanation()),
+        explanation: Value::Object(expl.clone()),
         rules: d.decision.rules.clone(),
         approvers: settings.approvers.clone(),
         quorum: settings.quorum,
@@ -78,7 +75,7 @@ pub(super) async fn open(
     let event = gw.approval_event(&approval);
     let deliveries = gw.webhooks.deliveries_for("approval.requested", &event);
     let notify_webhooks = !deliveries.is_empty();
-    let (record, expl) = (d.record(), d.explanation());
+    let record = d.record();
     let approval = match gw
         .store_op(move |s| s.create_approval_notifying(record, approval, expl, deliveries))
         .await

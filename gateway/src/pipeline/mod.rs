@@ -177,20 +177,21 @@ async fn stages(
             forward::run(gw, record, None, guard).await
         }
         DecisionKind::RequireApproval => {
-            let Some(scope) = d.decision.approval.as_ref().map(|a| a.grant.scope) else {
+            let Some(settings) = d.decision.approval.clone() else {
                 return Err(ApiError::new(
                     Code::Internal,
                     "an approval decision without approval settings",
                 ));
             };
-            let scope_key = grant::scope_key(scope, &d.call_id, &d.call, &d.principal);
+            let scope_key =
+                grant::scope_key(settings.grant.scope, &d.call_id, &d.call, &d.principal);
             if let Some((record, guard)) = grant::spend(gw, &d, &scope_key).await? {
                 return forward::run(gw, record, None, guard).await;
             }
             if let Some(joined) = grant::join(gw, &d).await? {
                 return call_outcome(gw, &d.principal, &joined, hold.wait(), false).await;
             }
-            hold::open(gw, d, scope_key, hold).await
+            hold::open(gw, d, settings, scope_key, hold).await
         }
     }
 }
