@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use airlock_benches::{cycle_rate, held};
-use airlock_storage::{Store, StoreOptions};
+use airlock_storage::{Kind, Store, StoreOptions};
 use serde_json::{Map, Value};
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -84,7 +84,7 @@ fn main() {
                     Value::from(format!("sha256:{:064x}", chunk * 10_000 + i)),
                 );
                 r.insert("decision".into(), Value::from("allow"));
-                ("call.decided".to_owned(), r)
+                (Kind::CallDecided, r)
             })
             .collect();
         s.append_audit_many(records, 1000).unwrap();

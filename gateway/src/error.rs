@@ -9,145 +9,105 @@
 //! [`ApiError`] is protocol-neutral: the HTTP front end turns it into a status and a JSON
 //! error body (`crate::body`), MCP into an `isError` result or a JSON-RPC error.
 
-use std::fmt;
-
 use airlock_policy::RequestError;
 use airlock_storage::StoreError;
 use serde_json::{json, Value};
 
-macro_rules! codes {
-    ($($variant:ident = $text:literal,)*) => {
-        /// A stable error code.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum Code {
-            $($variant,)*
-        }
-
-        impl Code {
-            /// Every code, for tests and documents.
-            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
-
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Code::$variant => $text,)*
-                }
-            }
-
-            /// The code spelled `text`, if it is one.
-            pub fn parse(text: &str) -> Option<Code> {
-                match text {
-                    $($text => Some(Code::$variant),)*
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-codes! {
-    // Intake (DESIGN §3) and request shape.
-    RequestInvalidJson = "request.invalid_json",
-    RequestDuplicateKey = "request.duplicate_key",
-    RequestUnsafeNumber = "request.unsafe_number",
-    RequestTooDeep = "request.too_deep",
-    RequestTooLarge = "request.too_large",
-    RequestInvalidArgs = "request.invalid_args",
-    RequestInvalidTool = "request.invalid_tool",
-    RequestInvalidContext = "request.invalid_context",
-    RequestUnknownField = "request.unknown_field",
-    RequestInvalidField = "request.invalid_field",
-    RequestMissingField = "request.missing_field",
-    RequestMissingReason = "request.missing_reason",
-    RequestInvalidHeader = "request.invalid_header",
-    RequestInvalidClassifier = "request.invalid_classifier",
-    RequestInvalidResumeData = "request.invalid_resume_data",
-    RequestInvalidTime = "request.invalid_time",
-    RequestBodyTimeout = "request.body_timeout",
-    RequestHeadersTooLarge = "request.headers_too_large",
-    // Who may ask.
-    AuthUnauthenticated = "auth.unauthenticated",
-    AuthForbidden = "auth.forbidden",
-    AuthForbiddenOrigin = "auth.forbidden_origin",
-    PrincipalRateLimited = "principal.rate_limited",
-    PrincipalTooManyPending = "principal.too_many_pending",
-    // Routes.
-    RouteNotFound = "route.not_found",
-    RouteMethodNotAllowed = "route.method_not_allowed",
-    ToolUnknown = "tool.unknown",
-    WebhookNotFound = "webhook.not_found",
-    DeliveryNotFound = "delivery.not_found",
-    // Decisions and approvals.
-    PolicyDenied = "policy.denied",
-    PolicyUnavailable = "policy.unavailable",
-    ApprovalDeclined = "approval.declined",
-    ApprovalExpired = "approval.expired",
-    ApprovalForbidden = "approval.forbidden",
-    ApprovalSelfApproval = "approval.self_approval",
-    ApprovalAlreadyDecided = "approval.already_decided",
-    ApprovalNotPending = "approval.not_pending",
-    ApprovalNotFound = "approval.not_found",
-    ApprovalEditDenied = "approval.edit_denied",
-    ApprovalInvalidState = "approval.invalid_state",
-    // Calls.
-    CallNotFound = "call.not_found",
-    CallExists = "call.exists",
-    CallInvalidState = "call.invalid_state",
-    CallInProgress = "call.in_progress",
-    CallCancelled = "call.cancelled",
-    CallExpired = "call.expired",
-    CallNotSuspended = "call.not_suspended",
-    CallAmbiguous = "call.ambiguous",
-    CallInterrupted = "call.interrupted",
-    CallFingerprintMismatch = "call.fingerprint_mismatch",
-    CallSuspended = "call.suspended",
-    // Backends.
-    UpstreamUnavailable = "upstream.unavailable",
-    UpstreamTimeout = "upstream.timeout",
-    UpstreamTooLarge = "upstream.too_large",
-    UpstreamInvalidSuspend = "upstream.invalid_suspend",
-    // The gateway itself.
-    GatewayOverloaded = "gateway.overloaded",
-    GatewayShuttingDown = "gateway.shutting_down",
-    GatewayTooManyHeld = "gateway.too_many_held",
-    StoreUnavailable = "store.unavailable",
-    StoreCorrupt = "store.corrupt",
-    StoreNotFound = "store.not_found",
-    StoreSchemaTooNew = "store.schema_too_new",
-    AuditNotExported = "audit.not_exported",
-    Internal = "internal",
-    // A policy set that does not load (DESIGN §4), as `POST /v1/policy/reload` reports it.
-    PolicyCelSyntax = "policy.cel_syntax",
-    PolicyDuplicateDefaults = "policy.duplicate_defaults",
-    PolicyDuplicateKey = "policy.duplicate_key",
-    PolicyDuplicateRule = "policy.duplicate_rule",
-    PolicyDynamicRegex = "policy.dynamic_regex",
-    PolicyEmpty = "policy.empty",
-    PolicyInternal = "policy.internal",
-    PolicyInvalid = "policy.invalid",
-    PolicyInvalidDuration = "policy.invalid_duration",
-    PolicyInvalidGlob = "policy.invalid_glob",
-    PolicyInvalidRegex = "policy.invalid_regex",
-    PolicyInvalidRuleId = "policy.invalid_rule_id",
-    PolicyIo = "policy.io",
-    PolicyMissingDefaults = "policy.missing_defaults",
-    PolicyOnErrorAllow = "policy.on_error_allow",
-    PolicyReservedName = "policy.reserved_name",
-    PolicySyntax = "policy.syntax",
-    PolicyUnknownClassifier = "policy.unknown_classifier",
-    PolicyUnknownKey = "policy.unknown_key",
-    PolicyUnknownVariable = "policy.unknown_variable",
-    PolicyUnsupportedVersion = "policy.unsupported_version",
-}
-
-impl fmt::Display for Code {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl serde::Serialize for Code {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+airlock_policy::stable_names! {
+    /// A stable error code.
+    pub enum Code {
+        // Intake (DESIGN §3) and request shape.
+        RequestInvalidJson = "request.invalid_json",
+        RequestDuplicateKey = "request.duplicate_key",
+        RequestUnsafeNumber = "request.unsafe_number",
+        RequestTooDeep = "request.too_deep",
+        RequestTooLarge = "request.too_large",
+        RequestInvalidArgs = "request.invalid_args",
+        RequestInvalidTool = "request.invalid_tool",
+        RequestInvalidContext = "request.invalid_context",
+        RequestUnknownField = "request.unknown_field",
+        RequestInvalidField = "request.invalid_field",
+        RequestMissingField = "request.missing_field",
+        RequestMissingReason = "request.missing_reason",
+        RequestInvalidHeader = "request.invalid_header",
+        RequestInvalidClassifier = "request.invalid_classifier",
+        RequestInvalidResumeData = "request.invalid_resume_data",
+        RequestInvalidTime = "request.invalid_time",
+        RequestBodyTimeout = "request.body_timeout",
+        RequestHeadersTooLarge = "request.headers_too_large",
+        // Who may ask.
+        AuthUnauthenticated = "auth.unauthenticated",
+        AuthForbidden = "auth.forbidden",
+        AuthForbiddenOrigin = "auth.forbidden_origin",
+        PrincipalRateLimited = "principal.rate_limited",
+        PrincipalTooManyPending = "principal.too_many_pending",
+        // Routes.
+        RouteNotFound = "route.not_found",
+        RouteMethodNotAllowed = "route.method_not_allowed",
+        ToolUnknown = "tool.unknown",
+        WebhookNotFound = "webhook.not_found",
+        DeliveryNotFound = "delivery.not_found",
+        // Decisions and approvals.
+        PolicyDenied = "policy.denied",
+        PolicyUnavailable = "policy.unavailable",
+        ApprovalDeclined = "approval.declined",
+        ApprovalExpired = "approval.expired",
+        ApprovalForbidden = "approval.forbidden",
+        ApprovalSelfApproval = "approval.self_approval",
+        ApprovalAlreadyDecided = "approval.already_decided",
+        ApprovalNotPending = "approval.not_pending",
+        ApprovalNotFound = "approval.not_found",
+        ApprovalEditDenied = "approval.edit_denied",
+        ApprovalInvalidState = "approval.invalid_state",
+        // Calls.
+        CallNotFound = "call.not_found",
+        CallExists = "call.exists",
+        CallInvalidState = "call.invalid_state",
+        CallInProgress = "call.in_progress",
+        CallCancelled = "call.cancelled",
+        CallExpired = "call.expired",
+        CallNotSuspended = "call.not_suspended",
+        CallAmbiguous = "call.ambiguous",
+        CallInterrupted = "call.interrupted",
+        CallFingerprintMismatch = "call.fingerprint_mismatch",
+        CallSuspended = "call.suspended",
+        // Backends.
+        UpstreamUnavailable = "upstream.unavailable",
+        UpstreamTimeout = "upstream.timeout",
+        UpstreamTooLarge = "upstream.too_large",
+        UpstreamInvalidSuspend = "upstream.invalid_suspend",
+        // The gateway itself.
+        GatewayOverloaded = "gateway.overloaded",
+        GatewayShuttingDown = "gateway.shutting_down",
+        GatewayTooManyHeld = "gateway.too_many_held",
+        StoreUnavailable = "store.unavailable",
+        StoreCorrupt = "store.corrupt",
+        StoreNotFound = "store.not_found",
+        StoreSchemaTooNew = "store.schema_too_new",
+        AuditNotExported = "audit.not_exported",
+        Internal = "internal",
+        // A policy set that does not load (DESIGN §4), as `POST /v1/policy/reload` reports it.
+        PolicyCelSyntax = "policy.cel_syntax",
+        PolicyDuplicateDefaults = "policy.duplicate_defaults",
+        PolicyDuplicateKey = "policy.duplicate_key",
+        PolicyDuplicateRule = "policy.duplicate_rule",
+        PolicyDynamicRegex = "policy.dynamic_regex",
+        PolicyEmpty = "policy.empty",
+        PolicyInternal = "policy.internal",
+        PolicyInvalid = "policy.invalid",
+        PolicyInvalidDuration = "policy.invalid_duration",
+        PolicyInvalidGlob = "policy.invalid_glob",
+        PolicyInvalidRegex = "policy.invalid_regex",
+        PolicyInvalidRuleId = "policy.invalid_rule_id",
+        PolicyIo = "policy.io",
+        PolicyMissingDefaults = "policy.missing_defaults",
+        PolicyOnErrorAllow = "policy.on_error_allow",
+        PolicyReservedName = "policy.reserved_name",
+        PolicySyntax = "policy.syntax",
+        PolicyUnknownClassifier = "policy.unknown_classifier",
+        PolicyUnknownKey = "policy.unknown_key",
+        PolicyUnknownVariable = "policy.unknown_variable",
+        PolicyUnsupportedVersion = "policy.unsupported_version",
     }
 }
 

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_storage::{CallRecord, Principal};
+use airlock_storage::{CallRecord, Kind, Principal};
 use bytes::Bytes;
 use hyper::Response;
 use serde_json::{json, Value};
@@ -114,19 +114,22 @@ async fn chunk(
     run_id: &str,
     record: &Value,
 ) -> Option<Value> {
-    let kind = record.get("kind").and_then(Value::as_str)?;
+    let kind = record
+        .get("kind")
+        .and_then(Value::as_str)
+        .and_then(Kind::parse)?;
     let call_id = record.get("call_id").and_then(Value::as_str)?.to_owned();
     let wanted = matches!(
         kind,
-        "call.decided"
-            | "approval.requested"
-            | "approval.decided"
-            | "approval.expired"
-            | "call.suspended"
-            | "call.completed"
-            | "call.failed"
-            | "call.expired"
-            | "call.cancelled"
+        Kind::CallDecided
+            | Kind::ApprovalRequested
+            | Kind::ApprovalDecided
+            | Kind::ApprovalExpired
+            | Kind::CallSuspended
+            | Kind::CallCompleted
+            | Kind::CallFailed
+            | Kind::CallExpired
+            | Kind::CallCancelled
     );
     if !wanted {
         return None;
@@ -144,7 +147,7 @@ async fn chunk(
         )
     };
     let (name, mut payload) = match kind {
-        "call.decided" if record.get("decision").and_then(Value::as_str) == Some("deny") => {
+        Kind::CallDecided if record.get("decision").and_then(Value::as_str) == Some("deny") => {
             let messages: Vec<&str> = record
                 .get("messages")
                 .and_then(Value::as_array)
@@ -159,7 +162,7 @@ async fn chunk(
             };
             error("policy.denied", message)
         }
-        "approval.requested" => (
+        Kind::ApprovalRequested => (
             "tool-call-approval",
             json!({
                 // The audit copy: redacted as the audit log is.
@@ -168,29 +171,31 @@ async fn chunk(
                 "expiresAt": record.get("expires_at").and_then(Value::as_u64).map(rfc3339),
             }),
         ),
-        "approval.decided" if record.get("status").and_then(Value::as_str) == Some("declined") => {
+        Kind::ApprovalDecided
+            if record.get("status").and_then(Value::as_str) == Some("declined") =>
+        {
             let reason = record.get("reason").and_then(Value::as_str).unwrap_or("");
             error(
                 "approval.declined",
                 format!("declined by an approver: {reason}"),
             )
         }
-        "approval.expired" => error(
+        Kind::ApprovalExpired => error(
             "approval.expired",
             "nobody approved the call in time; it is denied".into(),
         ),
-        "call.suspended" => (
+        Kind::CallSuspended => (
             "tool-call-suspended",
             json!({
                 "suspendPayload": record.get("payload").cloned().unwrap_or(Value::Null),
                 "resumeSchema": record.get("resume_schema").cloned().unwrap_or(Value::Null),
             }),
         ),
-        "call.completed" => (
+        Kind::CallCompleted => (
             "tool-result",
             json!({"result": call.outcome.as_ref().and_then(|o| o.result.clone())}),
         ),
-        "call.failed" => {
+        Kind::CallFailed => {
             let o = call.outcome.as_ref();
             let code = o.and_then(|o| o.error.clone()).unwrap_or_default();
             let message = o
@@ -198,11 +203,11 @@ async fn chunk(
                 .unwrap_or_else(|| code.clone());
             error(&code, message)
         }
-        "call.expired" => error(
+        Kind::CallExpired => error(
             "call.expired",
             "nobody resumed the suspended call in time; it has ended".into(),
         ),
-        "call.cancelled" => error("call.cancelled", "the call was cancelled".into()),
+        Kind::CallCancelled => error("call.cancelled", "the call was cancelled".into()),
         _ => return None,
     };
     payload["toolCallId"] = Value::String(tool_call_id(&call));

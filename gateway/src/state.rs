@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use airlock_policy::{PolicyErrors, PolicySet};
-use airlock_storage::{ApprovalFilter, ApprovalStatus, PgOptions, Store, StoreError, StoreOptions};
+use airlock_storage::{
+    ApprovalFilter, ApprovalStatus, Kind, PgOptions, Store, StoreError, StoreOptions,
+};
 use arc_swap::ArcSwap;
 use serde_json::{json, Map, Value};
 use tokio::sync::{broadcast, Notify, Semaphore};
@@ -245,7 +247,7 @@ impl Gateway {
         let version = gw.policy.load().version().to_owned();
         gw.store
             .append_audit(
-                "policy.loaded",
+                Kind::PolicyLoaded,
                 audit_fields(json!({"policy_version": version, "trigger": "start"})),
                 now_ms(),
             )
@@ -336,7 +338,7 @@ impl Gateway {
 
     /// Tells approvers: the SSE stream, and the outbox of every webhook subscribed to `kind`
     /// (durable before this returns).
-    pub async fn announce(self: &Arc<Self>, kind: &'static str, data: Value) {
+    pub async fn announce(self: &Arc<Self>, kind: Kind, data: Value) {
         let deliveries = self.webhooks.deliveries_for(kind, &data);
         let _ = self.events.send(Event { kind, data });
         if deliveries.is_empty() {
@@ -373,7 +375,10 @@ impl Gateway {
                     tracing::info!(policy_version = %version, trigger, "policy reloaded");
                     let fields =
                         audit_fields(json!({"policy_version": version, "trigger": trigger}));
-                    if let Err(e) = self.store.append_audit("policy.loaded", fields, now_ms()) {
+                    if let Err(e) = self
+                        .store
+                        .append_audit(Kind::PolicyLoaded, fields, now_ms())
+                    {
                         tracing::error!(error = %e, "cannot audit the policy reload");
                     }
                 }
@@ -410,7 +415,7 @@ impl Gateway {
                     self.approval_closed(&a.requester.id);
                     self.metrics.call("require_approval", "expired");
                     let event = self.approval_event(&a);
-                    self.announce("approval.expired", event).await;
+                    self.announce(Kind::ApprovalExpired, event).await;
                 }
             }
             Err(e) => tracing::error!(code = e.code.as_str(), "expiry sweep failed: {}", e.message),
@@ -437,14 +442,14 @@ impl Gateway {
             }
         };
         for r in records {
-            let kind = match r.get("kind").and_then(Value::as_str) {
-                Some("approval.requested") => "approval.requested",
-                Some("approval.decided") => "approval.decided",
-                Some("approval.expired") => "approval.expired",
-                Some("call.completed" | "call.failed") => "call.completed",
+            let kind = match r.get("kind").and_then(Value::as_str).and_then(Kind::parse) {
+                Some(
+                    k @ (Kind::ApprovalRequested | Kind::ApprovalDecided | Kind::ApprovalExpired),
+                ) => k,
+                Some(Kind::CallCompleted | Kind::CallFailed) => Kind::CallCompleted,
                 _ => continue,
             };
-            let data = if kind == "call.completed" {
+            let data = if kind == Kind::CallCompleted {
                 let Some(id) = r.get("call_id").and_then(Value::as_str).map(str::to_owned) else {
                     continue;
                 };

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use airlock_storage::{Store, StoreOptions};
+use airlock_storage::{Kind, Store, StoreOptions};
 use serde_json::{Map, Value};
 
 fn airlock(args: &[&str]) -> Output {
@@ -25,7 +25,9 @@ fn fill(dir: &Path, n: u64) {
     for i in 0..n {
         let mut record = Map::new();
         record.insert("note".into(), Value::from(format!("record {i}")));
-        store.append_audit("test.note", record, 1000 + i).unwrap();
+        store
+            .append_audit(Kind::PolicyLoaded, record, 1000 + i)
+            .unwrap();
     }
 }
 

@@ -21,6 +21,7 @@ mod glob;
 pub mod json;
 mod load;
 mod model;
+mod names;
 
 pub use call::{ToolCall, MAX_ARGS_DEPTH};
 pub use canonical::{

@@ -16,6 +16,46 @@ use sha2::{Digest, Sha256};
 
 use crate::keys::FORMAT_VERSION;
 
+airlock_policy::stable_names! {
+    /// What an audit record records: its `kind` (DESIGN §9). Every record the gateway and the
+    /// store write has one of these; verification does not need them, so a chain written by a
+    /// newer binary with kinds this one does not know still verifies.
+    pub enum Kind {
+        // A call's life.
+        CallDecided = "call.decided",
+        CallRejected = "call.rejected",
+        CallAttached = "call.attached",
+        CallStarted = "call.started",
+        CallCompleted = "call.completed",
+        CallFailed = "call.failed",
+        CallCancelled = "call.cancelled",
+        CallExpired = "call.expired",
+        CallSuspended = "call.suspended",
+        CallResumed = "call.resumed",
+        CallResumeDenied = "call.resume_denied",
+        // Approvals and grants.
+        ApprovalRequested = "approval.requested",
+        ApprovalDecided = "approval.decided",
+        ApprovalExpired = "approval.expired",
+        GrantConsumed = "grant.consumed",
+        GrantExpired = "grant.expired",
+        // Webhook deliveries.
+        WebhookDelivered = "webhook.delivered",
+        WebhookDead = "webhook.dead",
+        WebhookDisabled = "webhook.disabled",
+        WebhookEnabled = "webhook.enabled",
+        WebhookDecisionRefused = "webhook.decision_refused",
+        // Principals and sign-in.
+        PrincipalLimited = "principal.limited",
+        InboxSignedIn = "inbox.signed_in",
+        InboxSignedOut = "inbox.signed_out",
+        // The gateway and its log.
+        PolicyLoaded = "policy.loaded",
+        SecretCreated = "secret.created",
+        AuditPruned = "audit.pruned",
+    }
+}
+
 /// The `prev_hash` of the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -24,13 +64,13 @@ pub fn seal(
     seq: u64,
     prev_hash: &str,
     ts: u64,
-    kind: &str,
+    kind: Kind,
     mut fields: Map<String, Value>,
 ) -> (Vec<u8>, String) {
     fields.insert("seq".into(), Value::from(seq));
     fields.insert("prev_hash".into(), Value::from(prev_hash));
     fields.insert("ts".into(), Value::from(ts));
-    fields.insert("kind".into(), Value::from(kind));
+    fields.insert("kind".into(), Value::from(kind.as_str()));
     fields.insert("v".into(), Value::from(FORMAT_VERSION));
     // The hash covers the canonical record without it; the stored bytes are the canonical
     // record with it, spliced in where canonical order puts it (one pass, not two).
@@ -286,7 +326,7 @@ mod tests {
             .map(|seq| {
                 let mut f = Map::new();
                 f.insert("call_id".into(), Value::from(format!("c{seq}")));
-                let (bytes, hash) = seal(seq, &prev, 1000 + seq, "call.decided", f);
+                let (bytes, hash) = seal(seq, &prev, 1000 + seq, Kind::CallDecided, f);
                 prev = hash;
                 bytes
             })
@@ -295,6 +335,26 @@ mod tests {
 
     fn run(records: &[Vec<u8>]) -> Result<ChainSummary, ChainError> {
         verify(records.iter().cloned().map(Ok::<_, String>))
+    }
+
+    #[test]
+    fn every_kind_reads_back_as_itself_and_no_other_text_is_a_kind() {
+        for kind in Kind::ALL {
+            assert_eq!(Kind::parse(kind.as_str()), Some(*kind));
+        }
+        let mut texts: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+        texts.sort_unstable();
+        texts.dedup();
+        assert_eq!(texts.len(), Kind::ALL.len(), "two kinds share a spelling");
+        for text in [
+            "",
+            "call",
+            "call.Completed",
+            "call.completed ",
+            "webhook.pending",
+        ] {
+            assert_eq!(Kind::parse(text), None, "{text:?}");
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ use serde_json::Value;
 
 pub use audit::{
     redact, verify as verify_chain, verify_from as verify_chain_from, ChainError, ChainSummary,
-    GENESIS,
+    Kind, GENESIS,
 };
 pub use error::StoreError;
 pub use kv::postgres::migrate_database;
@@ -448,7 +448,7 @@ impl Store {
             f.insert("dropped".into(), Value::from(dropped));
             f.insert("checkpoint_seq".into(), Value::from(last_dropped));
             f.insert("checkpoint_hash".into(), Value::from(hash));
-            tx.audit(now, "audit.pruned", f);
+            tx.audit(now, Kind::AuditPruned, f);
             Ok((dropped, last_dropped))
         })
     }

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::audit::redact;
+use crate::audit::{redact, Kind};
 use crate::error::StoreError;
 use crate::keys::{self, decode, encode, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT, EXPIRE_SUSPENDED};
 use crate::model::{
@@ -212,7 +212,7 @@ impl Store {
                 // `call.started` record is written.
                 f.insert("started".into(), Value::Bool(true));
             }
-            tx.audit(call.created_at, "call.decided", f);
+            tx.audit(call.created_at, Kind::CallDecided, f);
             if starts {
                 let at = call.created_at;
                 mark_executing(tx, &mut call, at);
@@ -258,7 +258,7 @@ impl Store {
             if begin {
                 f.insert("started".into(), Value::Bool(true));
             }
-            tx.audit(call.created_at, "call.decided", f);
+            tx.audit(call.created_at, Kind::CallDecided, f);
             if begin {
                 let at = call.created_at;
                 mark_executing(tx, &mut call, at);
@@ -305,13 +305,13 @@ impl Store {
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("decision".into(), Value::from(call.decision.clone()));
             f.extend(explanation);
-            tx.audit(call.created_at, "call.decided", f);
+            tx.audit(call.created_at, Kind::CallDecided, f);
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("approval_id".into(), Value::from(approval.id.clone()));
             f.insert("approvers".into(), json!(approval.approvers));
             f.insert("quorum".into(), Value::from(approval.quorum));
             f.insert("expires_at".into(), Value::from(approval.expires_at));
-            tx.audit(call.created_at, "approval.requested", f);
+            tx.audit(call.created_at, Kind::ApprovalRequested, f);
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             put(tx, Ks::Approvals, approval.id.as_bytes(), &approval)?;
             for (field, value) in index_entries(&approval) {
@@ -421,7 +421,7 @@ impl Store {
             if a.edited_fingerprint.is_some() {
                 f.insert("edited".into(), Value::from(true));
             }
-            tx.audit(now, "approval.decided", f);
+            tx.audit(now, Kind::ApprovalDecided, f);
             if a.status != old_status {
                 a.decided_at = Some(now);
                 set_status_index(tx, &a, old_status)?;
@@ -487,7 +487,7 @@ impl Store {
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("by".into(), Value::from(by.id.clone()));
             f.insert("approval_id".into(), json!(call.approval_id));
-            tx.audit(now, "call.cancelled", f);
+            tx.audit(now, Kind::CallCancelled, f);
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             Ok(call)
         })
@@ -523,7 +523,7 @@ impl Store {
                             call.updated_at = now;
                             let mut f = Self::call_fields(&redact_ptrs, &call);
                             f.insert("approval_id".into(), Value::from(a.id.clone()));
-                            tx.audit(now, "approval.expired", f);
+                            tx.audit(now, Kind::ApprovalExpired, f);
                             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
                         }
                         expired.push(a);
@@ -535,7 +535,7 @@ impl Store {
                         }
                         tx.delete(Ks::Grants, id.to_vec());
                         let f = fields(json!({"approval_id": g.approval_id, "fingerprint": g.fingerprint, "scope_key": g.scope_key, "uses_left": g.uses_left}));
-                        tx.audit(now, "grant.expired", f);
+                        tx.audit(now, Kind::GrantExpired, f);
                     }
                     EXPIRE_SUSPENDED => {
                         let Some(mut call) = load_call(tx, &String::from_utf8_lossy(id))? else { continue };
@@ -549,7 +549,7 @@ impl Store {
                         unindex_suspended(tx, &call);
                         let mut f = Self::call_fields(&redact_ptrs, &call);
                         f.insert("suspended".into(), Value::from(true));
-                        tx.audit(now, "call.expired", f);
+                        tx.audit(now, Kind::CallExpired, f);
                         put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
                         suspended.push(call);
                     }
@@ -616,7 +616,7 @@ impl Store {
                 f.insert("expires_at".into(), Value::from(s.expires_at));
                 f.insert("suspensions".into(), Value::from(s.count));
             }
-            tx.audit(now, "call.suspended", f);
+            tx.audit(now, Kind::CallSuspended, f);
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             Ok(call)
         })
@@ -656,7 +656,7 @@ impl Store {
             f.insert("by".into(), Value::from(by.id.clone()));
             f.insert("resume_data".into(), data);
             f.extend(explanation);
-            tx.audit(now, "call.resumed", f);
+            tx.audit(now, Kind::CallResumed, f);
             claim(tx, &mut call, now);
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
             Ok(call)
@@ -677,7 +677,7 @@ impl Store {
         f.insert("resume_data".into(), redact(resume_data, &self.redact));
         f.extend(explanation);
         self.writer
-            .submit(move |tx| Ok(tx.audit(now, "call.resume_denied", f)))
+            .submit(move |tx| Ok(tx.audit(now, Kind::CallResumeDenied, f)))
     }
 
     /// Claims a call for execution, at most once. An approved call is its grant's first use:
@@ -770,25 +770,24 @@ impl Store {
     /// Appends an audit record of its own (for example `policy.loaded`).
     pub fn append_audit(
         &self,
-        kind: &str,
+        kind: Kind,
         record: Map<String, Value>,
         now: Millis,
     ) -> Result<u64, StoreError> {
-        let kind = kind.to_owned();
         self.writer
-            .submit(move |tx| Ok(tx.audit(now, &kind, record)))
+            .submit(move |tx| Ok(tx.audit(now, kind, record)))
     }
 
     /// Appends several audit records in one atomic batch (bulk imports, benches).
     pub fn append_audit_many(
         &self,
-        records: Vec<(String, Map<String, Value>)>,
+        records: Vec<(Kind, Map<String, Value>)>,
         now: Millis,
     ) -> Result<u64, StoreError> {
         self.writer.submit(move |tx| {
             let mut last = 0;
             for (kind, record) in records {
-                last = tx.audit(now, &kind, record);
+                last = tx.audit(now, kind, record);
             }
             Ok(last)
         })
@@ -988,10 +987,15 @@ impl Store {
                     Vec::new(),
                 );
             }
-            if state != "pending" {
+            let kind = match state {
+                "delivered" => Some(Kind::WebhookDelivered),
+                "dead" => Some(Kind::WebhookDead),
+                _ => None,
+            };
+            if let Some(kind) = kind {
                 tx.audit(
                     now,
-                    &format!("webhook.{state}"),
+                    kind,
                     fields(json!({
                         "delivery_id": d.id, "webhook": d.webhook, "event": d.event,
                         "attempts": d.attempts, "error": d.last_error,
@@ -1020,7 +1024,7 @@ impl Store {
                 format!("webhook.disabled.{webhook}").as_bytes(),
                 &record,
             )?;
-            tx.audit(now, "webhook.disabled", fields(record));
+            tx.audit(now, Kind::WebhookDisabled, fields(record));
             Ok(())
         })
     }
@@ -1060,7 +1064,7 @@ impl Store {
             }
             tx.audit(
                 now,
-                "webhook.enabled",
+                Kind::WebhookEnabled,
                 fields(json!({"webhook": webhook, "requeued": moved})),
             );
             Ok(moved)
@@ -1086,7 +1090,7 @@ impl Store {
                 key.as_bytes(),
                 &json!({"hex": hex, "created_at": now}),
             )?;
-            tx.audit(now, "secret.created", fields(json!({"name": name})));
+            tx.audit(now, Kind::SecretCreated, fields(json!({"name": name})));
             Ok(fresh)
         })
     }
@@ -1147,7 +1151,7 @@ impl Store {
         &self,
         key: &str,
         session: Value,
-        audit_kind: &'static str,
+        audit_kind: Kind,
         audit: Map<String, Value>,
         now: Millis,
     ) -> Result<(), StoreError> {
@@ -1174,7 +1178,7 @@ impl Store {
         let key = format!("session.{key}");
         self.writer.submit(move |tx| {
             tx.delete(Ks::Settings, key.into_bytes());
-            tx.audit(now, "inbox.signed_out", audit);
+            tx.audit(now, Kind::InboxSignedOut, audit);
             Ok(())
         })
     }
@@ -1303,7 +1307,7 @@ fn spend_grant(
     }
     tx.audit(
         now,
-        "grant.consumed",
+        Kind::GrantConsumed,
         fields(json!({
             "approval_id": grant.approval_id, "fingerprint": fingerprint, "scope_key": scope_key,
             "call_id": call_id, "uses_left": grant.uses_left,
@@ -1343,9 +1347,9 @@ fn end_call(
         CallStatus::Failed
     };
     let kind = if call.status == CallStatus::Completed {
-        "call.completed"
+        Kind::CallCompleted
     } else {
-        "call.failed"
+        Kind::CallFailed
     };
     tx.audit(
         now,
@@ -1422,7 +1426,7 @@ fn claim(tx: &mut Tx<'_>, call: &mut CallRecord, now: Millis) {
     mark_executing(tx, call, now);
     tx.audit(
         now,
-        "call.started",
+        Kind::CallStarted,
         fields(
             json!({"call_id": call.call_id, "tool": call.tool, "fingerprint": call.fingerprint}),
         ),

@@ -217,7 +217,7 @@ impl<'a> Tx<'a> {
     /// Appends an audit record in this same atomic batch; returns its seq.
     /// A record that names a run (`run_id`, or `context.run_id`) is also indexed under it,
     /// for the run's event stream.
-    pub fn audit(&mut self, ts: u64, kind: &str, fields: Map<String, Value>) -> u64 {
+    pub fn audit(&mut self, ts: u64, kind: audit::Kind, fields: Map<String, Value>) -> u64 {
         let seq = self.head.seq + 1;
         let run = fields
             .get("run_id")

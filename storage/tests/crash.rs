@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use airlock_storage::{ApprovalStatus, Begin, StoreOptions, Verdict};
+use airlock_storage::{ApprovalStatus, Begin, Kind, StoreOptions, Verdict};
 use support::*;
 
 const USES: u32 = 3;
@@ -82,7 +82,9 @@ fn crash_child() {
         }
         let mut record = serde_json::Map::new();
         record.insert("note".into(), serde_json::Value::from(key.clone()));
-        let seq = store.append_audit("test.note", record, 1400).unwrap();
+        let seq = store
+            .append_audit(Kind::PolicyLoaded, record, 1400)
+            .unwrap();
         ack(format!("audit {seq}"));
     }
 }

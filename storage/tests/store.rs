@@ -6,7 +6,7 @@
 mod support;
 
 use airlock_storage::{
-    ApprovalFilter, ApprovalStatus, Begin, CallOutcome, CallStatus, NewDelivery, Store,
+    ApprovalFilter, ApprovalStatus, Begin, CallOutcome, CallStatus, Kind, NewDelivery, Store,
     StoreOptions, Verdict,
 };
 use support::*;
@@ -635,7 +635,7 @@ fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
         .put_session(
             "s-old",
             serde_json::json!({"expires_at": 90}),
-            "test.session",
+            Kind::InboxSignedIn,
             no_fields(),
             9,
         )
@@ -644,7 +644,7 @@ fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
         .put_session(
             "s-new",
             serde_json::json!({"expires_at": 5000}),
-            "test.session",
+            Kind::InboxSignedIn,
             no_fields(),
             9,
         )
@@ -734,7 +734,9 @@ fn lazy_writes_are_visible_at_once_and_kept_across_a_reopen() {
             CallStatus::Completed
         );
         // A durable write after it, then close.
-        store.append_audit("test.marker", no_fields(), 102).unwrap();
+        store
+            .append_audit(Kind::PolicyLoaded, no_fields(), 102)
+            .unwrap();
     }
     let store = open(&dir);
     assert_eq!(

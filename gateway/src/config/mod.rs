@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use airlock_policy::{parse_duration, Glob};
+use airlock_storage::Kind;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -291,11 +292,11 @@ pub struct ToolRoute {
 }
 
 /// The events a webhook can receive.
-pub const EVENTS: [&str; 4] = [
-    "approval.requested",
-    "approval.decided",
-    "approval.expired",
-    "call.completed",
+pub const EVENTS: [Kind; 4] = [
+    Kind::ApprovalRequested,
+    Kind::ApprovalDecided,
+    Kind::ApprovalExpired,
+    Kind::CallCompleted,
 ];
 
 /// A webhook approver or notification endpoint (DESIGN §8).
@@ -305,7 +306,7 @@ pub struct WebhookConfig {
     pub url: String,
     /// The decoded key of its `whsec_` secret.
     pub key: Vec<u8>,
-    pub events: Vec<String>,
+    pub events: Vec<Kind>,
     /// The approver a synchronous decision is recorded as.
     pub principal: Option<String>,
     pub retry_schedule: Vec<Duration>,
@@ -652,15 +653,26 @@ impl Config {
             let secret = secret(&format!("{key}.secret"), &w.secret)?;
             let signing_key =
                 crate::signing::secret_key(&secret).map_err(|m| err(format!("{key}.secret"), m))?;
-            let events = w
-                .events
-                .unwrap_or_else(|| EVENTS.iter().map(|e| e.to_string()).collect());
-            if let Some(bad) = events.iter().find(|e| !EVENTS.contains(&e.as_str())) {
-                return Err(err(
-                    format!("{key}.events"),
-                    format!("unknown event `{bad}`; events are {}", EVENTS.join(", ")),
-                ));
-            }
+            let events = match w.events {
+                None => EVENTS.to_vec(),
+                Some(names) => names
+                    .iter()
+                    .map(|name| {
+                        Kind::parse(name)
+                            .filter(|k| EVENTS.contains(k))
+                            .ok_or_else(|| {
+                                let known: Vec<&str> = EVENTS.iter().map(|k| k.as_str()).collect();
+                                err(
+                                    format!("{key}.events"),
+                                    format!(
+                                        "unknown event `{name}`; events are {}",
+                                        known.join(", ")
+                                    ),
+                                )
+                            })
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
             if let Some(p) = &w.principal {
                 if !principals
                     .iter()

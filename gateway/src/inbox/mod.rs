@@ -16,7 +16,7 @@ mod pages;
 
 use std::sync::Arc;
 
-use airlock_storage::{ApprovalFilter, ApprovalStatus, Principal};
+use airlock_storage::{ApprovalFilter, ApprovalStatus, Kind, Principal};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
@@ -477,7 +477,7 @@ fn events(gw: &Arc<Gateway>) -> Response<Body> {
     crate::body::event_stream(
         gw.events.subscribe(),
         gw.shutdown.clone(),
-        move |e| e.kind.starts_with("approval.").then(changed),
+        move |e| e.kind.as_str().starts_with("approval.").then(changed),
         move |_| changed(),
     )
 }
@@ -551,7 +551,7 @@ async fn login(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     let value = json!({"principal": principal.id, "csrf": csrf, "created_at": now, "expires_at": now + SESSION_MS});
     let fields = audit_fields(json!({"principal": principal.id}));
     if let Err(e) = gw
-        .store_op(move |s| s.put_session(&key, value, "inbox.signed_in", fields, now))
+        .store_op(move |s| s.put_session(&key, value, Kind::InboxSignedIn, fields, now))
         .await
     {
         return refusal_page(&e);

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use airlock_policy::{ToolCall, MAX_ARGS_DEPTH};
-use airlock_storage::Principal;
+use airlock_storage::{Kind, Principal};
 use hyper::HeaderMap;
 use serde_json::{json, Map, Value};
 use tokio::sync::SemaphorePermit;
@@ -76,7 +76,7 @@ pub(crate) async fn principal_refused(
         let record = audit_fields(json!({"principal": principal, "code": code}));
         let now = now_ms();
         if let Err(e) = gw
-            .store_op(move |s| s.append_audit("principal.limited", record, now))
+            .store_op(move |s| s.append_audit(Kind::PrincipalLimited, record, now))
             .await
         {
             tracing::error!(
@@ -173,7 +173,7 @@ pub async fn reject(
 pub(crate) async fn record_rejection(gw: &Arc<Gateway>, record: Map<String, Value>) {
     let now = now_ms();
     if let Err(e) = gw
-        .store_op(move |s| s.append_audit("call.rejected", record, now))
+        .store_op(move |s| s.append_audit(Kind::CallRejected, record, now))
         .await
     {
         tracing::error!(

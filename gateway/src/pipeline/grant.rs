@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use airlock_policy::{GrantScope, ToolCall};
-use airlock_storage::{CallRecord, CallStatus, Principal};
+use airlock_storage::{CallRecord, CallStatus, Kind, Principal};
 use serde_json::json;
 
 use super::decide::Decided;
@@ -86,7 +86,7 @@ pub(super) async fn join(gw: &Arc<Gateway>, d: &Decided) -> Result<Option<String
         "principal": d.principal.id, "fingerprint": c.fingerprint,
     }));
     let now = now_ms();
-    gw.store_op(move |s| s.append_audit("call.attached", fields, now))
+    gw.store_op(move |s| s.append_audit(Kind::CallAttached, fields, now))
         .await?;
     Ok(Some(c.call_id))
 }

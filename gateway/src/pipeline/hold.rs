@@ -73,7 +73,9 @@ pub(super) async fn open(
     }
     // The approval and its webhook notifications are durable together.
     let event = gw.approval_event(&approval);
-    let deliveries = gw.webhooks.deliveries_for("approval.requested", &event);
+    let deliveries = gw
+        .webhooks
+        .deliveries_for(airlock_storage::Kind::ApprovalRequested, &event);
     let notify_webhooks = !deliveries.is_empty();
     let record = d.record();
     let approval = match gw
@@ -91,7 +93,7 @@ pub(super) async fn open(
         &d.call_id,
     );
     let _ = gw.events.send(crate::events::Event {
-        kind: "approval.requested",
+        kind: airlock_storage::Kind::ApprovalRequested,
         data: event,
     });
     if notify_webhooks {

@@ -181,10 +181,14 @@ pub(super) async fn record_outcome(
         .call(decision, if failed { "failed" } else { "completed" });
     // Told in the background: the agent's answer does not wait for the notification. Nobody
     // listening (no event stream open, no webhook subscribed): nothing to build or send.
-    if gw.events.receiver_count() > 0 || gw.webhooks.wants("call.completed") {
+    if gw.events.receiver_count() > 0 || gw.webhooks.wants(airlock_storage::Kind::CallCompleted) {
         let event = crate::approvals::call_completed_event(&record);
         let announcer = gw.clone();
-        tokio::spawn(async move { announcer.announce("call.completed", event).await });
+        tokio::spawn(async move {
+            announcer
+                .announce(airlock_storage::Kind::CallCompleted, event)
+                .await
+        });
     }
     Ok(record)
 }

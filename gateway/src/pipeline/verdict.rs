@@ -80,6 +80,7 @@ pub async fn decide(
         "approval decided"
     );
     let event = gw.approval_event(&a);
-    gw.announce("approval.decided", event).await;
+    gw.announce(airlock_storage::Kind::ApprovalDecided, event)
+        .await;
     Ok(a)
 }

@@ -10,7 +10,7 @@
 
 pub mod worker;
 
-use airlock_storage::NewDelivery;
+use airlock_storage::{Kind, NewDelivery};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
@@ -46,16 +46,14 @@ impl Webhooks {
         })
     }
 
-    /// One delivery per webhook that subscribes to `kind`, with the configured pointers
-    /// redacted in the args it carries.
     /// Whether any webhook subscribes to `kind`.
-    pub fn wants(&self, kind: &str) -> bool {
-        self.hooks
-            .iter()
-            .any(|h| h.events.iter().any(|e| e == kind))
+    pub fn wants(&self, kind: Kind) -> bool {
+        self.hooks.iter().any(|h| h.events.contains(&kind))
     }
 
-    pub fn deliveries_for(&self, kind: &str, data: &Value) -> Vec<NewDelivery> {
+    /// One delivery per webhook that subscribes to `kind`, with the configured pointers
+    /// redacted in the args it carries.
+    pub fn deliveries_for(&self, kind: Kind, data: &Value) -> Vec<NewDelivery> {
         let mut data = data.clone();
         for field in ["args", "edited_args"] {
             if let Some(args) = data.get(field).filter(|a| a.is_object()) {
@@ -65,11 +63,11 @@ impl Webhooks {
         let data = &data;
         self.hooks
             .iter()
-            .filter(|h| h.events.iter().any(|e| e == kind))
+            .filter(|h| h.events.contains(&kind))
             .map(|h| NewDelivery {
                 webhook: h.id.clone(),
-                event: kind.to_owned(),
-                payload: payload(kind, data),
+                event: kind.as_str().to_owned(),
+                payload: payload(kind.as_str(), data),
             })
             .collect()
     }

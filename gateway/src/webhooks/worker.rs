@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_storage::{Delivery, Principal};
+use airlock_storage::{Delivery, Kind, Principal};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
@@ -208,7 +208,7 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
                 .with_label_values(&["delivered"])
                 .inc();
             gw.metrics.webhook_attempts.observe(f64::from(d.attempts));
-            if d.event == "approval.requested" {
+            if d.event == Kind::ApprovalRequested.as_str() {
                 if let Some(body) = body {
                     sync_decision(gw, &hook, &d, &body).await;
                 }
@@ -302,7 +302,7 @@ async fn sync_decision(gw: &Arc<Gateway>, hook: &WebhookConfig, d: &Delivery, bo
             json!({"webhook": hook.id, "approval_id": approval_id, "principal": principal.id, "code": e.code}),
         );
         let _ = gw
-            .store_op(move |s| s.append_audit("webhook.decision_refused", record, now_ms()))
+            .store_op(move |s| s.append_audit(Kind::WebhookDecisionRefused, record, now_ms()))
             .await;
     }
 }
