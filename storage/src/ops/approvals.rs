@@ -1,0 +1,331 @@
+//! The approval state machine: creating an approval with its call, an approver's verdict
+//! (who may decide, quorum over distinct approvers, edits), and listing approvals by index.
+
+use serde_json::{json, Map, Value};
+
+use crate::audit::Kind;
+use crate::error::StoreError;
+use crate::keys::{self, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT};
+use crate::model::{
+    Approval, ApprovalDecision, ApprovalStatus, CallRecord, CallStatus, Grant, Millis, Principal,
+};
+use crate::writer::Tx;
+use crate::Store;
+
+use super::outbox::{stage_deliveries, NewDelivery};
+use super::{get, load_call, put, run_id, IDX_ALL, IDX_PRINCIPAL, IDX_RUN, IDX_STATUS, IDX_TOOL};
+
+/// An approver's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// `edit` carries edited canonical args and their fingerprint, already checked by policy.
+    Approve {
+        reason: Option<String>,
+        edit: Option<(Value, String)>,
+    },
+    Decline {
+        reason: String,
+    },
+}
+
+/// Filters for listing approvals; all given ones must hold.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApprovalFilter {
+    pub status: Option<ApprovalStatus>,
+    pub tool: Option<String>,
+    pub run_id: Option<String>,
+    pub principal: Option<String>,
+}
+
+/// Who may decide `a`: approvers (in one of its groups, when it names groups) and admins,
+/// never the requester.
+fn check_decider(a: &Approval, by: &Principal) -> Result<(), StoreError> {
+    match by.role.as_str() {
+        "admin" => {}
+        "approver" => {
+            if !a.approvers.is_empty() && !by.groups.iter().any(|g| a.approvers.contains(g)) {
+                return Err(StoreError::Forbidden(format!(
+                    "`{}` is in none of the approver groups {:?}",
+                    by.id, a.approvers
+                )));
+            }
+        }
+        other => {
+            return Err(StoreError::Forbidden(format!(
+                "the `{other}` role cannot decide approvals"
+            )))
+        }
+    }
+    if by.id == a.requester.id {
+        return Err(StoreError::SelfApproval);
+    }
+    Ok(())
+}
+
+/// The listing index entries of an approval.
+fn index_entries(a: &Approval) -> Vec<(u8, String)> {
+    let mut entries = vec![
+        (IDX_ALL, String::new()),
+        (IDX_STATUS, a.status.as_str().to_owned()),
+        (IDX_TOOL, a.tool.clone()),
+        (IDX_PRINCIPAL, a.requester.id.clone()),
+    ];
+    if let Some(r) = run_id(&a.context) {
+        entries.push((IDX_RUN, r.to_owned()));
+    }
+    entries
+}
+
+/// Moves `a` in the status index; refuses any transition but `pending` → final.
+pub(super) fn set_status_index(
+    tx: &mut Tx<'_>,
+    a: &Approval,
+    old: ApprovalStatus,
+) -> Result<(), StoreError> {
+    if !old.can_become(a.status) {
+        return Err(StoreError::NotPending(old.as_str()));
+    }
+    tx.delete(
+        Ks::ApprovalIndex,
+        keys::index_key(IDX_STATUS, old.as_str(), &a.id),
+    );
+    tx.put(
+        Ks::ApprovalIndex,
+        keys::index_key(IDX_STATUS, a.status.as_str(), &a.id),
+        Vec::new(),
+    );
+    Ok(())
+}
+
+impl Store {
+    /// Holds a call for approval: the call record, the approval, its indexes and expiry entry,
+    /// and the `call.decided` and `approval.requested` audit records, in one batch.
+    pub fn create_approval(
+        &self,
+        call: CallRecord,
+        approval: Approval,
+        explanation: Map<String, Value>,
+    ) -> Result<Approval, StoreError> {
+        self.create_approval_notifying(call, approval, explanation, Vec::new())
+    }
+
+    /// [`Store::create_approval`], with webhook deliveries announcing it put in the outbox in
+    /// the same batch: the approval and its notifications are durable together.
+    pub fn create_approval_notifying(
+        &self,
+        mut call: CallRecord,
+        approval: Approval,
+        explanation: Map<String, Value>,
+        deliveries: Vec<NewDelivery>,
+    ) -> Result<Approval, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        self.writer.submit(move |tx| {
+            let now = call.created_at;
+            stage_deliveries(tx, deliveries, now)?;
+            if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
+                return Err(StoreError::CallExists(call.call_id.clone()));
+            }
+            if approval.status != ApprovalStatus::Pending || approval.call_id != call.call_id {
+                return Err(StoreError::Corrupt(
+                    "a new approval must be pending and name its call".into(),
+                ));
+            }
+            call.status = CallStatus::PendingApproval;
+            call.approval_id = Some(approval.id.clone());
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("decision".into(), Value::from(call.decision.clone()));
+            f.extend(explanation);
+            tx.audit(call.created_at, Kind::CallDecided, f);
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("approval_id".into(), Value::from(approval.id.clone()));
+            f.insert("approvers".into(), json!(approval.approvers));
+            f.insert("quorum".into(), Value::from(approval.quorum));
+            f.insert("expires_at".into(), Value::from(approval.expires_at));
+            tx.audit(call.created_at, Kind::ApprovalRequested, f);
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            put(tx, Ks::Approvals, approval.id.as_bytes(), &approval)?;
+            for (field, value) in index_entries(&approval) {
+                tx.put(
+                    Ks::ApprovalIndex,
+                    keys::index_key(field, &value, &approval.id),
+                    Vec::new(),
+                );
+            }
+            tx.put(
+                Ks::Expiry,
+                keys::expiry_key(approval.expires_at, EXPIRE_APPROVAL, approval.id.as_bytes()),
+                Vec::new(),
+            );
+            Ok(approval)
+        })
+    }
+
+    /// An approver decides. Refusals, in this order: `approval.not_found`,
+    /// `approval.forbidden` (not an approver or admin, or outside the approval's groups),
+    /// `approval.self_approval`, `approval.already_decided`, `approval.not_pending` (also for
+    /// a pending approval already past its expiry: silence never approves).
+    pub fn decide(
+        &self,
+        approval_id: &str,
+        by: &Principal,
+        verdict: Verdict,
+        now: Millis,
+    ) -> Result<Approval, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let approval_id = approval_id.to_owned();
+        let by = by.clone();
+        self.writer.submit(move |tx| {
+            let mut a: Approval = get(tx, Ks::Approvals, approval_id.as_bytes())?
+                .ok_or_else(|| StoreError::ApprovalNotFound(approval_id.clone()))?;
+            check_decider(&a, &by)?;
+            if a.decisions.iter().any(|d| d.by == by.id) {
+                return Err(StoreError::AlreadyDecided(by.id.clone()));
+            }
+            if a.status != ApprovalStatus::Pending {
+                return Err(StoreError::NotPending(a.status.as_str()));
+            }
+            if now >= a.expires_at {
+                return Err(StoreError::NotPending("expired"));
+            }
+            let old_status = a.status;
+            let mut call = load_call(tx, &a.call_id)?
+                .ok_or_else(|| StoreError::CallNotFound(a.call_id.clone()))?;
+            let (decision, reason) = match &verdict {
+                Verdict::Approve { reason, edit } => {
+                    if let Some((args, fingerprint)) = edit {
+                        a.edited_args = Some(args.clone());
+                        a.edited_fingerprint = Some(fingerprint.clone());
+                    }
+                    ("approve", reason.clone())
+                }
+                Verdict::Decline { reason } => ("decline", Some(reason.clone())),
+            };
+            a.decisions.push(ApprovalDecision {
+                by: by.id.clone(),
+                decision: decision.into(),
+                reason: reason.clone(),
+                at: now,
+                fingerprint: a.effective_fingerprint().to_owned(),
+            });
+            if decision == "decline" {
+                a.status = ApprovalStatus::Declined;
+                call.status = CallStatus::Declined;
+                call.reason = reason.clone();
+            } else if a.approvals_counted() >= a.quorum as usize {
+                a.status = ApprovalStatus::Approved;
+                call.status = CallStatus::Approved;
+                call.args = a.effective_args().clone();
+                call.fingerprint = a.effective_fingerprint().to_owned();
+                call.edited = a.edited_fingerprint.is_some();
+                // INVARIANT: the approved call itself is the first use, reserved for it: it
+                // may start until the grant's ttl runs out. The grant holds only the uses
+                // left for later identical calls, so none of them can take the approved
+                // call's turn.
+                let expires_at = now.saturating_add(a.grant.ttl_ms);
+                call.run_by = Some(expires_at);
+                if a.grant.uses > 1 {
+                    let grant = Grant {
+                        fingerprint: call.fingerprint.clone(),
+                        scope_key: a.grant.scope_key.clone(),
+                        approval_id: a.id.clone(),
+                        uses_left: a.grant.uses - 1,
+                        expires_at,
+                    };
+                    let gk = keys::grant_key(&grant.fingerprint, &grant.scope_key);
+                    put(tx, Ks::Grants, &gk, &grant)?;
+                    tx.put(
+                        Ks::Expiry,
+                        keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
+                        Vec::new(),
+                    );
+                }
+            }
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("approval_id".into(), Value::from(a.id.clone()));
+            f.insert("by".into(), Value::from(by.id.clone()));
+            f.insert("decision".into(), Value::from(decision));
+            f.insert("reason".into(), json!(reason));
+            f.insert("status".into(), Value::from(a.status.as_str()));
+            f.insert("approvals".into(), Value::from(a.approvals_counted()));
+            f.insert("quorum".into(), Value::from(a.quorum));
+            if a.edited_fingerprint.is_some() {
+                f.insert("edited".into(), Value::from(true));
+            }
+            tx.audit(now, Kind::ApprovalDecided, f);
+            if a.status != old_status {
+                a.decided_at = Some(now);
+                set_status_index(tx, &a, old_status)?;
+                tx.delete(
+                    Ks::Expiry,
+                    keys::expiry_key(a.expires_at, EXPIRE_APPROVAL, a.id.as_bytes()),
+                );
+                call.updated_at = now;
+                put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            }
+            put(tx, Ks::Approvals, a.id.as_bytes(), &a)?;
+            Ok(a)
+        })
+    }
+
+    /// Lists approvals newest first. `cursor` is the last id of the previous page.
+    pub fn list_approvals(
+        &self,
+        filter: &ApprovalFilter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Approval>, Option<String>), StoreError> {
+        self.shared.check()?;
+        let (field, value) = if let Some(r) = &filter.run_id {
+            (IDX_RUN, r.as_str())
+        } else if let Some(t) = &filter.tool {
+            (IDX_TOOL, t.as_str())
+        } else if let Some(p) = &filter.principal {
+            (IDX_PRINCIPAL, p.as_str())
+        } else if let Some(s) = filter.status {
+            (IDX_STATUS, s.as_str())
+        } else {
+            (IDX_ALL, "")
+        };
+        let prefix = keys::index_prefix(field, value);
+        let end = match cursor {
+            Some(c) => keys::index_key(field, value, c),
+            None => {
+                let mut e = prefix.clone();
+                e.push(0xff);
+                e
+            }
+        };
+        let mut out = Vec::new();
+        for entry in self
+            .shared
+            .backend
+            .iter(Ks::ApprovalIndex, prefix.clone(), Some(end), true)
+        {
+            let (key, _) = entry?;
+            let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+            let Some(a) = self.approval(&id)? else {
+                continue;
+            };
+            let keep = filter.status.is_none_or(|s| a.status == s)
+                && filter.tool.as_deref().is_none_or(|t| a.tool == t)
+                && filter
+                    .run_id
+                    .as_deref()
+                    .is_none_or(|r| run_id(&a.context) == Some(r))
+                && filter
+                    .principal
+                    .as_deref()
+                    .is_none_or(|p| a.requester.id == p);
+            if keep {
+                out.push(a);
+                if out.len() == limit {
+                    break;
+                }
+            }
+        }
+        let next = (out.len() == limit)
+            .then(|| out.last().map(|a| a.id.clone()))
+            .flatten();
+        Ok((out, next))
+    }
+}

@@ -1,0 +1,100 @@
+//! Grants (DESIGN §5): a call admitted by spending one use of a grant, atomically, never after
+//! the grant expires, never twice.
+
+use serde_json::{json, Map, Value};
+
+use crate::audit::Kind;
+use crate::error::StoreError;
+use crate::keys::{self, Ks, EXPIRE_GRANT};
+use crate::model::{CallRecord, CallStatus, Grant, Millis};
+use crate::writer::Tx;
+use crate::Store;
+
+use super::calls::mark_executing;
+use super::{fields, get, put};
+
+/// Spends one use of the grant at (`fingerprint`, `scope_key`) if it has one left and has not
+/// expired at `now`; returns the grant as it is after spending.
+fn spend_grant(
+    tx: &mut Tx<'_>,
+    fingerprint: &str,
+    scope_key: &str,
+    now: Millis,
+    call_id: &str,
+) -> Result<Option<Grant>, StoreError> {
+    let gk = keys::grant_key(fingerprint, scope_key);
+    let Some(mut grant) = get::<Grant>(tx, Ks::Grants, &gk)? else {
+        return Ok(None);
+    };
+    // INVARIANT: an expired grant is never spent, even before the sweeper has removed it.
+    if grant.uses_left == 0 || now >= grant.expires_at {
+        return Ok(None);
+    }
+    grant.uses_left -= 1;
+    if grant.uses_left == 0 {
+        tx.delete(Ks::Grants, gk.clone());
+        tx.delete(
+            Ks::Expiry,
+            keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
+        );
+    } else {
+        put(tx, Ks::Grants, &gk, &grant)?;
+    }
+    tx.audit(
+        now,
+        Kind::GrantConsumed,
+        fields(json!({
+            "approval_id": grant.approval_id, "fingerprint": fingerprint, "scope_key": scope_key,
+            "call_id": call_id, "uses_left": grant.uses_left,
+        })),
+    );
+    Ok(Some(grant))
+}
+
+impl Store {
+    /// Spends one use of the grant for `call.fingerprint` under `scope_key` and records the
+    /// call as allowed by it, atomically. `None` (and nothing written) when there is no grant
+    /// with uses left that has not expired at `call.created_at`.
+    pub fn call_with_grant(
+        &self,
+        mut call: CallRecord,
+        scope_key: &str,
+        explanation: Map<String, Value>,
+        begin: bool,
+    ) -> Result<Option<CallRecord>, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let scope_key = scope_key.to_owned();
+        self.writer.submit(move |tx| {
+            if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
+                return Err(StoreError::CallExists(call.call_id.clone()));
+            }
+            let Some(grant) = spend_grant(
+                tx,
+                &call.fingerprint,
+                &scope_key,
+                call.created_at,
+                &call.call_id,
+            )?
+            else {
+                return Ok(None);
+            };
+            call.status = CallStatus::Allowed;
+            call.approval_id = Some(grant.approval_id.clone());
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("decision".into(), Value::from(call.decision.clone()));
+            f.insert("approval_id".into(), Value::from(grant.approval_id));
+            f.insert("grant_uses_left".into(), Value::from(grant.uses_left));
+            f.extend(explanation);
+            if begin {
+                f.insert("started".into(), Value::Bool(true));
+            }
+            tx.audit(call.created_at, Kind::CallDecided, f);
+            if begin {
+                let at = call.created_at;
+                mark_executing(tx, &mut call, at);
+            }
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(Some(call))
+        })
+    }
+}

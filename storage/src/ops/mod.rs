@@ -1,0 +1,130 @@
+//! The state changes: each one a job for the writer that checks, writes and audits atomically.
+//!
+//! One file per thing a change governs:
+//! - [`calls`]: a call's record from decision to end, executed at most once, and the calls a
+//!   crash left executing;
+//! - [`suspensions`]: a call that waits for resume data, resumed at most once;
+//! - [`approvals`]: the approval state machine (`pending` → `approved` | `declined` |
+//!   `expired` | `cancelled`, nothing else), who may decide (DESIGN §5/§6, refusals checked in
+//!   the order DESIGN gives) and quorum over distinct approvers of the same fingerprint;
+//! - [`grants`]: grants spent atomically, never after they expire;
+//! - [`expiry`]: the sweep that ends what is past its time;
+//! - [`outbox`]: the webhook outbox's lease/ack/retry/dead-letter cycle;
+//! - [`sessions`]: inbox sessions, one-time marks and the gateway's secrets.
+//!
+//! This file holds what they share: the index fields, typed reads and writes within one
+//! transaction, and appending audit records of the gateway's own. Nothing here is async;
+//! callers on the tokio runtime use the `_async` variants, which hand the job to the writer.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use crate::audit::{redact, Kind};
+use crate::error::StoreError;
+use crate::keys::{decode, encode, Ks};
+use crate::model::{CallRecord, Millis};
+use crate::writer::Tx;
+use crate::Store;
+
+mod approvals;
+mod calls;
+mod expiry;
+mod grants;
+mod outbox;
+mod sessions;
+mod suspensions;
+
+pub use approvals::{ApprovalFilter, Verdict};
+pub use calls::Begin;
+pub use expiry::Expired;
+pub use outbox::{NewDelivery, OutboxStats, PARKED};
+pub use suspensions::Suspend;
+
+/// Index fields in [`Ks::ApprovalIndex`].
+const IDX_ALL: u8 = b'a';
+const IDX_STATUS: u8 = b's';
+const IDX_TOOL: u8 = b't';
+const IDX_RUN: u8 = b'r';
+const IDX_PRINCIPAL: u8 = b'p';
+/// Calls that are executing: what a crash leaves with an unknown outcome.
+const IDX_EXECUTING: u8 = b'x';
+/// Suspended calls, by run id (empty for calls without one).
+pub(crate) const IDX_SUSPENDED: u8 = b'S';
+
+fn get<T: DeserializeOwned>(tx: &Tx<'_>, ks: Ks, key: &[u8]) -> Result<Option<T>, StoreError> {
+    tx.get(ks, key)?.map(|b| decode(&b)).transpose()
+}
+
+/// A call's record as it stands, with how it ended merged in ([`CallRecord::with_end`]).
+fn load_call(tx: &Tx<'_>, call_id: &str) -> Result<Option<CallRecord>, StoreError> {
+    get::<CallRecord>(tx, Ks::Calls, call_id.as_bytes())?
+        .map(|c| c.with_end(|id| get(tx, Ks::CallEnds, id.as_bytes())))
+        .transpose()
+}
+
+fn put<T: Serialize>(tx: &mut Tx<'_>, ks: Ks, key: &[u8], value: &T) -> Result<(), StoreError> {
+    let bytes = encode(value)?;
+    tx.put(ks, key.to_vec(), bytes);
+    Ok(())
+}
+
+fn fields(pairs: Value) -> Map<String, Value> {
+    match pairs {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn run_id(context: &Value) -> Option<&str> {
+    context.get("run_id").and_then(Value::as_str)
+}
+
+/// Names the call's run in an audit record that carries no context, so the run's stream
+/// finds it.
+fn with_run(mut f: Map<String, Value>, call: &CallRecord) -> Map<String, Value> {
+    if let Some(run) = run_id(&call.context) {
+        f.insert("run_id".into(), Value::from(run));
+    }
+    f
+}
+
+impl Store {
+    /// The audit copy of a call: its identity and redacted args.
+    fn call_fields(redact_ptrs: &[String], call: &CallRecord) -> Map<String, Value> {
+        fields(json!({
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "fingerprint": call.fingerprint,
+            "args": redact(&call.args, redact_ptrs),
+            "principal": call.requester.id,
+            "context": call.context,
+        }))
+    }
+
+    /// Appends an audit record of its own (for example `policy.loaded`).
+    pub fn append_audit(
+        &self,
+        kind: Kind,
+        record: Map<String, Value>,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        self.writer
+            .submit(move |tx| Ok(tx.audit(now, kind, record)))
+    }
+
+    /// Appends several audit records in one atomic batch (bulk imports, benches).
+    pub fn append_audit_many(
+        &self,
+        records: Vec<(Kind, Map<String, Value>)>,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        self.writer.submit(move |tx| {
+            let mut last = 0;
+            for (kind, record) in records {
+                last = tx.audit(now, kind, record);
+            }
+            Ok(last)
+        })
+    }
+}

@@ -1,0 +1,161 @@
+//! Suspended calls (DESIGN §11): a call the backend suspended waits for resume data; a resume
+//! claims it for execution at most once, a refused resume is audited and changes nothing.
+
+use serde_json::{Map, Value};
+
+use crate::audit::{redact, Kind};
+use crate::error::StoreError;
+use crate::keys::{self, Ks, EXPIRE_SUSPENDED};
+use crate::model::{CallRecord, CallStatus, Millis, Principal, Suspension};
+use crate::writer::Tx;
+use crate::Store;
+
+use super::calls::claim;
+use super::{load_call, put, run_id, IDX_EXECUTING, IDX_SUSPENDED};
+
+/// A new suspension, as the upstream asked for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Suspend {
+    pub payload: Value,
+    pub resume_schema: Value,
+    pub upstream_state: Option<Value>,
+    /// How long it may wait for resume data.
+    pub ttl_ms: u64,
+}
+
+/// Drops a suspended call's index and expiry entries (it is resumed, expired or cancelled).
+pub(super) fn unindex_suspended(tx: &mut Tx<'_>, call: &CallRecord) {
+    tx.delete(
+        Ks::ApprovalIndex,
+        keys::index_key(
+            IDX_SUSPENDED,
+            run_id(&call.context).unwrap_or(""),
+            &call.call_id,
+        ),
+    );
+    if let Some(s) = &call.suspension {
+        tx.delete(
+            Ks::Expiry,
+            keys::expiry_key(s.expires_at, EXPIRE_SUSPENDED, call.call_id.as_bytes()),
+        );
+    }
+}
+
+impl Store {
+    /// An executing call's upstream asked to suspend it: the call waits, durably, for resume
+    /// data until `ttl_ms` from `now` (audited `call.suspended`).
+    pub fn suspend_call(
+        &self,
+        call_id: &str,
+        suspend: Suspend,
+        now: Millis,
+    ) -> Result<CallRecord, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let call_id = call_id.to_owned();
+        self.writer.submit(move |tx| {
+            let mut call = load_call(tx, &call_id)?
+                .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+            if call.status != CallStatus::Executing {
+                return Err(StoreError::CallState(call.status.as_str(), "suspend"));
+            }
+            let count = call.suspension.as_ref().map_or(0, |s| s.count) + 1;
+            let expires_at = now.saturating_add(suspend.ttl_ms);
+            call.status = CallStatus::Suspended;
+            call.updated_at = now;
+            call.suspension = Some(Suspension {
+                payload: suspend.payload,
+                resume_schema: suspend.resume_schema,
+                suspended_at: now,
+                expires_at,
+                count,
+                upstream_state: suspend.upstream_state,
+            });
+            tx.delete(
+                Ks::ApprovalIndex,
+                keys::index_key(IDX_EXECUTING, "", &call.call_id),
+            );
+            tx.put(
+                Ks::ApprovalIndex,
+                keys::index_key(
+                    IDX_SUSPENDED,
+                    run_id(&call.context).unwrap_or(""),
+                    &call.call_id,
+                ),
+                Vec::new(),
+            );
+            tx.put(
+                Ks::Expiry,
+                keys::expiry_key(expires_at, EXPIRE_SUSPENDED, call.call_id.as_bytes()),
+                Vec::new(),
+            );
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            if let Some(s) = &call.suspension {
+                f.insert("payload".into(), s.payload.clone());
+                f.insert("resume_schema".into(), s.resume_schema.clone());
+                f.insert("expires_at".into(), Value::from(s.expires_at));
+                f.insert("suspensions".into(), Value::from(s.count));
+            }
+            tx.audit(now, Kind::CallSuspended, f);
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(call)
+        })
+    }
+
+    /// Claims a suspended call to resume it with `resume_data` (already validated and allowed
+    /// by policy): `suspended` → `executing`, at most once, audited `call.resumed` with the
+    /// (redacted) data and `explanation`. Refused: `call.not_suspended`, `call.expired`.
+    pub fn resume_call(
+        &self,
+        call_id: &str,
+        by: &Principal,
+        resume_data: &Value,
+        explanation: Map<String, Value>,
+        now: Millis,
+    ) -> Result<CallRecord, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let call_id = call_id.to_owned();
+        let by = by.clone();
+        let data = redact(resume_data, &redact_ptrs);
+        self.writer.submit(move |tx| {
+            let mut call = load_call(tx, &call_id)?
+                .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+            if call.status != CallStatus::Suspended {
+                return Err(StoreError::NotSuspended(call.status.as_str()));
+            }
+            let Some(s) = &call.suspension else {
+                return Err(StoreError::Corrupt(
+                    "a suspended call without its suspension".into(),
+                ));
+            };
+            if now >= s.expires_at {
+                return Err(StoreError::SuspensionExpired);
+            }
+            unindex_suspended(tx, &call);
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("by".into(), Value::from(by.id.clone()));
+            f.insert("resume_data".into(), data);
+            f.extend(explanation);
+            tx.audit(now, Kind::CallResumed, f);
+            claim(tx, &mut call, now);
+            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            Ok(call)
+        })
+    }
+
+    /// Audits a resume that policy denied; the call stays suspended.
+    pub fn resume_denied(
+        &self,
+        call: &CallRecord,
+        by: &Principal,
+        resume_data: &Value,
+        explanation: Map<String, Value>,
+        now: Millis,
+    ) -> Result<u64, StoreError> {
+        let mut f = Self::call_fields(&self.redact, call);
+        f.insert("by".into(), Value::from(by.id.clone()));
+        f.insert("resume_data".into(), redact(resume_data, &self.redact));
+        f.extend(explanation);
+        self.writer
+            .submit(move |tx| Ok(tx.audit(now, Kind::CallResumeDenied, f)))
+    }
+}
