@@ -17,7 +17,6 @@ pub mod backends;
 pub mod body;
 pub mod classifiers;
 pub mod cli;
-pub mod client;
 pub mod clock;
 pub mod config;
 pub mod connections;

@@ -1,0 +1,136 @@
+//! `airlock approvals list|show|approve|decline` against a running gateway.
+
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+use super::remote::{print_answer_hinted, remote_client, Remote, APPROVER_TOKEN};
+use super::{bad_input, client, parse_json_flag};
+
+#[derive(Subcommand, Debug)]
+pub enum ApprovalsCommand {
+    /// List approvals (pending ones by default), newest first.
+    List {
+        #[command(flatten)]
+        remote: Remote,
+        #[arg(long, default_value = "pending", value_parser = ["pending", "approved", "declined", "expired", "cancelled", "all"])]
+        status: String,
+        #[arg(long)]
+        tool: Option<String>,
+        #[arg(long)]
+        run_id: Option<String>,
+    },
+    /// Show one approval: the call, its args and fingerprint, the rules that held it.
+    Show {
+        #[command(flatten)]
+        remote: Remote,
+        id: String,
+    },
+    /// Approve; with --args, approve an edited call instead.
+    Approve {
+        #[command(flatten)]
+        remote: Remote,
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+        /// Edited args (a JSON object): the call runs with these instead.
+        #[arg(long)]
+        args: Option<String>,
+    },
+    /// Decline, with the reason the agent will read.
+    Decline {
+        #[command(flatten)]
+        remote: Remote,
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+pub(super) fn approvals(cmd: ApprovalsCommand) -> u8 {
+    let (remote, method, path, body) = match &cmd {
+        ApprovalsCommand::List {
+            remote,
+            status,
+            tool,
+            run_id,
+        } => {
+            let mut q = vec![];
+            if status != "all" {
+                q.push(format!("status={status}"));
+            }
+            if let Some(t) = tool {
+                q.push(format!("tool={t}"));
+            }
+            if let Some(r) = run_id {
+                q.push(format!("run_id={r}"));
+            }
+            (
+                remote,
+                reqwest::Method::GET,
+                format!("/v1/approvals?{}", q.join("&")),
+                None,
+            )
+        }
+        ApprovalsCommand::Show { remote, id } => (
+            remote,
+            reqwest::Method::GET,
+            format!("/v1/approvals/{id}"),
+            None,
+        ),
+        ApprovalsCommand::Approve {
+            remote,
+            id,
+            reason,
+            args,
+        } => {
+            let mut b = json!({});
+            if let Some(r) = reason {
+                b["reason"] = json!(r);
+            }
+            if let Some(a) = args {
+                match parse_json_flag(a, "args") {
+                    Ok(v) => b["args"] = v,
+                    Err(code) => return code,
+                }
+            }
+            (
+                remote,
+                reqwest::Method::POST,
+                format!("/v1/approvals/{id}/approve"),
+                Some(b),
+            )
+        }
+        ApprovalsCommand::Decline { remote, id, reason } => (
+            remote,
+            reqwest::Method::POST,
+            format!("/v1/approvals/{id}/decline"),
+            Some(json!({"reason": reason})),
+        ),
+    };
+    let c = match remote_client(remote, APPROVER_TOKEN) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match c.send(method, &path, body.as_ref(), None) {
+        Ok((status, body)) => print_answer_hinted(remote.json, status, &body, || {
+            if let Some(code) = client::error_code(&body) {
+                return format!(
+                    "{status} {code}: {}",
+                    body.pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                );
+            }
+            match &cmd {
+                ApprovalsCommand::List { .. } => client::approvals_table(
+                    body["approvals"]
+                        .as_array()
+                        .map(Vec::as_slice)
+                        .unwrap_or(&[]),
+                ),
+                _ => client::approval_details(&body),
+            }
+        }),
+        Err(e) => bad_input(&e.code, e.message),
+    }
+}

@@ -1,0 +1,140 @@
+//! The `airlock` command line: `serve`, the client commands (`call`, `approvals`), `policy
+//! check|test|eval`, `fingerprint` and `audit verify|export`.
+//!
+//! Each command takes its flags and returns an exit code: 0 success, 1 a failed check or test,
+//! 2 bad input (with the stable error code on stderr). Nothing here decides anything itself:
+//! it calls `airlock_policy`.
+//!
+//! One file per subcommand (`serve`, `call`, `approvals`, `policy` with `fingerprint`,
+//! `audit`, `store`, `webhooks`, `mcp`); `remote` and `client` are what the commands that talk
+//! to a running gateway share. This file parses the command line and hands it to them, with
+//! the few input helpers every command uses.
+
+use std::io::Read;
+
+use airlock_policy::{json, MAX_ARGS_DEPTH};
+
+use clap::{Parser, Subcommand};
+use serde_json::Value;
+
+mod approvals;
+mod audit;
+mod call;
+mod client;
+mod mcp;
+mod policy;
+mod remote;
+mod serve;
+mod store;
+mod webhooks;
+
+pub use approvals::ApprovalsCommand;
+pub use audit::AuditCommand;
+pub use call::CallArgs;
+pub use mcp::McpCommand;
+pub use policy::{EvalArgs, FingerprintArgs, PolicyCommand};
+pub use remote::Remote;
+pub use serve::ServeArgs;
+pub use store::{StoreAt, StoreCommand};
+pub use webhooks::WebhooksCommand;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "airlock",
+    version,
+    about = "Policy-driven approval gateway for AI agent tool calls"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the gateway; without --config, a local demo on the embedded store.
+    Serve(ServeArgs),
+    /// Call a tool through a running gateway (or resume a held call).
+    Call(CallArgs),
+    /// List, show, approve and decline approvals on a running gateway.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+    /// Check, test and evaluate policy sets.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Print the canonical args and fingerprint of a call.
+    Fingerprint(FingerprintArgs),
+    /// Verify or export the audit chain of a stopped gateway's store, of a PostgreSQL store,
+    /// or of an export.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// Manage a PostgreSQL store.
+    #[command(subcommand)]
+    Store(StoreCommand),
+    /// Sign and verify Standard Webhooks messages; send a test event.
+    #[command(subcommand)]
+    Webhooks(WebhooksCommand),
+    /// MCP helpers: a stdio server that forwards to a gateway's `/mcp`.
+    #[command(subcommand)]
+    Mcp(McpCommand),
+}
+
+/// Runs the command and returns the process exit code.
+pub fn run(cli: Cli) -> u8 {
+    match cli.command {
+        Command::Serve(args) => serve::serve(args),
+        Command::Call(args) => call::call(args),
+        Command::Approvals(cmd) => approvals::approvals(cmd),
+        Command::Policy(PolicyCommand::Check { path }) => policy::policy_check(&path),
+        Command::Policy(PolicyCommand::Test { paths }) => policy::policy_test(&paths),
+        Command::Policy(PolicyCommand::Eval(args)) => policy::policy_eval(&args),
+        Command::Fingerprint(args) => policy::fingerprint(&args),
+        Command::Webhooks(cmd) => webhooks::webhooks(cmd),
+        Command::Mcp(McpCommand::Stdio { url, token }) => mcp::mcp_stdio(url, token),
+        Command::Audit(AuditCommand::Verify { at, file }) => audit::audit_verify(at, file),
+        Command::Audit(AuditCommand::Prune { at, before }) => audit::audit_prune(&at, before),
+        Command::Audit(AuditCommand::Export { at, after, out }) => {
+            audit::audit_export(&at, after, out)
+        }
+        Command::Store(StoreCommand::Migrate {
+            database_url,
+            database_ca,
+        }) => store::store_migrate(&database_url, database_ca.as_deref()),
+    }
+}
+
+/// A failure on bad input: prints `error[code]: message` and yields exit code 2.
+fn bad_input(code: &str, message: impl std::fmt::Display) -> u8 {
+    eprintln!("error[{code}]: {message}");
+    2
+}
+
+fn read_json_arg(value: &str, what: &str) -> Result<Vec<u8>, u8> {
+    if value == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf).map_err(|e| {
+            bad_input(
+                "request.invalid_json",
+                format!("cannot read {what} from stdin: {e}"),
+            )
+        })?;
+        Ok(buf)
+    } else {
+        Ok(value.as_bytes().to_vec())
+    }
+}
+
+fn parse_json_flag(value: &str, what: &str) -> Result<Value, u8> {
+    json::parse(value.as_bytes(), MAX_ARGS_DEPTH)
+        .map_err(|e| bad_input(e.code(), format!("--{what}: {e}")))
+}
+
+fn read_stdin() -> Result<Vec<u8>, u8> {
+    let mut buf = Vec::new();
+    std::io::stdin().read_to_end(&mut buf).map_err(|e| {
+        bad_input(
+            "webhook.io",
+            format!("cannot read the body from stdin: {e}"),
+        )
+    })?;
+    Ok(buf)
+}

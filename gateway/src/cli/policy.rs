@@ -1,0 +1,176 @@
+//! `airlock policy check|test|eval` and `airlock fingerprint`: the policy crate run from the
+//! command line, with no gateway and no store.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use airlock_policy::cases::{self, EvalRequest};
+use airlock_policy::{evaluate, json, PolicySet, ToolCall, MAX_ARGS_DEPTH};
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+
+use super::{bad_input, parse_json_flag, read_json_arg};
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyCommand {
+    /// Compile a policy set (a .toml file or a folder); exit 1 listing every error.
+    Check { path: PathBuf },
+    /// Run every *.cases.toml under the paths against the policy set of its folder.
+    Test {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+    /// Print the decision for one call, with its explanation, as JSON.
+    Eval(EvalArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// The policy set: a .toml file or a folder.
+    #[arg(long)]
+    pub policy: PathBuf,
+    #[arg(long)]
+    pub tool: String,
+    /// The args as a JSON object, or `-` to read them from stdin.
+    #[arg(long)]
+    pub args: String,
+    /// `{"agent_id","run_id","thread_id","tool_call_id","labels"}`.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// `{"id","role","groups"}`; defaults to an agent named test-agent.
+    #[arg(long)]
+    pub principal: Option<String>,
+    /// Fixed classifier results: `{"<name>":{"score":0.9,"labels":["destructive"]}}`.
+    #[arg(long)]
+    pub classifier: Option<String>,
+    /// The evaluation time (RFC 3339); defaults to now.
+    #[arg(long)]
+    pub now: Option<String>,
+    /// Evaluate a resume of a suspended call with this JSON as `resume` (DESIGN §11).
+    #[arg(long)]
+    pub resume: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct FingerprintArgs {
+    #[arg(long)]
+    pub tool: String,
+    /// The args as a JSON object, or `-` to read them from stdin.
+    #[arg(long)]
+    pub args: String,
+}
+
+pub(super) fn fingerprint(args: &FingerprintArgs) -> u8 {
+    let raw = match read_json_arg(&args.args, "--args") {
+        Ok(raw) => raw,
+        Err(code) => return code,
+    };
+    match ToolCall::from_args_json(&args.tool, &raw) {
+        Ok(call) => {
+            println!(
+                "{}",
+                json!({"canonical": call.canonical_args, "fingerprint": call.fingerprint.as_str()})
+            );
+            0
+        }
+        Err(e) => bad_input(e.code(), e),
+    }
+}
+
+pub(super) fn policy_check(path: &std::path::Path) -> u8 {
+    match PolicySet::load(path) {
+        Ok(set) => {
+            println!(
+                "ok: {} rule(s) in {} file(s), policy_version {}",
+                set.rules().len(),
+                set.sources().len(),
+                set.version()
+            );
+            0
+        }
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("{e}");
+            }
+            eprintln!("{} error(s)", errors.0.len());
+            1
+        }
+    }
+}
+
+pub(super) fn policy_test(paths: &[PathBuf]) -> u8 {
+    let report = cases::run(paths);
+    for r in &report.results {
+        match &r.failure {
+            None => println!("ok   {} {}", r.location, r.name),
+            Some(why) => println!(
+                "FAIL {} {}\n     {}",
+                r.location,
+                r.name,
+                why.replace('\n', "\n     ")
+            ),
+        }
+    }
+    println!("{} passed, {} failed", report.passed(), report.failed());
+    u8::from(report.failed() > 0 || report.results.is_empty())
+}
+
+pub(super) fn policy_eval(args: &EvalArgs) -> u8 {
+    let set = match PolicySet::load(&args.policy) {
+        Ok(set) => set,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return 1;
+        }
+    };
+    let request = match eval_request(args) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let mut request = request;
+    cases::fill_with_builtin(&set, &request.call, &mut request.classifiers);
+    let decision = evaluate(&set, &request.input());
+    let mut out = cases::decision_json(&decision, &request.call);
+    out["classifiers"] = cases::classifiers_json(&request.classifiers);
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    0
+}
+
+fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
+    let raw_args = read_json_arg(&args.args, "--args")?;
+    let args_value = json::parse(&raw_args, MAX_ARGS_DEPTH)
+        .map_err(|e| bad_input(e.code(), format!("--args: {e}")))?;
+    let context = args
+        .context
+        .as_deref()
+        .map(|c| parse_json_flag(c, "context"))
+        .transpose()?;
+    let call =
+        ToolCall::new(&args.tool, args_value, context).map_err(|e| bad_input(e.code(), e))?;
+    let principal = match &args.principal {
+        Some(p) => parse_json_flag(p, "principal")?,
+        None => cases::default_principal(),
+    };
+    let classifiers = match &args.classifier {
+        Some(c) => cases::fixed_classifiers(&parse_json_flag(c, "classifier")?)
+            .map_err(|e| bad_input("request.invalid_classifier", e))?,
+        None => Default::default(),
+    };
+    let now = match &args.now {
+        Some(n) => cases::parse_now(n).map_err(|e| bad_input("request.invalid_time", e))?,
+        None => SystemTime::now(),
+    };
+    let resume = args
+        .resume
+        .as_deref()
+        .map(|r| parse_json_flag(r, "resume"))
+        .transpose()?;
+    Ok(EvalRequest {
+        call,
+        principal,
+        classifiers,
+        now,
+        resume,
+    })
+}
