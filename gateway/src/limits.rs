@@ -2,7 +2,7 @@
 //! and the most approvals a principal's calls may hold pending at once.
 //!
 //! It counts and refuses; it does not audit or answer (the API does, once per burst), and it
-//! does not limit connections (that is [`crate::connections`]). Everything is in memory: the
+//! does not limit connections (that is [`crate::serve::guards`]). Everything is in memory: the
 //! pending counts are read from the store at start and kept in step by the pipeline, and a
 //! restart refills every bucket.
 

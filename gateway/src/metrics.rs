@@ -173,7 +173,7 @@ impl Metrics {
         self.calls.with_label_values(&[decision, outcome]).inc();
     }
 
-    pub fn connection_closed(&self, reason: crate::connections::CloseReason) {
+    pub fn connection_closed(&self, reason: crate::serve::guards::CloseReason) {
         self.connections_closed
             .with_label_values(&[reason.as_str()])
             .inc();

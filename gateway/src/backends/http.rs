@@ -77,7 +77,7 @@ impl Conn {
 pub struct Upstreams {
     /// Idle connections by origin and by the thread that made them: a connection's socket
     /// answers to its thread's runtime, so a request on another serving thread would be
-    /// woken through that one (see [`crate::serving`]).
+    /// woken through that one (see [`crate::serve::threads`]).
     idle: Mutex<HashMap<ThreadId, HashMap<String, Vec<Conn>>>>,
     tls: tokio_rustls::TlsConnector,
 }

@@ -1,5 +1,5 @@
 //! `airlock serve`: load the config (or the embedded demo), start the gateway and its
-//! listeners, and stop cleanly on a signal. Starting is all it does; serving is `crate::server`.
+//! listeners, and stop cleanly on a signal. Starting is all it does; serving is `crate::serve`.
 
 use std::path::PathBuf;
 
@@ -81,7 +81,7 @@ pub(super) fn serve(args: ServeArgs) -> u8 {
         // The store is opened (and locked) and the policy loaded before anything is printed
         // that claims the gateway runs: a second gateway on the same data dir prints only
         // its error.
-        let prepared = match crate::server::prepare(config).await {
+        let prepared = match crate::serve::prepare(config).await {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("error[gateway.start]: {e}");
@@ -99,7 +99,7 @@ pub(super) fn serve(args: ServeArgs) -> u8 {
             wait_for_stop_signal().await;
             signals.cancel();
         });
-        match crate::server::serve(prepared, listener, shutdown).await {
+        match crate::serve::serve(prepared, listener, shutdown).await {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("error[gateway.start]: {e}");

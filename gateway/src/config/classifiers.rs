@@ -71,12 +71,14 @@ pub(super) fn validate(raw: Vec<RawClassifier>) -> Result<Vec<ClassifierConfig>,
         let on_error = match c.on_error.as_deref().unwrap_or("require_approval") {
             "require_approval" => airlock_policy::DecisionKind::RequireApproval,
             "deny" => airlock_policy::DecisionKind::Deny,
-            other => return Err(err(
-                format!("{key}.on_error"),
-                format!(
+            other => {
+                return Err(err(
+                    format!("{key}.on_error"),
+                    format!(
                     "`{other}` must be require_approval or deny: a failing classifier never allows"
                 ),
-            )),
+                ))
+            }
         };
         classifiers.push(ClassifierConfig {
             name: c.name,

@@ -18,9 +18,9 @@ use crate::approvals::approval_json;
 use crate::auth::{require, Role};
 use crate::body::{full, json_response, read_body, Body, BodyLimits};
 use crate::clock::{now_ms, rfc3339, to_system_time};
-use crate::connections::CloseReason;
 use crate::error::{ApiError, Code};
 use crate::pipeline::{self, admit, parse_prefer, Outcome};
+use crate::serve::guards::CloseReason;
 use crate::state::Gateway;
 use crate::urlencoded::decode_component;
 

@@ -32,7 +32,7 @@ pub struct HttpConn {
     headers: Vec<(String, String)>,
     /// A client (and so a connection pool) per thread: a connection's task runs on the
     /// runtime that opened it, so a request on a serving thread uses connections that thread
-    /// drives, not another's (see [`crate::serving`]).
+    /// drives, not another's (see [`crate::serve::threads`]).
     clients: Mutex<HashMap<ThreadId, reqwest::Client>>,
     /// The client built when the upstream was configured; serves a thread whose own could
     /// not be built.

@@ -5,7 +5,7 @@
 //! fsync. Measured against one multi-threaded runtime on the allow path: a lone call's
 //! p50 25 µs lower, 32 connections at the same or better throughput (README, "Speed").
 //!
-//! It does not accept: the accept loop (in [`crate::server`]) hands each connection to the
+//! It does not accept: the accept loop (in [`crate::serve`]) hands each connection to the
 //! thread with the fewest open. Background work (expiry, webhooks, MCP refresh) stays on the
 //! runtime the gateway was started on. Tasks a request spawns (a claim finishing, an event
 //! stream) run on its serving thread.

@@ -1,9 +1,14 @@
-//! Serving: the accept loop (plain TCP or rustls) with the connection guards of
-//! [`crate::connections`] (limits at accept, handshake, header and idle timeouts), HTTP/1.1
-//! and HTTP/2 through hyper-util, and graceful shutdown: stop accepting, answer held calls with `503 gateway.shutting_down`
+//! Serving: the accept loop (plain TCP or rustls), HTTP/1.1 and HTTP/2 through hyper-util,
+//! and graceful shutdown: stop accepting, answer held calls with `503 gateway.shutting_down`
 //! (their approvals persist), let in-flight calls finish, close the store.
 //!
+//! Beside it: [`threads`], the serving threads each accepted connection is handed to, and
+//! [`guards`], the limits at accept and the handshake, header and idle timeouts.
+//!
 //! `run(config, listener, shutdown)` is the library entry point; `main` only parses flags.
+
+pub mod guards;
+mod threads;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,10 +23,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConnectionLimits};
-use crate::connections::{watchdog, Activity, CloseReason, Gate, Watched};
 use crate::mcp::McpFront;
-use crate::serving::Servers;
 use crate::state::Gateway;
+use guards::{watchdog, Activity, CloseReason, Gate, Watched};
+use threads::Servers;
 
 /// How long in-flight requests get to finish after shutdown starts.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -109,7 +114,7 @@ pub async fn serve(
     let limits = gw.config.connections.clone();
     let gate = Gate::new(&limits);
     let refusal = refusal_response();
-    let servers = Servers::start(crate::serving::thread_count())
+    let servers = Servers::start(threads::thread_count())
         .map_err(|e| format!("cannot start the serving threads: {e}"))?;
     loop {
         let (stream, peer) = tokio::select! {
@@ -224,7 +229,7 @@ struct Connection {
 
 impl Connection {
     /// Serves HTTP on `io` until the client closes, shutdown drains it, or a timer of
-    /// [`crate::connections`] fires (then the connection is dropped, which closes it).
+    /// [`crate::serve::guards`] fires (then the connection is dropped, which closes it).
     async fn drive<IO>(self, io: IO)
     where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,

@@ -2,7 +2,7 @@
 //! client address), and how long a connection may dawdle: to send a request's headers
 //! (`header_timeout`, from its accept or from the first byte of the next request), or while
 //! idle between requests (`idle_timeout`). The TLS handshake and body timeouts live where
-//! those happen ([`crate::server`], [`crate::body::read_body`]).
+//! those happen ([`crate::serve`], [`crate::body::read_body`]).
 //!
 //! How it sees a connection: [`Watched`] wraps the socket and notes when bytes arrive;
 //! [`Activity::request_started`] and the guard it returns (dropped when the response body is
