@@ -1,6 +1,6 @@
 //! airlock's gateway: the front ends, the call pipeline, the backends, and the command line.
 //!
-//! Follow a call from [`serve::run`]: the accept loop, its serving threads and its connection
+//! Follow a call from [`serve::serve`]: the accept loop, its serving threads and its connection
 //! guards ([`serve`]) send each request to one front end by path — [`http::handle`] (the JSON
 //! API), [`mcp::handle`] (`/mcp`, both MCP revisions) or [`inbox::handle`] (the approvers' web
 //! pages). Every front end feeds [`pipeline`], whose [`pipeline::run_call`] names the stages in
@@ -11,26 +11,26 @@
 //! [`config`] reads `airlock.toml`; [`cli`] is the command line, a file per subcommand,
 //! including the client of a running gateway.
 
-pub mod approvals;
-pub mod auth;
-pub mod backends;
-pub mod body;
-pub mod classifiers;
+pub(crate) mod approvals;
+pub(crate) mod auth;
+pub(crate) mod backends;
+pub(crate) mod body;
+pub(crate) mod classifiers;
 pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod error;
-pub mod events;
-pub mod http;
-pub mod inbox;
-pub mod limits;
-pub mod mcp;
-pub mod metrics;
-pub mod pipeline;
-pub mod runs;
-pub mod schemas;
-pub mod serve;
+pub(crate) mod clock;
+pub(crate) mod config;
+pub(crate) mod error;
+pub(crate) mod events;
+pub(crate) mod http;
+pub(crate) mod inbox;
+pub(crate) mod limits;
+pub(crate) mod mcp;
+pub(crate) mod metrics;
+pub(crate) mod pipeline;
+pub(crate) mod runs;
+pub(crate) mod schemas;
+pub(crate) mod serve;
 pub mod signing;
-pub mod state;
-pub mod urlencoded;
-pub mod webhooks;
+pub(crate) mod state;
+pub(crate) mod urlencoded;
+pub(crate) mod webhooks;

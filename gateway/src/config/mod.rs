@@ -33,7 +33,7 @@ pub use server::ConnectionLimits;
 pub use store::StoreKind;
 pub use target::{Target, BUILTINS};
 pub use tools::{ToolRoute, Upstream};
-pub use webhooks::{WebhookConfig, EVENTS};
+pub use webhooks::WebhookConfig;
 
 use raw::RawConfig;
 

@@ -22,7 +22,7 @@ use super::outcome::{call_not_found, claim, Unfinished};
 use super::{forward, Outcome};
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
-pub use crate::schemas::{check_schema, not_suspended};
+pub use crate::schemas::not_suspended;
 use crate::state::Gateway;
 
 /// Who may resume a call: its requester, approvers and admins. Anyone else is told the call

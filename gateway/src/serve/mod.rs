@@ -5,7 +5,8 @@
 //! Beside it: [`threads`], the serving threads each accepted connection is handed to, and
 //! [`guards`], the limits at accept and the handshake, header and idle timeouts.
 //!
-//! `run(config, listener, shutdown)` is the library entry point; `main` only parses flags.
+//! [`prepare`] reads the TLS keys, loads the policy, opens the store and lists the MCP
+//! upstreams; [`serve`] then serves the prepared gateway until shutdown.
 
 pub mod guards;
 mod threads;
@@ -79,15 +80,6 @@ pub async fn prepare(config: Config) -> Result<Prepared, String> {
         mcp: Arc::new(McpFront::new(key)),
         tls,
     })
-}
-
-/// Serves `config` on `listener` until `shutdown` is cancelled.
-pub async fn run(
-    config: Config,
-    listener: TcpListener,
-    shutdown: CancellationToken,
-) -> Result<(), String> {
-    serve(prepare(config).await?, listener, shutdown).await
 }
 
 /// Serves a prepared gateway on `listener` until `shutdown` is cancelled.

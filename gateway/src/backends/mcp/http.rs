@@ -93,10 +93,6 @@ impl HttpConn {
         }
     }
 
-    pub fn revision(&self) -> Option<&'static str> {
-        *self.revision.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Sends one request, negotiating the revision first if needed, and re-initializing a
     /// legacy session the upstream forgot (404).
     pub async fn request(

@@ -186,13 +186,6 @@ impl Conn {
             Conn::Stdio(c) => c.request(method, params, timeout, notify, asks).await,
         }
     }
-
-    fn revision(&self) -> Option<&'static str> {
-        match self {
-            Conn::Http(c) => c.revision(),
-            Conn::Stdio(_) => Some(LEGACY),
-        }
-    }
 }
 
 /// One upstream server and what it last listed.
@@ -222,11 +215,6 @@ impl Server {
         self.conn
             .request(method, params, self.config.timeout, notify, None)
             .await
-    }
-
-    /// The revision the upstream speaks, once known.
-    pub fn revision(&self) -> Option<&'static str> {
-        self.conn.revision()
     }
 
     /// Lists its tools (following `nextCursor`), and its resources and prompts when it has
