@@ -343,12 +343,53 @@ async fn post(
             return rpc_error(&e, false);
         }
     };
+    let exchange = match exchange_of(front, &principal, &msg, &get) {
+        Ok(x) => x,
+        Err(refused) => return *refused,
+    };
+    let Some(method) = msg.method.clone() else {
+        // A response to a request of ours (a form elicitation of a suspended call), within
+        // the session that was asked; anything else is dropped.
+        if let (Some(sid), Some(id), Some(response)) = (&exchange.session, &msg.id, msg.response) {
+            if !front.reply(sid, id, response) {
+                tracing::debug!(session = %sid, "a response to no outstanding request of ours");
+            }
+        }
+        return empty(StatusCode::ACCEPTED);
+    };
+    if msg.id.is_none() {
+        // Notifications (initialized, cancelled, progress): acknowledged. A 2025 client's
+        // cancel stops its call (a 2026 client cancels by closing the response stream).
+        if method == "notifications/cancelled" {
+            if let (Some(sid), Some(rid)) = (&exchange.session, msg.params.get("requestId")) {
+                front.cancel(sid, rid);
+            }
+        }
+        return empty(StatusCode::ACCEPTED);
+    }
+    let id = msg.id();
+    match method.as_str() {
+        "initialize" => initialize(front, &principal, &exchange, id),
+        "tools/call" => calls::call(gw, front, principal, exchange, msg).await,
+        _ => {
+            let answer = answer(gw, &method, &msg).await;
+            respond(answer, id, &method, exchange.modern())
+        }
+    }
+}
+
+/// The revision and session a message is in: `initialize` opens a 2025 session, a session id
+/// names one, a 2026-07-28 request carries its `_meta`. Anything else is refused.
+fn exchange_of(
+    front: &McpFront,
+    principal: &Principal,
+    msg: &Message,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Result<Exchange, Box<Response<Body>>> {
     let accepts_sse = get("accept").is_some_and(|a| a.contains("text/event-stream"));
     let version_header = get("mcp-protocol-version");
     let meta = msg.params.get("_meta").cloned().unwrap_or(Value::Null);
     let meta_version = meta.get("io.modelcontextprotocol/protocolVersion").cloned();
-
-    // Choose the revision.
     let exchange = if msg.method.as_deref() == Some("initialize") {
         Exchange {
             revision: LEGACY,
@@ -375,12 +416,12 @@ async fn post(
                     wire::INVALID_REQUEST,
                     "unknown or ended session: initialize again",
                 );
-                return json_response(StatusCode::NOT_FOUND, &e.to_json());
+                return Err(Box::new(json_response(StatusCode::NOT_FOUND, &e.to_json())));
             }
         }
     } else if meta_version.is_some() || version_header.as_deref() == Some(MODERN) {
-        if let Err(e) = check_modern(&msg, &meta, version_header.as_deref(), &get) {
-            return rpc_error(&e, true);
+        if let Err(e) = check_modern(msg, &meta, version_header.as_deref(), get) {
+            return Err(Box::new(rpc_error(&e, true)));
         }
         Exchange {
             revision: MODERN,
@@ -392,61 +433,52 @@ async fn post(
             accepts_sse,
         }
     } else if let Some(v) = version_header.filter(|v| !SUPPORTED.contains(&v.as_str())) {
-        return rpc_error(&unsupported(msg.id(), &v), true);
+        return Err(Box::new(rpc_error(&unsupported(msg.id(), &v), true)));
     } else {
         let e = RpcError::new(
             msg.id(),
             wire::INVALID_REQUEST,
             "no session: send `initialize` first (2025-11-25), or a 2026-07-28 request with its `_meta`",
         );
-        return rpc_error(&e, false);
+        return Err(Box::new(rpc_error(&e, false)));
     };
+    Ok(exchange)
+}
 
-    let Some(method) = msg.method.clone() else {
-        // A response to a request of ours (a form elicitation of a suspended call), within
-        // the session that was asked; anything else is dropped.
-        if let (Some(sid), Some(id), Some(response)) = (&exchange.session, &msg.id, msg.response) {
-            if !front.reply(sid, id, response) {
-                tracing::debug!(session = %sid, "a response to no outstanding request of ours");
-            }
-        }
-        return empty(StatusCode::ACCEPTED);
+/// `initialize` (2025-11-25): a new session, named in the `mcp-session-id` header.
+fn initialize(
+    front: &McpFront,
+    principal: &Principal,
+    exchange: &Exchange,
+    id: Value,
+) -> Response<Body> {
+    let sid = match front.open_session(&principal.id, exchange.capabilities.clone()) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
     };
-    if msg.id.is_none() {
-        // Notifications (initialized, cancelled, progress): acknowledged. A 2025 client's
-        // cancel stops its call (a 2026 client cancels by closing the response stream).
-        if method == "notifications/cancelled" {
-            if let (Some(sid), Some(rid)) = (&exchange.session, msg.params.get("requestId")) {
-                front.cancel(sid, rid);
-            }
-        }
-        return empty(StatusCode::ACCEPTED);
+    let mut r = json_response(
+        StatusCode::OK,
+        &wire::result(
+            id,
+            json!({
+                "protocolVersion": LEGACY,
+                "capabilities": capabilities(),
+                "serverInfo": server_info(),
+                "instructions": INSTRUCTIONS,
+            }),
+        ),
+    );
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&sid) {
+        r.headers_mut().insert("mcp-session-id", v);
     }
+    r
+}
+
+/// The result of every method but `initialize` and `tools/call`: the gateway's own answers,
+/// and the upstreams' resources, prompts and completions, passed through.
+async fn answer(gw: &Gateway, method: &str, msg: &Message) -> Result<Value, RpcError> {
     let id = msg.id();
-    let modern = exchange.modern();
-    let answer = match method.as_str() {
-        "initialize" => {
-            let sid = match front.open_session(&principal.id, exchange.capabilities.clone()) {
-                Ok(s) => s,
-                Err(e) => return e.into_response(),
-            };
-            let mut r = json_response(
-                StatusCode::OK,
-                &wire::result(
-                    id,
-                    json!({
-                        "protocolVersion": LEGACY,
-                        "capabilities": capabilities(),
-                        "serverInfo": server_info(),
-                        "instructions": INSTRUCTIONS,
-                    }),
-                ),
-            );
-            if let Ok(v) = hyper::header::HeaderValue::from_str(&sid) {
-                r.headers_mut().insert("mcp-session-id", v);
-            }
-            return r;
-        }
+    match method {
         "server/discover" => Ok(json!({
             "supportedVersions": SUPPORTED,
             "capabilities": capabilities(),
@@ -455,9 +487,6 @@ async fn post(
         })),
         "ping" => Ok(json!({})),
         "tools/list" => Ok(paginate(tools(gw), "tools", &msg.params)),
-        "tools/call" => {
-            return calls::call(gw, front, principal, exchange, msg).await;
-        }
         "resources/list" => {
             Ok(aggregate(gw, "resources/list", "resources", &msg.params, false).await)
         }
@@ -473,7 +502,7 @@ async fn post(
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
             let uri = msg.params.get("uri").and_then(Value::as_str).unwrap_or("");
             match gw.backends.mcp.resource(uri) {
-                Some(server) => pass(&server, &method, strip_meta(&msg.params)).await,
+                Some(server) => pass(&server, method, strip_meta(&msg.params)).await,
                 None => Err(RpcError::new(
                     id.clone(),
                     wire::INVALID_PARAMS,
@@ -487,7 +516,7 @@ async fn post(
                 Some((server, upstream_name)) => {
                     let mut p = strip_meta(&msg.params);
                     p["name"] = Value::String(upstream_name);
-                    pass(&server, &method, p).await
+                    pass(&server, method, p).await
                 }
                 None => Err(RpcError::new(
                     id.clone(),
@@ -517,14 +546,14 @@ async fn post(
                     if let Some(n) = prompt_name {
                         p["ref"]["name"] = Value::String(n);
                     }
-                    pass(&server, &method, p).await
+                    pass(&server, method, p).await
                 }
                 None => Ok(json!({"completion": {"values": [], "hasMore": false}})),
             }
         }
         "logging/setLevel" => {
             for s in &gw.backends.mcp.servers {
-                let _ = s.request(&method, strip_meta(&msg.params), None).await;
+                let _ = s.request(method, strip_meta(&msg.params), None).await;
             }
             Ok(json!({}))
         }
@@ -533,7 +562,17 @@ async fn post(
             wire::METHOD_NOT_FOUND,
             format!("method `{other}` is not supported"),
         )),
-    };
+    }
+}
+
+/// A method's answer as JSON-RPC, in the revision's shape: a 2026-07-28 result says it is
+/// complete and, when cacheable, for how long.
+fn respond(
+    answer: Result<Value, RpcError>,
+    id: Value,
+    method: &str,
+    modern: bool,
+) -> Response<Body> {
     match answer {
         Ok(mut result) => {
             if modern {
@@ -542,7 +581,7 @@ async fn post(
                         .or_insert(Value::String("complete".into()));
                     // Cacheable results must say how long (2026-07-28): never, since lists
                     // follow the upstreams and policy.
-                    if CACHEABLE.contains(&method.as_str()) {
+                    if CACHEABLE.contains(&method) {
                         o.entry("ttlMs").or_insert(json!(0));
                         o.entry("cacheScope").or_insert(json!("private"));
                     }

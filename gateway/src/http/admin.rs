@@ -1,0 +1,219 @@
+//! The admin routes of the JSON API: the policy (shown, evaluated, reloaded), the webhooks
+//! (listed, re-enabled, tested) and the audit log (read, exported, pruned). Admins only.
+
+use airlock_policy::cases::{decision_json, fixed_classifiers, EvalRequest};
+use airlock_policy::{evaluate, ToolCall};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::auth::{require, Role};
+use crate::body::{full, json_response, read_body, Body};
+use crate::clock::{now_ms, to_system_time};
+use crate::error::{ApiError, Code};
+use crate::state::Gateway;
+
+use super::{body_json, query_param, Ctx};
+
+/// `GET /v1/policy`: the policy in force, rule by rule.
+pub(super) fn policy(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, role, .. } = cx;
+    require(role, &[Role::Admin])?;
+    let p = gw.policy.load();
+    let rules: Vec<Value> = p.rules().iter().map(|r| json!({
+        "id": r.id, "tools": r.tools.iter().map(|g| g.as_str()).collect::<Vec<_>>(), "when": r.when,
+        "decision": r.decision, "message": r.message, "classifiers": r.classifiers,
+        "location": format!("{}:{}:{}", r.location.file.display(), r.location.line, r.location.col),
+    })).collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"version": p.version(), "sources": p.sources(), "rules": rules}),
+    ))
+}
+
+/// `POST /v1/policy/evaluate`: what the policy in force would decide, with no call made.
+pub(super) async fn evaluate_policy(
+    cx: Ctx<'_>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw, role, limit, ..
+    } = cx;
+    require(role, &[Role::Admin])?;
+    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let tool = body
+        .get("tool")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let args = body.get("args").cloned().unwrap_or(Value::Null);
+    let call = ToolCall::new(&tool, args, body.get("context").cloned())?;
+    let principal = body
+        .get("principal")
+        .cloned()
+        .unwrap_or_else(airlock_policy::cases::default_principal);
+    let classifiers = match body.get("classifier") {
+        Some(c) => {
+            fixed_classifiers(c).map_err(|e| ApiError::new(Code::RequestInvalidClassifier, e))?
+        }
+        None => Default::default(),
+    };
+    let request = EvalRequest {
+        call,
+        principal,
+        classifiers,
+        now: to_system_time(now_ms()),
+        resume: body.get("resume").cloned().filter(|r| !r.is_null()),
+    };
+    let decision = evaluate(&gw.policy.load(), &request.input());
+    Ok(json_response(
+        StatusCode::OK,
+        &decision_json(&decision, &request.call),
+    ))
+}
+
+/// `POST /v1/policy/reload`.
+pub(super) fn reload(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, role, .. } = cx;
+    require(role, &[Role::Admin])?;
+    match gw.reload("api") {
+        Ok(version) => Ok(json_response(StatusCode::OK, &json!({"version": version}))),
+        Err(errors) => Err(ApiError::of_crate(errors.code(), "the policy does not load; the current one stays in force".into()).with_details(json!({
+            "errors": errors.0.iter().map(|e| json!({"code": e.code, "file": e.file, "line": e.line, "col": e.col, "rule": e.rule, "message": e.message})).collect::<Vec<_>>(),
+        }))),
+    }
+}
+
+/// `GET /v1/webhooks`: the configured webhooks, and which are disabled.
+pub(super) async fn webhooks(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, role, .. } = cx;
+    require(role, &[Role::Admin])?;
+    let mut list = Vec::new();
+    for h in &gw.webhooks.hooks {
+        let id = h.id.clone();
+        let disabled = gw.store_op(move |s| s.webhook_disabled(&id)).await?;
+        list.push(json!({"id": h.id, "url": h.url, "events": h.events, "principal": h.principal, "disabled": disabled}));
+    }
+    Ok(json_response(StatusCode::OK, &json!({"webhooks": list})))
+}
+
+/// `POST /v1/webhooks/{id}/enable`: its parked deliveries go out again.
+pub(super) async fn enable_webhook(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, role, .. } = cx;
+    require(role, &[Role::Admin])?;
+    webhook_exists(gw, id)?;
+    let (id, now) = (id.to_string(), now_ms());
+    let requeued = gw.store_op(move |s| s.enable_webhook(&id, now)).await?;
+    gw.webhooks.wake.notify_one();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"enabled": true, "requeued": requeued}),
+    ))
+}
+
+/// `POST /v1/webhooks/{id}/test`: a test event, through the outbox like any other.
+pub(super) async fn test_webhook(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, role, .. } = cx;
+    require(role, &[Role::Admin])?;
+    webhook_exists(gw, id)?;
+    let delivery = airlock_storage::NewDelivery {
+        webhook: id.to_string(),
+        event: "webhook.test".into(),
+        payload: crate::webhooks::payload(
+            "webhook.test",
+            &json!({"webhook": id, "message": "a test event from airlock"}),
+        ),
+    };
+    let now = now_ms();
+    let queued = gw
+        .store_op(move |s| s.enqueue_deliveries(vec![delivery], now))
+        .await?;
+    gw.webhooks.wake.notify_one();
+    Ok(json_response(
+        StatusCode::ACCEPTED,
+        &json!({"delivery_id": queued.first().map(|d| d.id.clone())}),
+    ))
+}
+
+/// `GET /v1/audit/export`.
+pub(super) async fn export(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw, role, query, ..
+    } = cx;
+    require(role, &[Role::Admin])?;
+    // The online `airlock audit export`: JSONL of the records after `after`; once it
+    // is all written, the store notes how far the log is exported (what a prune may
+    // drop).
+    let after = query_param(query, "after")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(0u64);
+    let bytes = gw
+        .store_op(move |s| {
+            let mut out = Vec::new();
+            s.export_audit(after, &mut out)?;
+            Ok(out)
+        })
+        .await?;
+    let mut r = Response::new(full(bytes));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/x-ndjson"),
+    );
+    Ok(r)
+}
+
+/// `POST /v1/audit/prune`.
+pub(super) async fn prune(cx: Ctx<'_>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw, role, limit, ..
+    } = cx;
+    require(role, &[Role::Admin])?;
+    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let before = body.get("before").and_then(Value::as_u64).ok_or_else(|| {
+        ApiError::new(
+            Code::RequestInvalidField,
+            "`before` must be a seq (an integer)",
+        )
+    })?;
+    let now = now_ms();
+    let (dropped, checkpoint) = gw.store_op(move |s| s.prune_audit(before, now)).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"dropped": dropped, "checkpoint_seq": checkpoint}),
+    ))
+}
+
+/// `GET /v1/audit`: records after `after`, by page.
+pub(super) async fn audit(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw, role, query, ..
+    } = cx;
+    require(role, &[Role::Admin])?;
+    let after = query_param(query, "after")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(0u64);
+    let n = query_param(query, "limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(100usize)
+        .clamp(1, 1000);
+    let records = gw.store_op(move |s| s.audit_after(after, n)).await?;
+    let next = records
+        .last()
+        .and_then(|r| r.get("seq"))
+        .and_then(Value::as_u64);
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"records": records, "next_after": next}),
+    ))
+}
+
+fn webhook_exists(gw: &Gateway, id: &str) -> Result<(), ApiError> {
+    if gw.webhooks.hooks.iter().any(|h| h.id == id) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            Code::WebhookNotFound,
+            format!("no webhook `{id}` is configured"),
+        ))
+    }
+}

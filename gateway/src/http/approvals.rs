@@ -1,0 +1,195 @@
+//! The approver routes of the JSON API: listing and reading approvals, deciding one or every
+//! pending approval of a run, and the approvers' event stream (DESIGN §6).
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use serde_json::{json, Value};
+
+use airlock_storage::{ApprovalFilter, ApprovalStatus};
+
+use crate::approvals::approval_json;
+use crate::auth::{require, Role};
+use crate::body::{json_response, read_body, Body, BodyLimits};
+use crate::error::{ApiError, Code};
+use crate::pipeline;
+use crate::state::Gateway;
+use crate::urlencoded::decode_component;
+
+use super::{body_json, optional_string, query_param, Ctx};
+
+/// `GET /v1/approvals`: filtered by status, tool, run and principal, newest first, by page.
+pub(super) async fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw, role, query, ..
+    } = cx;
+    require(role, &[Role::Approver, Role::Admin])?;
+    let status = match query_param(query, "status").filter(|s| !s.is_empty()) {
+        Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
+            ApiError::new(
+                Code::RequestInvalidField,
+                format!("unknown status `{s}`; the statuses are pending, approved, declined, expired and cancelled (leave `status` out for all)"),
+            )
+        })?),
+        None => None,
+    };
+    let text = |k: &str| {
+        query_param(query, k)
+            .filter(|s| !s.is_empty())
+            .map(decode_component)
+    };
+    let filter = ApprovalFilter {
+        status,
+        tool: text("tool"),
+        run_id: text("run_id"),
+        principal: text("principal"),
+    };
+    let cursor = text("cursor");
+    let n = query_param(query, "limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(50usize)
+        .clamp(1, 500);
+    let (list, next) = gw
+        .store_op(move |s| s.list_approvals(&filter, cursor.as_deref(), n))
+        .await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "approvals": list.iter().map(approval_json).collect::<Vec<_>>(),
+            "next_cursor": next,
+        }),
+    ))
+}
+
+/// `GET /v1/approvals/{id}`.
+pub(super) async fn get(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, role, .. } = cx;
+    require(role, &[Role::Approver, Role::Admin])?;
+    let id = id.to_string();
+    let a = gw
+        .store_op(move |s| s.approval(&id))
+        .await?
+        .ok_or_else(|| ApiError::new(Code::ApprovalNotFound, "no such approval"))?;
+    Ok(json_response(StatusCode::OK, &approval_json(&a)))
+}
+
+/// `POST /v1/approvals/{id}/approve|decline`.
+pub(super) async fn decide(
+    cx: Ctx<'_>,
+    id: &str,
+    verb: &str,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        role,
+        limit,
+        ..
+    } = cx;
+    let (body, approve, reason) = verdict(role, verb, req, limit).await?;
+    let edit = if approve {
+        body.get("args").cloned()
+    } else {
+        None
+    };
+    let a = pipeline::decide(gw, id, &principal, approve, reason, edit).await?;
+    Ok(json_response(StatusCode::OK, &approval_json(&a)))
+}
+
+/// `POST /v1/runs/{run_id}/approve|decline`: every pending approval of a run (or of one tool
+/// call in it), each decided on its own.
+pub(super) async fn decide_run(
+    cx: Ctx<'_>,
+    run_id: &str,
+    verb: &str,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        role,
+        limit,
+        ..
+    } = cx;
+    let (body, approve, reason) = verdict(role, verb, req, limit).await?;
+    let tool_call_id = optional_string(&body, "tool_call_id")?;
+    let filter = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        run_id: Some(decode_component(run_id)),
+        ..Default::default()
+    };
+    let (pending, _) = gw
+        .store_op(move |s| s.list_approvals(&filter, None, 500))
+        .await?;
+    let targets: Vec<_> = pending
+        .into_iter()
+        .filter(|a| {
+            tool_call_id
+                .as_deref()
+                .is_none_or(|t| a.context.get("tool_call_id").and_then(Value::as_str) == Some(t))
+        })
+        .collect();
+    if targets.is_empty() {
+        return Err(ApiError::new(
+            Code::ApprovalNotFound,
+            "no pending approval matches this run",
+        ));
+    }
+    let mut results = Vec::new();
+    for a in targets {
+        match pipeline::decide(gw, &a.id, &principal, approve, reason.clone(), None).await {
+            Ok(a) => results.push(json!({"approval_id": a.id, "call_id": a.call_id, "status": a.status.as_str()})),
+            Err(e) => results.push(json!({"approval_id": a.id, "call_id": a.call_id, "error": {"code": e.code, "message": e.message}})),
+        }
+    }
+    Ok(json_response(StatusCode::OK, &json!({"results": results})))
+}
+
+/// `GET /v1/events`.
+pub(super) fn events(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, role, .. } = cx;
+    require(role, &[Role::Approver, Role::Admin])?;
+    Ok(event_stream(gw))
+}
+
+/// The body of an approve or decline: who may send it (the agent role is refused as
+/// `approval.forbidden`, as DESIGN §6 orders refusals), and a decline's required reason.
+async fn verdict(
+    role: Role,
+    verb: &str,
+    req: Request<Incoming>,
+    limit: BodyLimits,
+) -> Result<(Value, bool, Option<String>), ApiError> {
+    if role == Role::Agent {
+        return Err(ApiError::new(
+            Code::ApprovalForbidden,
+            "the agent role cannot decide approvals: use an approver's or an admin's token",
+        ));
+    }
+    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let reason = optional_string(&body, "reason")?;
+    let approve = verb == "approve";
+    if !approve && reason.as_deref().is_none_or(str::is_empty) {
+        return Err(ApiError::new(
+            Code::RequestMissingReason,
+            "a decline needs a `reason`: the agent reads it",
+        ));
+    }
+    Ok((body, approve, reason))
+}
+
+/// `GET /v1/events`: server-sent events of approvals and completed calls.
+fn event_stream(gw: &Gateway) -> Response<Body> {
+    crate::body::event_stream(
+        gw.events.subscribe(),
+        gw.shutdown.clone(),
+        |e| {
+            Some(Bytes::from(format!(
+                "event: {}\ndata: {}\n\n",
+                e.kind, e.data
+            )))
+        },
+        |n| Bytes::from(format!(": {n} events dropped, the client is too slow\n\n")),
+    )
+}

@@ -1,0 +1,258 @@
+//! The call routes of the JSON API: making a call, reading its outcome, resuming and cancelling
+//! it, a run's suspended calls and its event stream. Each hands the request to the pipeline and
+//! turns the protocol-neutral [`Outcome`] into the API's JSON (DESIGN §6, §11).
+
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::auth::{require, Role};
+use crate::body::{json_response, read_body, Body};
+use crate::clock::rfc3339;
+use crate::error::{ApiError, Code};
+use crate::pipeline::{self, parse_prefer, Outcome};
+use crate::state::Gateway;
+use crate::urlencoded::decode_component;
+
+use super::{body_json, optional_string, query_param, wait, Ctx};
+
+/// `POST /v1/calls`: a tool call, through the whole pipeline.
+pub(super) async fn create(
+    cx: Ctx<'_>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        role,
+        limit,
+        ..
+    } = cx;
+    let prefer = req
+        .headers()
+        .get("prefer")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    require(role, &[Role::Agent, Role::Admin])?;
+    let body = read_body(req.into_body(), limit).await?;
+    let hold = parse_prefer(
+        prefer.as_deref(),
+        gw.config.hold_timeout,
+        gw.config.max_hold,
+    );
+    pipeline::handle_call(gw, principal, &body, hold)
+        .await
+        .map(|o| outcome_response(gw, o))
+}
+
+/// `GET /v1/calls?status=suspended`: suspended calls waiting for input (DESIGN §11).
+pub(super) async fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        role,
+        query,
+        ..
+    } = cx;
+    // Suspended calls waiting for input (DESIGN §11): approvers and admins see all,
+    // an agent its own.
+    match query_param(query, "status") {
+        Some("suspended") => {}
+        _ => {
+            return Err(ApiError::new(
+                Code::RequestInvalidField,
+                "list calls with `status=suspended` (the only listing there is)",
+            ))
+        }
+    }
+    let calls = gw.store_op(|s| s.suspended_calls(1000)).await?;
+    let shown: Vec<Value> = calls
+        .iter()
+        .filter(|c| role != Role::Agent || c.requester.id == principal.id)
+        .filter_map(pipeline::Suspended::of)
+        .map(|v| suspended_json(gw, &v))
+        .collect();
+    Ok(json_response(StatusCode::OK, &json!({"calls": shown})))
+}
+
+/// `GET /v1/calls/{id}`: a call's outcome, waiting up to `wait` seconds for it.
+pub(super) async fn get(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        role,
+        query,
+        ..
+    } = cx;
+    require(role, &[Role::Agent, Role::Admin])?;
+    pipeline::call_outcome(gw, &principal, id, wait(gw, query), false)
+        .await
+        .map(|o| outcome_response(gw, o))
+}
+
+/// `POST /v1/calls/{id}/resume`.
+pub(super) async fn resume(
+    cx: Ctx<'_>,
+    id: &str,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        role,
+        query,
+        limit,
+    } = cx;
+    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    // With `resume_data`: a suspended call continues (the requester, approvers and
+    // admins may); without: §6's resume, the call's outcome (the requester).
+    if let Some(data) = resume_data(&body, &["resume_data"])? {
+        return pipeline::suspend::resume(gw, &principal, id, data)
+            .await
+            .map(|o| outcome_response(gw, o));
+    }
+    require(role, &[Role::Agent, Role::Admin])?;
+    pipeline::call_outcome(gw, &principal, id, wait(gw, query), true)
+        .await
+        .map(|o| outcome_response(gw, o))
+}
+
+/// `POST /v1/runs/{run_id}/resume`: the suspended call of a run (or of one of its tool calls).
+pub(super) async fn resume_run(
+    cx: Ctx<'_>,
+    run_id: &str,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        limit,
+        ..
+    } = cx;
+    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let tool_call_id = optional_string(&body, "tool_call_id")?;
+    let data = resume_data(&body, &["resume_data", "tool_call_id"])?.ok_or_else(|| {
+        ApiError::new(
+            Code::RequestMissingField,
+            "a run resume needs `resume_data`",
+        )
+    })?;
+    let run_id = decode_component(run_id);
+    pipeline::suspend::resume_run(gw, &principal, &run_id, tool_call_id.as_deref(), data)
+        .await
+        .map(|o| outcome_response(gw, o))
+}
+
+/// `GET /v1/runs/{run_id}/stream`: the run's events, after `Last-Event-ID`.
+pub(super) fn stream_run(
+    cx: Ctx<'_>,
+    run_id: &str,
+    req: &Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, principal, .. } = cx;
+    let run_id = decode_component(run_id);
+    let last = req
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.trim().parse::<u64>().map_err(|_| {
+                ApiError::new(
+                    Code::RequestInvalidHeader,
+                    "`Last-Event-ID` must be an event id from this stream (an integer)",
+                )
+            })
+        })
+        .transpose()?
+        .unwrap_or(0);
+    Ok(crate::runs::stream(gw, principal, run_id, last))
+}
+
+/// `POST /v1/calls/{id}/cancel`.
+pub(super) async fn cancel(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        role,
+        ..
+    } = cx;
+    require(role, &[Role::Agent, Role::Admin])?;
+    let call = pipeline::cancel(gw, &principal, id).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"call_id": call.call_id, "status": "cancelled"}),
+    ))
+}
+
+/// A call's outcome as the API answers it (DESIGN §6): 200 with the backend's answer, or 202
+/// with the approval to wait for.
+fn outcome_response(gw: &Gateway, outcome: Outcome) -> Response<Body> {
+    match outcome {
+        Outcome::Completed(c) => {
+            let mut body = json!({
+                "call_id": c.call_id,
+                "status": "completed",
+                "decision": c.decision,
+                "fingerprint": c.fingerprint,
+                "upstream_status": c.upstream_status,
+                "result": c.result,
+            });
+            if let Some(args) = c.edited_args {
+                body["edited"] = Value::Bool(true);
+                body["args"] = args;
+            }
+            json_response(StatusCode::OK, &body)
+        }
+        Outcome::Pending(p) => json_response(
+            StatusCode::ACCEPTED,
+            &json!({
+                "call_id": p.call_id,
+                "status": "pending_approval",
+                "approval": {
+                    "id": p.approval_id,
+                    "expires_at": rfc3339(p.expires_at),
+                    "approvers": p.approvers,
+                    "quorum": p.quorum,
+                    "link": crate::approvals::inbox_link(&gw.config, &p.approval_id),
+                },
+            }),
+        ),
+        Outcome::Suspended(v) => json_response(StatusCode::ACCEPTED, &suspended_json(gw, &v)),
+    }
+}
+
+/// A suspended call as the API shows it (DESIGN §11).
+fn suspended_json(gw: &Gateway, v: &pipeline::Suspended) -> Value {
+    json!({
+        "call_id": v.call_id,
+        "status": "suspended",
+        "tool": v.tool,
+        "tool_call_id": v.tool_call_id,
+        "run_id": v.run_id,
+        "suspend": {"payload": v.payload, "resume_schema": v.resume_schema},
+        "expires_at": rfc3339(v.expires_at),
+        "suspensions": v.count,
+        "link": crate::approvals::resume_link(&gw.config, &v.call_id),
+    })
+}
+
+/// The `resume_data` of a resume body, if it has one (`null` counts as data). A field the
+/// route does not take is refused, so a misspelt `resume_data` is not read as no data.
+fn resume_data(body: &Value, allowed: &[&str]) -> Result<Option<Value>, ApiError> {
+    let Some(fields) = body.as_object() else {
+        return Err(ApiError::new(
+            Code::RequestInvalidJson,
+            "the body must be a JSON object",
+        ));
+    };
+    if let Some(k) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::new(
+            Code::RequestUnknownField,
+            format!(
+                "unknown field `{k}`; this route takes {}",
+                allowed.join(", ")
+            ),
+        ));
+    }
+    Ok(fields.get("resume_data").cloned())
+}
