@@ -100,10 +100,16 @@ pub struct Gateway {
     attached: Mutex<HashMap<String, String>>,
     /// Resume schemas, compiled once per suspension.
     pub schemas: crate::schemas::Schemas,
+    /// Woken when a deadline may have come nearer (an approval, a grant or a suspension was
+    /// written, here or by another gateway), so the expiry timer looks at the next one again.
+    pub deadlines: tokio::sync::Notify,
     /// The audit records other gateways on the same database appended, by seq range: the
     /// approvals and calls in them are told on this gateway's event streams too.
     remote_audit: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(u64, u64)>>>,
 }
+
+/// How long the expiry timer sleeps at most before it looks at the next deadline again.
+pub const DEADLINE_BACKSTOP: Duration = Duration::from_secs(5);
 
 /// The hold-registry key a run's stream waits on.
 pub fn run_key(run_id: &str) -> String {
@@ -241,6 +247,7 @@ impl Gateway {
             limits,
             attached: Mutex::new(attached),
             schemas: Default::default(),
+            deadlines: tokio::sync::Notify::new(),
             remote_audit: Mutex::new(Some(remote_rx)),
             config,
         };
@@ -402,7 +409,8 @@ impl Gateway {
 
     /// Expires approvals and grants whose time has come (their held requests wake from the
     /// store's notice of the calls it changed).
-    pub async fn expire(self: &Arc<Self>) {
+    /// Ends what is past its time (DESIGN §5, §11); false when the store refused.
+    pub async fn expire(self: &Arc<Self>) -> bool {
         let now = now_ms();
         match self.store_op(move |s| s.expire_due(now)).await {
             Ok(expired) => {
@@ -417,8 +425,40 @@ impl Gateway {
                     let event = self.approval_event(&a);
                     self.announce(Kind::ApprovalExpired, event).await;
                 }
+                true
             }
-            Err(e) => tracing::error!(code = e.code.as_str(), "expiry sweep failed: {}", e.message),
+            Err(e) => {
+                tracing::error!(code = e.code.as_str(), "expiry sweep failed: {}", e.message);
+                false
+            }
+        }
+    }
+
+    /// The expiry timer: sleeps until the store's next deadline and ends what is due then.
+    /// A new deadline wakes it through [`Gateway::deadlines`]; it also looks again every
+    /// [`DEADLINE_BACKSTOP`], in case a wake-up was missed or the wall clock jumped. A store
+    /// that refuses is retried after a second, never in a tight loop.
+    async fn expiry_timer(self: Arc<Self>) {
+        loop {
+            let next = self.store_op(|s| s.next_deadline()).await;
+            let wait = match next {
+                Ok(Some(at)) => Duration::from_millis(at.saturating_sub(now_ms())),
+                Ok(None) => DEADLINE_BACKSTOP,
+                Err(_) => Duration::from_secs(1),
+            };
+            if !wait.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(wait.min(DEADLINE_BACKSTOP)) => {}
+                    _ = self.deadlines.notified() => continue,
+                    _ = self.shutdown.cancelled() => break,
+                }
+            }
+            if !self.expire().await {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = self.shutdown.cancelled() => break,
+                }
+            }
         }
     }
 
@@ -494,6 +534,8 @@ impl Gateway {
                         },
                         _ = gw.shutdown.cancelled() => break,
                     };
+                    // Another gateway may have written a nearer deadline.
+                    gw.deadlines.notify_one();
                     // Nobody listening: nothing to read or build.
                     if gw.events.receiver_count() > 0 {
                         gw.tell_remote(from, to).await;
@@ -501,14 +543,13 @@ impl Gateway {
                 }
             });
         }
+        tokio::spawn(self.clone().expiry_timer());
         let gw = self.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(250));
             // Spent single-use tokens and ended inbox sessions are dropped once a minute.
             let mut sweep = tokio::time::interval(Duration::from_secs(60));
             loop {
                 tokio::select! {
-                    _ = tick.tick() => gw.expire().await,
                     _ = sweep.tick() => {
                         let now = now_ms();
                         if let Err(e) = gw.store_op(move |s| s.sweep_settings(now)).await {

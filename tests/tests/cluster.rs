@@ -221,7 +221,8 @@ fn an_approval_expiring_is_expired_once() {
     let db = Database::fresh();
     let backend = Backend::start();
     let gws = three(&backend, &db);
-    // `short.*` approvals live 1 s; every gateway sweeps four times a second.
+    // `short.*` approvals live 1 s; every gateway's expiry timer wakes at that deadline (the
+    // others' writes wake it too), so all three race to expire each one.
     let ids: Vec<String> = (0..6)
         .map(|i| {
             gws[i % 3]

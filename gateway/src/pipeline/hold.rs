@@ -88,6 +88,7 @@ pub(super) async fn open(
             return Err(e);
         }
     };
+    gw.deadlines.notify_one();
     gw.attach(
         attach_key(&principal.id, call.fingerprint.as_str(), call.run_id()),
         &d.call_id,

@@ -336,6 +336,7 @@ pub(super) async fn record_suspension(
             return Err(e);
         }
     };
+    gw.deadlines.notify_one();
     gw.metrics.call(&record.decision, "suspended");
     tracing::info!(call_id = %record.call_id, "call suspended by its upstream");
     Suspended::of(&record)

@@ -62,6 +62,8 @@ pub async fn decide(
         .store_op(move |s| s.decide(&id, &who, verdict, now))
         .await?;
     if a.status != ApprovalStatus::Pending {
+        // An approval may have made a grant, which has a deadline of its own.
+        gw.deadlines.notify_one();
         gw.approval_closed(&a.requester.id);
         gw.metrics
             .approval_wait_seconds

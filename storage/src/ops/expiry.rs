@@ -26,6 +26,17 @@ pub struct Expired {
 }
 
 impl Store {
+    /// The earliest deadline in the expiry index (an approval's, a grant's or a suspended
+    /// call's), if any: when [`Store::expire_due`] next has something to do. An entry whose
+    /// approval was decided meanwhile still counts; the sweep at its time drops it.
+    pub fn next_deadline(&self) -> Result<Option<Millis>, StoreError> {
+        self.shared.check()?;
+        match self.shared.backend.prefix(Ks::Expiry, &[]).next() {
+            Some(entry) => Ok(keys::split_timed(&entry?.0).map(|(at, _)| at)),
+            None => Ok(None),
+        }
+    }
+
     /// Expires pending approvals and grants whose time has come; returns the approvals that
     /// expired. Costs work in proportion to what expires (the expiry index is time-ordered).
     pub fn expire_due(&self, now: Millis) -> Result<Expired, StoreError> {
