@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use crate::canonical::hex;
-use crate::cel::{references, shared_env};
+use crate::cel::{references, shared_env, References};
 use crate::duration::parse_duration;
 use crate::error::{line_col, PolicyError, PolicyErrors};
 use crate::glob::Glob;
@@ -391,6 +391,39 @@ impl FileCtx<'_> {
     }
 }
 
+/// Where a rule's `when` was written, to place a problem at an offset in the expression (or
+/// at the rule, when it has none).
+struct WhenAt<'a> {
+    ctx: &'a FileCtx<'a>,
+    when: Option<std::ops::Range<usize>>,
+    rule_start: usize,
+}
+
+impl WhenAt<'_> {
+    /// The line and column of `expr_offset` bytes into the expression.
+    fn pos(&self, expr_offset: usize) -> (usize, usize) {
+        let text = self.ctx.text;
+        match &self.when {
+            Some(s) => {
+                let raw = &text[s.start..];
+                let quote = if raw.starts_with("'''") || raw.starts_with("\"\"\"") {
+                    // TOML drops a newline right after a multi-line string's opening quotes.
+                    let after = &raw[3..];
+                    3 + if after.starts_with("\r\n") {
+                        2
+                    } else {
+                        usize::from(after.starts_with('\n'))
+                    }
+                } else {
+                    1
+                };
+                line_col(text, s.start + quote + expr_offset)
+            }
+            None => line_col(text, self.rule_start),
+        }
+    }
+}
+
 impl Builder {
     fn add_file(&mut self, path: &Path, text: &str, env: &Env) {
         let ctx = FileCtx { path, text };
@@ -509,176 +542,38 @@ impl Builder {
         })
     }
 
+    /// One `[[rules]]` entry: its id, tools, approval settings and condition, each checked
+    /// in turn; every problem is kept (naming the rule), and a rule with one is not added.
     fn rule(&mut self, ctx: &FileCtx<'_>, raw: Spanned<RawRule>, env: &Env) {
         let span = raw.span();
         let r = raw.into_inner();
         let id = r.id.get_ref().clone();
-        let fail = |e: PolicyError| e.in_rule(&id);
-        let valid_id = id.len() <= 128
-            && id.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
-        if !valid_id {
-            self.errors.push(fail(ctx.err(
-                "policy.invalid_rule_id",
-                r.id.span(),
-                format!("invalid rule id `{id}`: use letters, digits, `_`, `.` and `-`"),
-            )));
+        if !self.rule_id(ctx, &r.id) {
             return;
         }
-        if let Some(first) = self.rules.iter().map(|p| &p.rule).find(|x| x.id == id) {
-            self.errors.push(fail(ctx.err(
-                "policy.duplicate_rule",
-                r.id.span(),
-                format!(
-                    "rule id `{id}` is already used at {}:{}",
-                    first.location.file.display(),
-                    first.location.line
-                ),
-            )));
+        let tools = self.rule_tools(ctx, &r, &span, &id);
+        let Some((approvers, quorum, approval_ttl, grant)) =
+            self.rule_approval(ctx, &r, &span, &id)
+        else {
             return;
-        }
-        let mut tools = Vec::new();
-        for t in r.tools.iter().flatten() {
-            match Glob::new(t.get_ref()) {
-                Ok(g) => tools.push(g),
-                Err(m) => self
-                    .errors
-                    .push(fail(ctx.err("policy.invalid_glob", t.span(), m))),
-            }
-        }
-        if r.tools.as_ref().is_some_and(Vec::is_empty) {
-            self.errors.push(fail(ctx.err(
-                "policy.invalid_glob",
-                span.clone(),
-                "`tools` is empty, so the rule could never apply; omit it to apply to every tool",
-            )));
-        }
-        let has_approval_settings = r.approvers.is_some()
-            || r.quorum.is_some()
-            || r.approval_ttl.is_some()
-            || r.grant.is_some();
-        if has_approval_settings && r.decision != DecisionKind::RequireApproval {
-            self.errors.push(fail(ctx.err("policy.invalid", span.clone(), "`approvers`, `quorum`, `approval_ttl` and `grant` only apply to `require_approval` rules")));
-        }
-        // Approval settings are resolved against the defaults in `finish`, once they are known;
-        // here they are kept raw.
-        let quorum = r.quorum.as_ref().map(|q| *q.get_ref()).unwrap_or(1);
-        if quorum == 0 {
-            self.errors.push(fail(ctx.err(
-                "policy.invalid",
-                r.quorum.as_ref().map(Spanned::span).unwrap_or(span.clone()),
-                "`quorum` must be at least 1",
-            )));
-        }
-        let approvers: BTreeSet<String> = r
-            .approvers
-            .clone()
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        if approvers.iter().any(String::is_empty) {
-            self.errors.push(fail(ctx.err(
-                "policy.invalid",
-                span.clone(),
-                "approver group names must not be empty",
-            )));
-        }
-        let approval_ttl = r.approval_ttl.as_ref().map(|t| ctx.duration(t)).transpose();
-        let grant = r.grant.as_ref().map(|g| ctx.grant(g)).transpose();
-        let (approval_ttl, grant) = match (approval_ttl, grant) {
-            (Ok(t), Ok(g)) => (t, g),
-            (Err(e), _) | (_, Err(e)) => {
-                self.errors.push(fail(e));
-                return;
-            }
         };
         let classifiers: Vec<String> = match r.classifier.as_ref().map(Spanned::get_ref) {
             None => Vec::new(),
             Some(OneOrMany::One(c)) => vec![c.clone()],
             Some(OneOrMany::Many(cs)) => cs.clone(),
         };
-        let (when, when_span) = match &r.when {
-            Some(w) => (w.get_ref().clone(), Some(w.span())),
-            None => ("true".to_owned(), None),
+        let at = WhenAt {
+            ctx,
+            when: r.when.as_ref().map(Spanned::span),
+            rule_start: span.start,
         };
-        let when_pos = |expr_offset: usize| -> (usize, usize) {
-            match &when_span {
-                Some(s) => {
-                    let raw = &ctx.text[s.start..];
-                    let quote = if raw.starts_with("'''") || raw.starts_with("\"\"\"") {
-                        // TOML drops a newline right after a multi-line string's opening quotes.
-                        let after = &raw[3..];
-                        3 + if after.starts_with("\r\n") {
-                            2
-                        } else {
-                            usize::from(after.starts_with('\n'))
-                        }
-                    } else {
-                        1
-                    };
-                    line_col(ctx.text, s.start + quote + expr_offset)
-                }
-                None => line_col(ctx.text, span.start),
-            }
-        };
-        if when.contains("__airlock") {
-            self.errors.push(fail(
-                PolicyError::new(
-                    "policy.reserved_name",
-                    ctx.path,
-                    "names starting with `__airlock` are reserved",
-                )
-                .at(when_pos(when.find("__airlock").unwrap_or(0))),
-            ));
+        let when = r
+            .when
+            .as_ref()
+            .map_or_else(|| "true".to_owned(), |w| w.get_ref().clone());
+        let Some((program, refs)) = self.rule_condition(&at, &when, env, &classifiers, &id) else {
             return;
-        }
-        let program = match env.compile(&when) {
-            Ok(p) => p,
-            Err(errs) => {
-                for e in errs.errors {
-                    let code = if e.msg.starts_with("invalid regex") {
-                        "policy.invalid_regex"
-                    } else if e.msg.starts_with("the pattern of `matches`") {
-                        "policy.dynamic_regex"
-                    } else {
-                        "policy.cel_syntax"
-                    };
-                    let offset = expr_offset(&when, e.pos.0, e.pos.1);
-                    self.errors.push(fail(
-                        PolicyError::new(code, ctx.path, e.msg.clone()).at(when_pos(offset)),
-                    ));
-                }
-                return;
-            }
         };
-        let refs = references(&program);
-        let offset_of = |id: u64| {
-            program
-                .source_info()
-                .offset_for(id)
-                .map(|(s, _)| s as usize)
-                .unwrap_or(0)
-        };
-        for (name, id) in &refs.unknown {
-            self.errors.push(fail(PolicyError::new("policy.unknown_variable", ctx.path, format!("undeclared variable `{name}`; rules may use tool, args, context, principal, fingerprint, now and classifier.<name>")).at(when_pos(offset_of(*id)))));
-        }
-        if refs.classifier_whole {
-            self.errors.push(fail(
-                PolicyError::new(
-                    "policy.unknown_classifier",
-                    ctx.path,
-                    "use `classifier.<name>`, naming a classifier the rule lists in `classifier`",
-                )
-                .at(when_pos(0)),
-            ));
-        }
-        for c in &refs.classifiers {
-            if !classifiers.contains(c) {
-                self.errors.push(fail(PolicyError::new("policy.unknown_classifier", ctx.path, format!("`classifier.{c}` is used but the rule does not name `{c}` in `classifier`")).at(when_pos(0))));
-            }
-        }
         let (line, col) = line_col(ctx.text, span.start);
         let rule = Rule {
             id,
@@ -707,6 +602,201 @@ impl Builder {
             approval_ttl,
             grant: grant.unwrap_or_default(),
         });
+    }
+
+    /// Whether a rule's id is well formed and not used before.
+    fn rule_id(&mut self, ctx: &FileCtx<'_>, raw: &Spanned<String>) -> bool {
+        let id = raw.get_ref();
+        let valid = id.len() <= 128
+            && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+        if !valid {
+            self.errors.push(
+                ctx.err(
+                    "policy.invalid_rule_id",
+                    raw.span(),
+                    format!("invalid rule id `{id}`: use letters, digits, `_`, `.` and `-`"),
+                )
+                .in_rule(id),
+            );
+            return false;
+        }
+        if let Some(first) = self.rules.iter().map(|p| &p.rule).find(|x| &x.id == id) {
+            let message = format!(
+                "rule id `{id}` is already used at {}:{}",
+                first.location.file.display(),
+                first.location.line
+            );
+            self.errors.push(
+                ctx.err("policy.duplicate_rule", raw.span(), message)
+                    .in_rule(id),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// A rule's tool patterns; an empty list is refused (it could never apply).
+    fn rule_tools(
+        &mut self,
+        ctx: &FileCtx<'_>,
+        r: &RawRule,
+        span: &std::ops::Range<usize>,
+        id: &str,
+    ) -> Vec<Glob> {
+        let mut tools = Vec::new();
+        for t in r.tools.iter().flatten() {
+            match Glob::new(t.get_ref()) {
+                Ok(g) => tools.push(g),
+                Err(m) => self
+                    .errors
+                    .push(ctx.err("policy.invalid_glob", t.span(), m).in_rule(id)),
+            }
+        }
+        if r.tools.as_ref().is_some_and(Vec::is_empty) {
+            self.errors.push(ctx.err(
+                "policy.invalid_glob",
+                span.clone(),
+                "`tools` is empty, so the rule could never apply; omit it to apply to every tool",
+            ).in_rule(id));
+        }
+        tools
+    }
+
+    /// A rule's approval settings, kept raw: they are resolved against the defaults in
+    /// `finish`, once those are known. `None` when its ttl or grant does not parse.
+    #[allow(clippy::type_complexity)]
+    fn rule_approval(
+        &mut self,
+        ctx: &FileCtx<'_>,
+        r: &RawRule,
+        span: &std::ops::Range<usize>,
+        id: &str,
+    ) -> Option<(
+        BTreeSet<String>,
+        u32,
+        Option<Duration>,
+        Option<PartialGrant>,
+    )> {
+        let has_approval_settings = r.approvers.is_some()
+            || r.quorum.is_some()
+            || r.approval_ttl.is_some()
+            || r.grant.is_some();
+        if has_approval_settings && r.decision != DecisionKind::RequireApproval {
+            self.errors.push(ctx.err("policy.invalid", span.clone(), "`approvers`, `quorum`, `approval_ttl` and `grant` only apply to `require_approval` rules").in_rule(id));
+        }
+        let quorum = r.quorum.as_ref().map(|q| *q.get_ref()).unwrap_or(1);
+        if quorum == 0 {
+            self.errors.push(
+                ctx.err(
+                    "policy.invalid",
+                    r.quorum.as_ref().map(Spanned::span).unwrap_or(span.clone()),
+                    "`quorum` must be at least 1",
+                )
+                .in_rule(id),
+            );
+        }
+        let approvers: BTreeSet<String> = r
+            .approvers
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        if approvers.iter().any(String::is_empty) {
+            self.errors.push(
+                ctx.err(
+                    "policy.invalid",
+                    span.clone(),
+                    "approver group names must not be empty",
+                )
+                .in_rule(id),
+            );
+        }
+        let approval_ttl = r.approval_ttl.as_ref().map(|t| ctx.duration(t)).transpose();
+        let grant = r.grant.as_ref().map(|g| ctx.grant(g)).transpose();
+        match (approval_ttl, grant) {
+            (Ok(t), Ok(g)) => Some((approvers, quorum, t, g)),
+            (Err(e), _) | (_, Err(e)) => {
+                self.errors.push(e.in_rule(id));
+                None
+            }
+        }
+    }
+
+    /// A rule's `when`, compiled, with the names it reads checked: declared variables only,
+    /// and `classifier.<name>` only for classifiers the rule names.
+    fn rule_condition(
+        &mut self,
+        at: &WhenAt<'_>,
+        when: &str,
+        env: &Env,
+        classifiers: &[String],
+        id: &str,
+    ) -> Option<(Program, References)> {
+        let path = at.ctx.path;
+        if when.contains("__airlock") {
+            self.errors.push(
+                PolicyError::new(
+                    "policy.reserved_name",
+                    path,
+                    "names starting with `__airlock` are reserved",
+                )
+                .at(at.pos(when.find("__airlock").unwrap_or(0)))
+                .in_rule(id),
+            );
+            return None;
+        }
+        let program = match env.compile(when) {
+            Ok(p) => p,
+            Err(errs) => {
+                for e in errs.errors {
+                    let code = if e.msg.starts_with("invalid regex") {
+                        "policy.invalid_regex"
+                    } else if e.msg.starts_with("the pattern of `matches`") {
+                        "policy.dynamic_regex"
+                    } else {
+                        "policy.cel_syntax"
+                    };
+                    let offset = expr_offset(when, e.pos.0, e.pos.1);
+                    self.errors.push(
+                        PolicyError::new(code, path, e.msg.clone())
+                            .at(at.pos(offset))
+                            .in_rule(id),
+                    );
+                }
+                return None;
+            }
+        };
+        let refs = references(&program);
+        let offset_of = |id: u64| {
+            program
+                .source_info()
+                .offset_for(id)
+                .map(|(s, _)| s as usize)
+                .unwrap_or(0)
+        };
+        for (name, expr) in &refs.unknown {
+            self.errors.push(PolicyError::new("policy.unknown_variable", path, format!("undeclared variable `{name}`; rules may use tool, args, context, principal, fingerprint, now and classifier.<name>")).at(at.pos(offset_of(*expr))).in_rule(id));
+        }
+        if refs.classifier_whole {
+            self.errors.push(
+                PolicyError::new(
+                    "policy.unknown_classifier",
+                    path,
+                    "use `classifier.<name>`, naming a classifier the rule lists in `classifier`",
+                )
+                .at(at.pos(0))
+                .in_rule(id),
+            );
+        }
+        for c in &refs.classifiers {
+            if !classifiers.contains(c) {
+                self.errors.push(PolicyError::new("policy.unknown_classifier", path, format!("`classifier.{c}` is used but the rule does not name `{c}` in `classifier`")).at(at.pos(0)).in_rule(id));
+            }
+        }
+        Some((program, refs))
     }
 
     fn finish(
