@@ -130,6 +130,7 @@ async fn chunk(
             | Kind::CallFailed
             | Kind::CallExpired
             | Kind::CallCancelled
+            | Kind::CallResumeDenied
     );
     if !wanted {
         return None;
@@ -147,7 +148,14 @@ async fn chunk(
         )
     };
     let (name, mut payload) = match kind {
-        Kind::CallDecided if record.get("decision").and_then(Value::as_str) == Some("deny") => {
+        // A refused resume that ended the call (an MCP client's answer, DESIGN §11); one that
+        // left it suspended is no event of the run: the call still waits.
+        Kind::CallDecided | Kind::CallResumeDenied
+            if match kind {
+                Kind::CallDecided => record.get("decision").and_then(Value::as_str) == Some("deny"),
+                _ => record.get("ended") == Some(&Value::Bool(true)),
+            } =>
+        {
             let messages: Vec<&str> = record
                 .get("messages")
                 .and_then(Value::as_array)

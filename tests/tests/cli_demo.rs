@@ -557,5 +557,73 @@ fn the_demo_deploy_tool_asks_which_environment_over_the_cli_and_mcp() {
         "{result}"
     );
     assert_eq!(result["structuredContent"]["service"], "web");
+
+    // Answered `production` over MCP, in either revision, the client gets a final denial,
+    // and that is what happens: the call ends `denied`, leaves the suspended list, and a
+    // later resume (with an answer policy allows) is refused instead of running it.
+    let admin = demo
+        .stdout
+        .lines()
+        .find_map(|l| l.trim().split_once("export AIRLOCK_ADMIN_TOKEN="))
+        .map(|(_, t)| t.to_owned())
+        .unwrap();
+    let http = reqwest::blocking::Client::new();
+    let get = |path: &str, token: &str| -> (u16, Value) {
+        let r = http
+            .get(format!("{}{path}", demo.base))
+            .bearer_auth(token)
+            .send()
+            .unwrap();
+        (r.status().as_u16(), r.json().unwrap())
+    };
+    for mode in ["legacy", "2026-07-28"] {
+        let out = Command::new("python3")
+            .arg(peers().join("mcp_client.py"))
+            .args([
+                &format!("{}/mcp", demo.base),
+                demo.agent.as_str(),
+                mode,
+                "answer-form",
+                "demo.deploy",
+            ])
+            .args([r#"{"service":"db"}"#, r#"{"environment":"production"}"#])
+            .output()
+            .unwrap();
+        let last: Value = serde_json::from_str(text(&out.stdout).lines().last().unwrap()).unwrap();
+        assert_eq!(last["result"]["isError"], true, "{mode}: {last}");
+        assert!(last.to_string().contains("policy.denied"), "{mode}: {last}");
+        let (_, listed) = get("/v1/calls?status=suspended", &demo.approver);
+        assert_eq!(listed["calls"], serde_json::json!([]), "{mode}: {listed}");
+        let (_, log) = get("/v1/audit?limit=1000", &admin);
+        let ended: Vec<&Value> = log["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["kind"] == "call.resume_denied" && r["ended"] == true)
+            .collect();
+        let id = ended.last().unwrap()["call_id"].as_str().unwrap();
+        let (status, got) = get(&format!("/v1/calls/{id}"), &demo.agent);
+        assert_eq!(
+            (status, got["error"]["code"].as_str()),
+            (403, Some("policy.denied")),
+            "{got}"
+        );
+        let out = demo.cli(
+            &[
+                "call",
+                "--resume",
+                id,
+                "--data",
+                r#"{"environment":"staging"}"#,
+            ],
+            &agent,
+        );
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            text(&out.stdout).contains("409 call.not_suspended"),
+            "{mode}: {}",
+            text(&out.stdout)
+        );
+    }
     demo.stop();
 }

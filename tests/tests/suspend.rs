@@ -204,7 +204,11 @@ fn a_call_suspends_twice_and_policy_can_deny_a_resume() {
     let (s, e) = resume(&gw, "agent1", &id, json!({"environment": "production"}));
     assert_eq!(s, 403, "{e}");
     assert_eq!(e["error"]["code"], "policy.denied");
-    assert_eq!(e["error"]["message"], "production needs a change ticket");
+    assert_eq!(e["error"]["details"]["suspended"], true, "{e}");
+    assert_eq!(
+        e["error"]["message"],
+        "production needs a change ticket (the call stays suspended: answer again)"
+    );
     assert_eq!(backend.count(), 1);
     let (_, got) = gw.req(
         "GET",

@@ -107,9 +107,15 @@ pub(super) async fn resume(
     // With `resume_data`: a suspended call continues (the requester, approvers and
     // admins may); without: §6's resume, the call's outcome (the requester).
     if let Some(data) = resume_data(&body, &["resume_data"])? {
-        return pipeline::suspend::resume(gw, &principal, id, data)
-            .await
-            .map(|o| outcome_response(gw, o));
+        return pipeline::suspend::resume(
+            gw,
+            &principal,
+            id,
+            data,
+            pipeline::suspend::IfRefused::StaysSuspended,
+        )
+        .await
+        .map(|o| outcome_response(gw, o));
     }
     require(role, &[Role::Agent, Role::Admin])?;
     pipeline::call_outcome(gw, &principal, id, wait(gw, query), true)

@@ -179,7 +179,15 @@ async fn post(
                 Ok(d) => d,
                 Err(e) => return call_page(gw, session, id, Some(e)).await,
             };
-            match crate::pipeline::suspend::resume(gw, &session.principal, id, data).await {
+            match crate::pipeline::suspend::resume(
+                gw,
+                &session.principal,
+                id,
+                data,
+                crate::pipeline::suspend::IfRefused::StaysSuspended,
+            )
+            .await
+            {
                 Ok(_) => redirect(&format!("/inbox/calls/{id}"), None),
                 Err(e) => call_page(gw, session, id, Some(e)).await,
             }

@@ -12,9 +12,9 @@
 
 use std::sync::Arc;
 
-use airlock_policy::{DecisionKind, ToolCall};
+use airlock_policy::{Decision, DecisionKind, ToolCall};
 use airlock_storage::{CallRecord, CallStatus, Principal};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::claim::respond;
 use super::decide::{denied, explanation, policy};
@@ -63,6 +63,17 @@ fn validate(gw: &Gateway, call: &CallRecord, data: &Value) -> Result<(), ApiErro
     .with_details(json!({"call_id": call.call_id, "errors": errors})))
 }
 
+/// What a resume that policy refuses leaves behind (DESIGN §11): what the caller was told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfRefused {
+    /// The caller may answer again (the JSON API, the inbox): the call stays suspended, and
+    /// the refusal says so (`details.suspended`).
+    StaysSuspended,
+    /// The caller was given a final result (MCP): the call ends there, `denied`, and can never
+    /// run later.
+    Ends,
+}
+
 /// `POST /v1/calls/{id}/resume {"resume_data"}`: validates, asks policy (with `resume`
 /// bound), claims the call and sends the resume to its upstream; answers like any call
 /// (completed, failed, or suspended again).
@@ -71,6 +82,7 @@ pub async fn resume(
     principal: &Principal,
     call_id: &str,
     data: Value,
+    if_refused: IfRefused,
 ) -> Result<Outcome, ApiError> {
     // `data` was parsed strictly with the rest of the request (numbers, depth, duplicates).
     let id = call_id.to_owned();
@@ -90,23 +102,7 @@ pub async fn resume(
     let mut expl = explanation(&decision, &classified);
     expl.insert("decision".into(), Value::from(decision.decision.as_str()));
     if decision.decision != DecisionKind::Allow {
-        let (c, by, d, now) = (call.clone(), principal.clone(), data.clone(), now_ms());
-        let audit = expl.clone();
-        gw.store_op(move |s| s.resume_denied(&c, &by, &d, audit, now))
-            .await?;
-        tracing::info!(call_id, by = %principal.id, decision = decision.decision.as_str(), "resume refused by policy");
-        let mut e = denied(&decision);
-        if decision.decision == DecisionKind::RequireApproval {
-            e.message = format!(
-                "policy requires approval for this resume, and a resume cannot wait for one: \
-                 it is refused (the call stays suspended). {}",
-                e.message
-            );
-        }
-        return Err(e.with_details(json!({
-            "call_id": call.call_id, "decision": decision.decision.as_str(),
-            "rules": decision.rules, "messages": decision.messages,
-        })));
+        return Err(refuse(gw, principal, &call, &data, &decision, expl, if_refused).await);
     }
 
     let (id, by, d, now) = (
@@ -126,6 +122,60 @@ pub async fn resume(
     gw.metrics.call(&claimed.decision, "resumed");
     let guard = Unfinished::arm(gw, &claimed.call_id, &claimed.decision);
     forward::run(gw, claimed, Some(&data), guard).await
+}
+
+/// A resume policy refused: audited, and the call ended or left suspended as `if_refused`
+/// says; the refusal the caller gets says which.
+async fn refuse(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    call: &CallRecord,
+    data: &Value,
+    decision: &Decision,
+    expl: Map<String, Value>,
+    if_refused: IfRefused,
+) -> ApiError {
+    let ends = if_refused == IfRefused::Ends;
+    let (id, by, d, now) = (
+        call.call_id.clone(),
+        principal.clone(),
+        data.clone(),
+        now_ms(),
+    );
+    let after = match gw
+        .store_op(move |s| s.resume_denied(&id, &by, &d, expl, ends, now))
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => return e,
+    };
+    let ended = after.status == CallStatus::Denied;
+    if ended {
+        // Nothing will resume it: an upstream request kept open for it goes too.
+        gw.backends.abandon(&call.call_id);
+        gw.schemas.forget(&call.call_id);
+        gw.metrics.call(&call.decision, "denied");
+    }
+    tracing::info!(call_id = %call.call_id, by = %principal.id, decision = decision.decision.as_str(), ended, "resume refused by policy");
+    let mut e = denied(decision);
+    let what = if ended {
+        "the call has ended and will not run"
+    } else {
+        "the call stays suspended: answer again"
+    };
+    e.message = if decision.decision == DecisionKind::RequireApproval {
+        format!(
+            "policy requires approval for this resume, and a resume cannot wait for one: it is \
+             refused ({what}). {}",
+            e.message
+        )
+    } else {
+        format!("{} ({what})", e.message)
+    };
+    e.with_details(json!({
+        "call_id": call.call_id, "decision": decision.decision.as_str(),
+        "rules": decision.rules, "messages": decision.messages, "suspended": !ended,
+    }))
 }
 
 /// `POST /v1/runs/{run_id}/resume`: resumes the run's one suspended call (narrowed by
@@ -150,7 +200,7 @@ pub async fn resume_run(
             Code::CallNotFound,
             format!("run `{run_id}` has no suspended call to resume"),
         )),
-        [one] => resume(gw, principal, &one.call_id, data).await,
+        [one] => resume(gw, principal, &one.call_id, data, IfRefused::StaysSuspended).await,
         many => Err(ApiError::new(
             Code::CallAmbiguous,
             format!(
@@ -215,7 +265,8 @@ pub async fn answer_input(
                 .get("content")
                 .cloned()
                 .unwrap_or_else(|| json!({}));
-            resume(gw, principal, call_id, content).await
+            // The client gets a final result for its call: a refusal ends it.
+            resume(gw, principal, call_id, content, IfRefused::Ends).await
         }
         Some(action @ ("decline" | "cancel")) => {
             super::cancel(gw, principal, call_id).await?;

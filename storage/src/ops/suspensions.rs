@@ -142,20 +142,38 @@ impl Store {
         })
     }
 
-    /// Audits a resume that policy denied; the call stays suspended.
+    /// Audits a resume that policy denied. With `end`, the call ends there: `denied`, out of the
+    /// suspended lists, never to run (what an MCP client was told, DESIGN §11); without, it
+    /// stays suspended for another answer. A call no longer suspended is only audited.
     pub fn resume_denied(
         &self,
-        call: &CallRecord,
+        call_id: &str,
         by: &Principal,
         resume_data: &Value,
         explanation: Map<String, Value>,
+        end: bool,
         now: Millis,
-    ) -> Result<u64, StoreError> {
-        let mut f = Self::call_fields(&self.redact, call);
-        f.insert("by".into(), Value::from(by.id.clone()));
-        f.insert("resume_data".into(), redact(resume_data, &self.redact));
-        f.extend(explanation);
-        self.writer
-            .submit(move |tx| Ok(tx.audit(now, Kind::CallResumeDenied, f)))
+    ) -> Result<CallRecord, StoreError> {
+        let (call_id, by) = (call_id.to_owned(), by.id.clone());
+        let resume_data = redact(resume_data, &self.redact);
+        let redact_ptrs = self.redact.clone();
+        self.writer.submit(move |tx| {
+            let mut call = load_call(tx, &call_id)?
+                .ok_or_else(|| StoreError::CallNotFound(call_id.clone()))?;
+            let ends = end && call.status == CallStatus::Suspended;
+            if ends {
+                call.status = CallStatus::Denied;
+                call.updated_at = now;
+                unindex_suspended(tx, &call);
+                put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            }
+            let mut f = Self::call_fields(&redact_ptrs, &call);
+            f.insert("by".into(), Value::from(by));
+            f.insert("resume_data".into(), resume_data);
+            f.insert("ended".into(), Value::from(ends));
+            f.extend(explanation);
+            tx.audit(now, Kind::CallResumeDenied, f);
+            Ok(call)
+        })
     }
 }
