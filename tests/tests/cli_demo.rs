@@ -81,6 +81,26 @@ impl Demo {
         cmd.output().unwrap()
     }
 
+    /// Runs `airlock ARGS` with its stdout a pipe nobody reads (closed before it writes, as
+    /// `| head` leaves it), and returns its exit code and stderr.
+    fn cli_into_closed_pipe(&self, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+        let mut cmd = Command::new(airlock_bin());
+        cmd.args(args)
+            .args(["--url", &self.base])
+            .env_remove("AIRLOCK_TOKEN")
+            .env_remove("AIRLOCK_APPROVER_TOKEN")
+            .env_remove("AIRLOCK_ADMIN_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        (out.status.code(), text(&out.stderr))
+    }
+
     fn held_call(&self) -> Value {
         let r = reqwest::blocking::Client::new()
             .post(format!("{}/v1/calls", self.base))
@@ -468,6 +488,42 @@ fn help_describes_each_subcommand_in_its_own_words() {
     }
     let call = text(&airlock(&["call", "--help"]).stdout);
     assert!(call.contains("The gateway's URL"), "{call}");
+}
+
+#[test]
+fn output_into_a_pipe_closed_early_is_dropped_without_a_panic_and_the_command_still_acts() {
+    let data = tempfile::tempdir().unwrap();
+    let demo = Demo::start(data.path());
+    let agent = [("AIRLOCK_TOKEN", demo.agent.as_str())];
+    let approver = [("AIRLOCK_APPROVER_TOKEN", demo.approver.as_str())];
+    let held = demo.held_call();
+    let approval = held["approval"]["id"].as_str().unwrap();
+    for (args, env) in [
+        (vec!["approvals", "list", "--json"], &approver),
+        (vec!["approvals", "list"], &approver),
+        (vec!["approvals", "show", approval, "--json"], &approver),
+        (
+            vec![
+                "call",
+                "--tool",
+                "demo.echo",
+                "--args",
+                r#"{"n":1}"#,
+                "--json",
+            ],
+            &agent,
+        ),
+        (vec!["approvals", "approve", approval], &approver),
+    ] {
+        let (code, stderr) = demo.cli_into_closed_pipe(&args, env);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // The approval given into the closed pipe stands.
+    let out = demo.cli(&["approvals", "show", approval, "--json"], &approver);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["status"], "approved", "{shown}");
+    demo.stop();
 }
 
 #[test]

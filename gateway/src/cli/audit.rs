@@ -70,21 +70,24 @@ pub(super) fn audit_verify(at: StoreAt, file: Option<PathBuf>) -> u8 {
     };
     match result {
         Ok(s) if s.records == 0 => {
-            println!("ok: 0 records");
+            say!("ok: 0 records");
             0
         }
         Ok(s) => {
-            println!(
+            say!(
                 "ok: {} records (seq {}..{}), last hash {}",
-                s.records, s.first_seq, s.last_seq, s.last_hash
+                s.records,
+                s.first_seq,
+                s.last_seq,
+                s.last_hash
             );
             if s.first_seq > 1 {
-                println!("(the chain starts after seq {}: a prune's checkpoint, or an export made with --after)", s.first_seq - 1);
+                say!("(the chain starts after seq {}: a prune's checkpoint, or an export made with --after)", s.first_seq - 1);
             }
             0
         }
         Err(e) => {
-            println!("FAILED: {e}");
+            say!("FAILED: {e}");
             1
         }
     }
@@ -97,7 +100,7 @@ pub(super) fn audit_prune(at: &StoreAt, before: u64) -> u8 {
     };
     match store.prune_audit(before, crate::clock::now_ms()) {
         Ok((dropped, checkpoint)) => {
-            println!("pruned {dropped} records; verify now starts from the checkpoint at seq {checkpoint}");
+            say!("pruned {dropped} records; verify now starts from the checkpoint at seq {checkpoint}");
             0
         }
         Err(e) => bad_input(e.code(), e),

@@ -17,6 +17,14 @@ use airlock_policy::{json, MAX_ARGS_DEPTH};
 use clap::{Parser, Subcommand};
 use serde_json::Value;
 
+/// `println!` for a command's output, through [`say`]: `airlock approvals list | head -1`
+/// must not panic when `head` has read its line and gone.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::say(format_args!($($arg)*))
+    };
+}
+
 mod approvals;
 mod audit;
 mod call;
@@ -137,4 +145,17 @@ fn read_stdin() -> Result<Vec<u8>, u8> {
         )
     })?;
     Ok(buf)
+}
+
+/// Prints one line on stdout. A reader that went away (`| head`) is no error of the command:
+/// what it did stands, its exit code says how it went, and the rest of its output is dropped.
+/// Any other failure to write is reported on stderr.
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("error[client.io]: cannot write the output: {e}");
+        }
+    }
 }

@@ -68,7 +68,7 @@ pub(super) fn fingerprint(args: &FingerprintArgs) -> u8 {
     };
     match ToolCall::from_args_json(&args.tool, &raw) {
         Ok(call) => {
-            println!(
+            say!(
                 "{}",
                 json!({"canonical": call.canonical_args, "fingerprint": call.fingerprint.as_str()})
             );
@@ -81,7 +81,7 @@ pub(super) fn fingerprint(args: &FingerprintArgs) -> u8 {
 pub(super) fn policy_check(path: &std::path::Path) -> u8 {
     match PolicySet::load(path) {
         Ok(set) => {
-            println!(
+            say!(
                 "ok: {} rule(s) in {} file(s), policy_version {}",
                 set.rules().len(),
                 set.sources().len(),
@@ -103,8 +103,8 @@ pub(super) fn policy_test(paths: &[PathBuf]) -> u8 {
     let report = cases::run(paths);
     for r in &report.results {
         match &r.failure {
-            None => println!("ok   {} {}", r.location, r.name),
-            Some(why) => println!(
+            None => say!("ok   {} {}", r.location, r.name),
+            Some(why) => say!(
                 "FAIL {} {}\n     {}",
                 r.location,
                 r.name,
@@ -112,7 +112,7 @@ pub(super) fn policy_test(paths: &[PathBuf]) -> u8 {
             ),
         }
     }
-    println!("{} passed, {} failed", report.passed(), report.failed());
+    say!("{} passed, {} failed", report.passed(), report.failed());
     u8::from(report.failed() > 0 || report.results.is_empty())
 }
 
@@ -133,7 +133,7 @@ pub(super) fn policy_eval(args: &EvalArgs) -> u8 {
     let decision = evaluate(&set, &request.input());
     let mut out = cases::decision_json(&decision, &request.call);
     out["classifiers"] = cases::classifiers_json(&request.classifiers);
-    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    say!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     0
 }
 

@@ -30,9 +30,9 @@ pub(super) fn print_answer(
     human: impl FnOnce() -> String,
 ) -> u8 {
     if json_out {
-        println!("{}", serde_json::to_string_pretty(body).unwrap_or_default());
+        say!("{}", serde_json::to_string_pretty(body).unwrap_or_default());
     } else {
-        println!("{}", human());
+        say!("{}", human());
     }
     u8::from(!(200..300).contains(&status))
 }

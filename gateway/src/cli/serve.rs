@@ -89,9 +89,9 @@ pub(super) fn serve(args: ServeArgs) -> u8 {
             }
         };
         if let Some(banner) = &banner {
-            println!("{banner}");
+            say!("{banner}");
         }
-        println!("airlock listening on {scheme}://{addr} (data in {data_dir})");
+        say!("airlock listening on {scheme}://{addr} (data in {data_dir})");
         let _ = std::io::Write::flush(&mut std::io::stdout());
         let shutdown = tokio_util::sync::CancellationToken::new();
         let signals = shutdown.clone();

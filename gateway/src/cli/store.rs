@@ -92,11 +92,11 @@ pub(super) fn store_migrate(url: &str, ca: Option<&std::path::Path>) -> u8 {
     };
     match airlock_storage::migrate_database(&PgOptions { url, ca_pem }) {
         Ok((before, after)) if before == after => {
-            println!("ok: the schema is at version {after}, this binary's");
+            say!("ok: the schema is at version {after}, this binary's");
             0
         }
         Ok((before, after)) => {
-            println!("ok: migrated the schema from version {before} to {after}");
+            say!("ok: migrated the schema from version {before} to {after}");
             0
         }
         Err(e) => bad_input(e.code(), e),

@@ -61,7 +61,7 @@ pub(super) fn webhooks(cmd: WebhooksCommand) -> u8 {
             };
             match signing::sign(&key, &id, timestamp, &body) {
                 Ok(sig) => {
-                    println!("{sig}");
+                    say!("{sig}");
                     0
                 }
                 Err(e) => bad_input("webhook.invalid_secret", e),
@@ -85,11 +85,11 @@ pub(super) fn webhooks(cmd: WebhooksCommand) -> u8 {
             let now = (crate::clock::now_ms() / 1000) as i64;
             match signing::verify(&key, &id, timestamp, &body, &signature, now, tolerance) {
                 Ok(()) => {
-                    println!("valid");
+                    say!("valid");
                     0
                 }
                 Err(e) => {
-                    println!("invalid: {e}");
+                    say!("invalid: {e}");
                     1
                 }
             }
