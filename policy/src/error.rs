@@ -90,13 +90,26 @@ impl PolicyError {
     }
 }
 
+impl PolicyError {
+    /// Where and what, without the code: `file:line:col: rule `id`: message` (a file that
+    /// cannot be read has no line to name).
+    pub fn located(&self) -> String {
+        let mut s = if self.line == 0 {
+            format!("{}: ", self.file.display())
+        } else {
+            format!("{}:{}:{}: ", self.file.display(), self.line, self.col)
+        };
+        if let Some(rule) = &self.rule {
+            s.push_str(&format!("rule `{rule}`: "));
+        }
+        s.push_str(&self.message);
+        s
+    }
+}
+
 impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}: ", self.file.display(), self.line, self.col)?;
-        if let Some(rule) = &self.rule {
-            write!(f, "rule `{rule}`: ")?;
-        }
-        write!(f, "{} ({})", self.message, self.code)
+        write!(f, "{} ({})", self.located(), self.code)
     }
 }
 

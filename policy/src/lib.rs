@@ -22,6 +22,7 @@ pub mod json;
 mod load;
 mod model;
 mod names;
+mod near;
 
 pub use call::{ToolCall, MAX_ARGS_DEPTH};
 pub use canonical::{
@@ -39,3 +40,4 @@ pub use model::{
     ApprovalSettings, ClassifierOutcome, ClassifierResult, Decision, DecisionKind, GrantScope,
     GrantSettings, Input, RuleError, RuleMessage,
 };
+pub use near::{edit_distance, nearest};

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use crate::canonical::hex;
-use crate::cel::{references, shared_env, References};
+use crate::cel::{references, shared_env, References, VARIABLES};
 use crate::duration::parse_duration;
 use crate::error::{line_col, PolicyError, PolicyErrors};
 use crate::glob::Glob;
@@ -751,17 +751,22 @@ impl Builder {
         let program = match env.compile(when) {
             Ok(p) => p,
             Err(errs) => {
+                let mut syntax_told = false;
                 for e in errs.errors {
-                    let code = if e.msg.starts_with("invalid regex") {
-                        "policy.invalid_regex"
-                    } else if e.msg.starts_with("the pattern of `matches`") {
-                        "policy.dynamic_regex"
-                    } else {
-                        "policy.cel_syntax"
-                    };
                     let offset = expr_offset(when, e.pos.0, e.pos.1);
+                    let (code, message) = if e.msg.starts_with("invalid regex") {
+                        ("policy.invalid_regex", e.msg.clone())
+                    } else if e.msg.starts_with("the pattern of `matches`") {
+                        ("policy.dynamic_regex", e.msg.clone())
+                    } else if syntax_told {
+                        // The parser's later complaints follow from its first.
+                        continue;
+                    } else {
+                        syntax_told = true;
+                        ("policy.cel_syntax", syntax_message(&e.msg, when, offset))
+                    };
                     self.errors.push(
-                        PolicyError::new(code, path, e.msg.clone())
+                        PolicyError::new(code, path, message)
                             .at(at.pos(offset))
                             .in_rule(id),
                     );
@@ -778,7 +783,28 @@ impl Builder {
                 .unwrap_or(0)
         };
         for (name, expr) in &refs.unknown {
-            self.errors.push(PolicyError::new("policy.unknown_variable", path, format!("undeclared variable `{name}`; rules may use tool, args, context, principal, fingerprint, now and classifier.<name>")).at(at.pos(offset_of(*expr))).in_rule(id));
+            let hint = crate::near::nearest(name, &VARIABLES)
+                .map(|n| format!("did you mean `{n}`? "))
+                .unwrap_or_default();
+            let known: Vec<&str> = VARIABLES
+                .iter()
+                .map(|v| {
+                    if *v == "classifier" {
+                        "classifier.<name>"
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            let message = format!(
+                "undeclared variable `{name}`; {hint}rules may use {}",
+                known.join(", ")
+            );
+            self.errors.push(
+                PolicyError::new("policy.unknown_variable", path, message)
+                    .at(at.pos(offset_of(*expr)))
+                    .in_rule(id),
+            );
         }
         if refs.classifier_whole {
             self.errors.push(
@@ -878,6 +904,47 @@ fn merge_flag(
 }
 
 /// The byte offset in `expr` of 1-based `(line, col)`, as the CEL parser reports positions.
+/// A CEL parser complaint in plain words: what is wrong at `offset` in `expr` and, where it can
+/// tell, how to write it. The parser speaks in grammar tokens (`mismatched input '<EOF>'
+/// expecting {'[', '{', …}`); a policy author wants to know what to change.
+fn syntax_message(raw: &str, expr: &str, offset: usize) -> String {
+    let raw = raw.strip_prefix("Syntax error: ").unwrap_or(raw);
+    // The token the parser quotes: `… input 'X' expecting …`, `… at: 'X'`.
+    let quoted = |after: &str| {
+        let rest = raw.split_once(after)?.1.strip_prefix('\'')?;
+        let end = rest.find("' expecting").or_else(|| rest.rfind('\''))?;
+        Some(rest[..end].trim().to_owned())
+    };
+    let at = expr.get(offset..).unwrap_or("");
+    if raw.starts_with("token recognition error") && at.starts_with('=') && !at.starts_with("==") {
+        return "`=` is not an operator in CEL: to compare, write `==`".to_owned();
+    }
+    if raw.contains("mismatched input '<EOF>'") {
+        return "the condition ends too early: a value, a name or a closing bracket must follow"
+            .to_owned();
+    }
+    if raw.starts_with("extraneous input") && raw.ends_with("expecting <EOF>") {
+        if let Some(token) = quoted("extraneous input ") {
+            return format!(
+                "unexpected `{token}` after a complete condition: join conditions with `&&` or `||`"
+            );
+        }
+    }
+    if raw.starts_with("mismatched input") || raw.starts_with("extraneous input") {
+        if let Some(token) = quoted("mismatched input ").or_else(|| quoted("extraneous input ")) {
+            return format!(
+                "unexpected `{token}` here: a value, a name or an operator was expected"
+            );
+        }
+    }
+    if raw.starts_with("token recognition error") {
+        if let Some(token) = quoted("token recognition error at: ") {
+            return format!("`{token}` is not valid CEL here");
+        }
+    }
+    raw.to_owned()
+}
+
 fn expr_offset(expr: &str, line: isize, col: isize) -> usize {
     let line = line.max(1) as usize;
     let col = col.max(1) as usize;

@@ -491,6 +491,89 @@ fn help_describes_each_subcommand_in_its_own_words() {
 }
 
 #[test]
+fn policy_and_config_errors_say_where_and_what_to_write_and_exit_2_for_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy");
+    std::fs::create_dir(&policy).unwrap();
+    std::fs::write(
+        policy.join("policy.toml"),
+        "version = 1\n[defaults]\ndecision = \"allow\"\n\
+         [[rules]]\nid = \"eq\"\nwhen = \"tool = 'x'\"\ndecision = \"deny\"\n\
+         [[rules]]\nid = \"short\"\nwhen = \"args.a == \"\ndecision = \"deny\"\n\
+         [[rules]]\nid = \"typo\"\nwhen = \"resme != null\"\ndecision = \"deny\"\n",
+    )
+    .unwrap();
+    let out = airlock(&["policy", "check", policy.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a policy that does not load fails the check"
+    );
+    let err = text(&out.stderr);
+    // One error per rule, in words, each at its line and column.
+    assert!(err.contains("policy.toml:6:14: rule `eq`: `=` is not an operator in CEL: to compare, write `==` (policy.cel_syntax)"), "{err}");
+    assert!(
+        err.contains("rule `short`: the condition ends too early"),
+        "{err}"
+    );
+    assert!(
+        err.contains("undeclared variable `resme`; did you mean `resume`?"),
+        "{err}"
+    );
+    assert!(err.contains(", resume (policy.unknown_variable)"), "{err}");
+    assert!(
+        !err.contains("mismatched input") && !err.contains("<EOF>"),
+        "{err}"
+    );
+    assert!(err.contains("3 error(s)"), "{err}");
+
+    // A folder that is not there is bad input, named without a made-up position.
+    let missing = dir.path().join("nope");
+    let out = airlock(&["policy", "check", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("{}: cannot read", missing.display())),
+        "{err}"
+    );
+    assert!(!err.contains(":0:0"), "{err}");
+
+    // A TOML syntax error names the file, line and column.
+    let config = dir.path().join("airlock.toml");
+    std::fs::write(&config, "[server]\nlisten = 127.0.0.1:8080\n").unwrap();
+    let out = airlock(&["serve", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("error[config.invalid]: {}:2:", config.display())),
+        "{err}"
+    );
+
+    // A gateway whose policy does not load lists why and exits 2, serving nothing.
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ndata_dir = \"data\"\npolicy = \"{}\"\n",
+            policy.display()
+        ),
+    )
+    .unwrap();
+    let out = airlock(&["serve", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("error[policy.cel_syntax]: "), "{err}");
+    assert!(
+        err.contains("the policy does not load: 3 error(s)"),
+        "{err}"
+    );
+    assert!(
+        !text(&out.stdout).contains("listening"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
 fn output_into_a_pipe_closed_early_is_dropped_without_a_panic_and_the_command_still_acts() {
     let data = tempfile::tempdir().unwrap();
     let demo = Demo::start(data.path());

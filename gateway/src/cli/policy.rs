@@ -94,7 +94,13 @@ pub(super) fn policy_check(path: &std::path::Path) -> u8 {
                 eprintln!("{e}");
             }
             eprintln!("{} error(s)", errors.0.len());
-            1
+            // A path that cannot be read is bad input (2), like any other; a policy that
+            // reads but does not load is a failed check (1).
+            if errors.0.iter().all(|e| e.code == "policy.io") {
+                2
+            } else {
+                1
+            }
         }
     }
 }

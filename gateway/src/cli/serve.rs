@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::Config;
+use crate::config::{Config, PolicySource};
 use clap::Args;
 
 use super::bad_input;
@@ -45,6 +45,17 @@ pub(super) fn serve(args: ServeArgs) -> u8 {
     }
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;
+    }
+    // A policy that does not load is bad input like a bad config: every problem listed, exit
+    // 2, before anything starts.
+    if let PolicySource::Path(path) = &config.policy {
+        if let Err(errors) = airlock_policy::PolicySet::load(path) {
+            for e in &errors.0 {
+                eprintln!("error[{}]: {}", e.code, e.located());
+            }
+            eprintln!("the policy does not load: {} error(s)", errors.0.len());
+            return 2;
+        }
     }
     init_logging(config.json_logs);
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

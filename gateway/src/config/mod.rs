@@ -137,18 +137,26 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err(path.display().to_string(), format!("cannot read: {e}")))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Config::parse(&text, base)
+        Config::parse_from(&text, base, Some(path))
     }
 
-    /// Validates a config text; `base` resolves relative paths.
-    pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
+    /// Validates a config text; `base` resolves relative paths. A TOML syntax error names
+    /// `file` with its line and column (`airlock.toml:3:7`, as an editor takes it), or the
+    /// line and column alone for a text of no file.
+    fn parse_from(text: &str, base: &Path, file: Option<&Path>) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
             let at = e
                 .span()
                 .map(|s| {
                     let before = &text[..s.start.min(text.len())];
-                    format!("line {}", before.matches('\n').count() + 1)
+                    let line = before.matches('\n').count() + 1;
+                    let col = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+                    match file {
+                        Some(f) => format!("{}:{line}:{col}", f.display()),
+                        None => format!("line {line}, column {col}"),
+                    }
                 })
+                .or_else(|| file.map(|f| f.display().to_string()))
                 .unwrap_or_default();
             err(at, e.message().trim())
         })?;
@@ -292,45 +300,18 @@ impl Config {
     /// for the message of `tool.unknown`.
     pub fn tools_nearest(&self, tool: &str) -> Vec<&str> {
         let mut names: Vec<&str> = self.tools.iter().map(|t| t.pattern.as_str()).collect();
-        names.sort_by_key(|n| (edit_distance(n, tool), *n));
+        names.sort_by_key(|n| (airlock_policy::edit_distance(n, tool), *n));
         names.dedup();
         names
     }
-}
-
-/// Levenshtein distance over chars.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let next = (diag + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diag = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn edit_distance_counts_single_char_edits() {
-        assert_eq!(edit_distance("demo.echo", "demo.echo"), 0);
-        assert_eq!(edit_distance("demo.ech", "demo.echo"), 1);
-        assert_eq!(edit_distance("demo.ecko", "demo.echo"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-    }
-
     fn parse(text: &str) -> Result<Config, ConfigError> {
-        Config::parse(text, Path::new("/etc/airlock"))
+        Config::parse_from(text, Path::new("/etc/airlock"), None)
     }
 
     #[test]
