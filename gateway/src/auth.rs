@@ -21,6 +21,14 @@ pub enum Role {
 }
 
 impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Approver => "approver",
+            Role::Admin => "admin",
+        }
+    }
+
     fn parse(s: &str) -> Option<Role> {
         match s {
             "agent" => Some(Role::Agent),
@@ -119,11 +127,21 @@ pub fn random_hex(bytes: usize) -> Result<String, ApiError> {
 /// Refuses a principal whose role is not among `allowed`.
 pub fn require(role: Role, allowed: &[Role]) -> Result<(), ApiError> {
     if allowed.contains(&role) {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            Code::AuthForbidden,
-            "this token's role may not use this route",
-        ))
+        return Ok(());
     }
+    let names: Vec<&str> = allowed.iter().map(|r| r.as_str()).collect();
+    let who = match names.as_slice() {
+        [one] => format!("{one}s"),
+        [rest @ .., last] => format!("{}s and {last}s", rest.join("s, ")),
+        [] => "nobody".to_owned(),
+    };
+    Err(ApiError::new(
+        Code::AuthForbidden,
+        // agent, approver, admin: each takes "an".
+        format!(
+            "this route is for {who}, and this is an {}'s token",
+            role.as_str()
+        ),
+    )
+    .with_details(serde_json::json!({"role": role.as_str(), "allowed": names})))
 }

@@ -67,8 +67,16 @@ impl ToolCall {
             .keys()
             .find(|k| !matches!(k.as_str(), "tool" | "args" | "context"))
         {
+            let hint = match crate::near::nearest(field, &["tool", "args", "context"]) {
+                Some(n) => format!(" (did you mean `{n}`?)"),
+                None if field == "arguments" || field == "params" || field == "input" => {
+                    " (the tool's arguments go in `args`)".to_owned()
+                }
+                None => String::new(),
+            };
             return Err(RequestError::UnknownField {
                 field: field.clone(),
+                hint,
             });
         }
         let tool = match fields.remove("tool") {

@@ -27,8 +27,8 @@ pub enum RequestError {
     InvalidTool { tool: String },
     #[error("invalid `context`: {reason}")]
     InvalidContext { reason: String },
-    #[error("unknown field `{field}` in the request body")]
-    UnknownField { field: String },
+    #[error("unknown field `{field}` in the request body; a call takes `tool`, `args` and `context`{hint}")]
+    UnknownField { field: String, hint: String },
 }
 
 impl RequestError {

@@ -225,6 +225,21 @@ fn approval_commands_use_the_approver_token_and_explain_an_agent_token() {
         "misaligned:\n{shown}"
     );
     assert!(shown.contains("fingerprint  sha256:"), "{shown}");
+    assert!(
+        shown.contains("approvers    any approver (quorum 1)"),
+        "{shown}"
+    );
+
+    // Listing with the agent's token says whose routes these are, and whose token it is.
+    let out = demo.cli(&["approvals", "list"], &[("AIRLOCK_TOKEN", &demo.agent)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains(
+            "403 auth.forbidden: this route is for approvers and admins, and this is an agent's token"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
 
     let out = demo.cli(
         &["approvals", "decline", approval, "--reason", "not today"],
@@ -571,6 +586,54 @@ fn policy_and_config_errors_say_where_and_what_to_write_and_exit_2_for_bad_input
         "{}",
         text(&out.stdout)
     );
+}
+
+#[test]
+fn a_gateway_not_running_and_a_misnamed_field_are_explained() {
+    // Nothing listens on port 1: the client says so, and how to start one.
+    let out = airlock(&[
+        "approvals",
+        "list",
+        "--url",
+        "http://127.0.0.1:1",
+        "--token",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("error[client.unreachable]"), "{err}");
+    assert!(err.contains("connection refused"), "{err}");
+    assert!(err.contains("`airlock serve`"), "{err}");
+
+    // `--tool` and `--context` say what they take.
+    let help = text(&airlock(&["call", "--help"]).stdout);
+    for flag in [
+        "--tool <TOOL>        The tool to call",
+        "--context <CONTEXT>  The call's context",
+    ] {
+        assert!(help.contains(flag), "{help}");
+    }
+
+    // MCP's `arguments` where the API takes `args`: the refusal names the fields it takes.
+    let tmp = tempfile::tempdir().unwrap();
+    let demo = Demo::start(&tmp.path().join("data"));
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}/v1/calls", demo.base))
+        .bearer_auth(&demo.agent)
+        .body(r#"{"tool":"demo.echo","arguments":{}}"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = r.json().unwrap();
+    assert_eq!(body["error"]["code"], "request.unknown_field", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "a call takes `tool`, `args` and `context` (the tool's arguments go in `args`)"
+        ),
+        "{message}"
+    );
+    demo.stop();
 }
 
 #[test]

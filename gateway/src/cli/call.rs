@@ -13,11 +13,13 @@ use super::{bad_input, client, parse_json_flag, read_json_arg};
 pub struct CallArgs {
     #[command(flatten)]
     pub remote: Remote,
+    /// The tool to call, e.g. `demo.echo` (what `[[tools]]` routes).
     #[arg(long, required_unless_present = "resume")]
     pub tool: Option<String>,
     /// The args as a JSON object, or `-` for stdin.
     #[arg(long, default_value = "{}")]
     pub args: String,
+    /// The call's context as a JSON object, e.g. `{"run_id":"r1","tool_call_id":"t1"}`.
     #[arg(long)]
     pub context: Option<String>,
     /// Seconds to wait for a decision once the call is held (default 30).

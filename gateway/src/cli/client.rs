@@ -69,7 +69,17 @@ impl Client {
         }
         let resp = req.send().map_err(|e| ClientError {
             code: "client.unreachable".into(),
-            message: format!("cannot reach {}: {e}", self.url),
+            message: if e.is_connect() {
+                format!(
+                    "cannot reach {}: connection refused. Is the gateway running? Start one with \
+                     `airlock serve`, or point --url at yours",
+                    self.url
+                )
+            } else if e.is_timeout() {
+                format!("cannot reach {}: no answer in time ({e})", self.url)
+            } else {
+                format!("cannot reach {}: {e}", self.url)
+            },
         })?;
         let status = resp.status().as_u16();
         let text = resp.text().unwrap_or_default();
@@ -165,7 +175,11 @@ pub fn approval_details(a: &Value) -> String {
         ("rules", s("/rules")),
         (
             "approvers",
-            format!("{} (quorum {})", s("/approvers"), s("/quorum")),
+            format!(
+                "{} (quorum {})",
+                approvers_text(a.get("approvers")),
+                s("/quorum")
+            ),
         ),
         ("created", s("/created_at")),
         ("expires", s("/expires_at")),
@@ -230,7 +244,7 @@ pub fn call_summary(status: u16, body: &Value) -> String {
             body["call_id"].as_str().unwrap_or(""),
             body.pointer("/approval/id").and_then(Value::as_str).unwrap_or(""),
             body.pointer("/approval/link").and_then(Value::as_str).unwrap_or(""),
-            body.pointer("/approval/approvers").map(|v| v.to_string()).unwrap_or_default(),
+            approvers_text(body.pointer("/approval/approvers")),
             body.pointer("/approval/quorum").map(|v| v.to_string()).unwrap_or_default(),
             body.pointer("/approval/expires_at").and_then(Value::as_str).unwrap_or(""),
             body["call_id"].as_str().unwrap_or(""),
@@ -252,4 +266,19 @@ pub fn call_body(tool: &str, args: Value, context: Option<Value>) -> Value {
         b["context"] = c;
     }
     b
+}
+
+/// Who may decide, as the inbox says it: the groups named, or "any approver" when none is.
+fn approvers_text(approvers: Option<&Value>) -> String {
+    let names: Vec<&str> = approvers
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    if names.is_empty() {
+        "any approver".to_owned()
+    } else {
+        format!("the groups {}", names.join(", "))
+    }
 }
