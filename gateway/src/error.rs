@@ -196,7 +196,10 @@ mod tests {
             RequestError::InvalidArgs,
             RequestError::InvalidTool { tool: s() },
             RequestError::InvalidContext { reason: s() },
-            RequestError::UnknownField { field: s() },
+            RequestError::UnknownField {
+                field: s(),
+                hint: s(),
+            },
         ];
         let store = [
             StoreError::Unavailable(s()),
