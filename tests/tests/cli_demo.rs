@@ -636,6 +636,100 @@ fn a_gateway_not_running_and_a_misnamed_field_are_explained() {
     demo.stop();
 }
 
+/// Serves `pages` in turn to GET requests on a thread, as a gateway's `/v1/audit` would (each
+/// answer a whole connection); returns its URL.
+fn serve_pages(pages: Vec<Value>) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for (stream, page) in listener.incoming().zip(pages) {
+            let mut stream = stream.unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            let body = page.to_string();
+            let _ = std::io::Write::write_all(
+                &mut stream,
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn a_running_gateways_log_is_verified_over_the_api_without_trusting_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let demo = Demo::start(&tmp.path().join("data"));
+    let admin = demo
+        .stdout
+        .lines()
+        .find_map(|l| l.trim().split_once("export AIRLOCK_ADMIN_TOKEN="))
+        .map(|(_, t)| t.to_owned())
+        .unwrap();
+    let agent = [("AIRLOCK_TOKEN", demo.agent.as_str())];
+    for n in 0..3 {
+        let args = format!(r#"{{"n":{n}}}"#);
+        let out = demo.cli(&["call", "--tool", "demo.echo", "--args", &args], &agent);
+        assert!(out.status.success(), "{}", text(&out.stdout));
+    }
+    demo.held_call();
+
+    // While it runs, with the admin's token: every record checked here.
+    let out = demo.cli(
+        &["audit", "verify"],
+        &[("AIRLOCK_ADMIN_TOKEN", &admin)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.starts_with("ok: "), "{said}");
+    let (_, log) = {
+        let r = reqwest::blocking::Client::new()
+            .get(format!("{}/v1/audit?limit=1000", demo.base))
+            .bearer_auth(&admin)
+            .send()
+            .unwrap();
+        (r.status(), r.json::<Value>().unwrap())
+    };
+    let records = log["records"].as_array().unwrap().clone();
+    assert!(records.len() >= 6, "{log}");
+    assert!(
+        said.contains(&format!("ok: {} records (seq 1..", records.len())),
+        "{said}"
+    );
+
+    // An agent's token may not read the log: no verdict of "ok".
+    let out = demo.cli(&["audit", "verify"], &agent);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("auth.forbidden"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // A gateway that answers with an edited record is caught: the hashes are recomputed here.
+    let mut edited = records.clone();
+    edited[2]["tool"] = Value::from("demo.shell_preview");
+    let url = serve_pages(vec![
+        serde_json::json!({"records": edited, "next_after": records.len()}),
+        serde_json::json!({"records": [], "next_after": null}),
+    ]);
+    let out = airlock(&["audit", "verify", "--url", &url, "--token", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).starts_with("FAILED: audit chain broken at seq 3"),
+        "{}",
+        text(&out.stdout)
+    );
+    demo.stop();
+}
+
 #[test]
 fn output_into_a_pipe_closed_early_is_dropped_without_a_panic_and_the_command_still_acts() {
     let data = tempfile::tempdir().unwrap();

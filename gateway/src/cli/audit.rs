@@ -1,11 +1,14 @@
-//! `airlock audit verify|prune|export`: the chain of a store or of an export, read offline.
+//! `airlock audit verify|prune|export`: the chain of a store or of an export, read offline, or
+//! of a running gateway, read over its API and checked here.
 
 use std::path::PathBuf;
 
 use clap::Subcommand;
+use serde_json::Value;
 
-use super::bad_input;
+use super::remote::ADMIN_TOKEN;
 use super::store::{open_store, StoreAt};
+use super::{bad_input, client};
 
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
@@ -17,6 +20,13 @@ pub enum AuditCommand {
         /// A JSONL export.
         #[arg(long, conflicts_with_all = ["data_dir", "database_url"])]
         file: Option<PathBuf>,
+        /// A running gateway: its log is read over the API (an admin's token) and every hash is
+        /// checked here, so neither the gateway's word nor a stop is needed.
+        #[arg(long, conflicts_with_all = ["data_dir", "database_url", "file"])]
+        url: Option<String>,
+        /// With --url: the admin's token; defaults to $AIRLOCK_ADMIN_TOKEN, then $AIRLOCK_TOKEN.
+        #[arg(long, requires = "url")]
+        token: Option<String>,
     },
     /// Drop the records before SEQ from a store, keeping a checkpoint so `verify` still proves
     /// the rest; refused for records not exported yet.
@@ -38,7 +48,19 @@ pub enum AuditCommand {
     },
 }
 
-pub(super) fn audit_verify(at: StoreAt, file: Option<PathBuf>) -> u8 {
+pub(super) fn audit_verify(
+    at: StoreAt,
+    file: Option<PathBuf>,
+    url: Option<String>,
+    token: Option<String>,
+) -> u8 {
+    if let Some(url) = url {
+        let client = match client::Client::new(&url, token, ADMIN_TOKEN) {
+            Ok(c) => c,
+            Err(e) => return bad_input(&e.code, e.message),
+        };
+        return report(airlock_storage::verify_chain(Pages::new(client)));
+    }
     let result = match file {
         None => {
             let store = match open_store(&at) {
@@ -68,6 +90,11 @@ pub(super) fn audit_verify(at: StoreAt, file: Option<PathBuf>) -> u8 {
             airlock_storage::verify_chain(lines)
         }
     };
+    report(result)
+}
+
+/// What a verification found, for people; the exit code 0 when the chain is intact, else 1.
+fn report(result: Result<airlock_storage::ChainSummary, airlock_storage::ChainError>) -> u8 {
     match result {
         Ok(s) if s.records == 0 => {
             say!("ok: 0 records");
@@ -136,5 +163,69 @@ pub(super) fn audit_export(at: &StoreAt, after: u64, out: Option<PathBuf>) -> u8
             0
         }
         Err(code) => code,
+    }
+}
+
+/// A running gateway's audit log, page by page (`GET /v1/audit`), as the records' bytes: what
+/// `verify` reads from a file, fetched as it goes. A page that cannot be read ends it with
+/// an error, which verification reports.
+struct Pages {
+    client: client::Client,
+    after: u64,
+    page: std::vec::IntoIter<Value>,
+    done: bool,
+}
+
+impl Pages {
+    fn new(client: client::Client) -> Pages {
+        Pages {
+            client,
+            after: 0,
+            page: Vec::new().into_iter(),
+            done: false,
+        }
+    }
+
+    fn next_page(&mut self) -> Result<Vec<Value>, String> {
+        let path = format!("/v1/audit?after={}&limit=1000", self.after);
+        let (status, body) = self
+            .client
+            .send(reqwest::Method::GET, &path, None, None)
+            .map_err(|e| format!("{}: {}", e.code, e.message))?;
+        if status != 200 {
+            let code = client::error_code(&body).unwrap_or("client.error");
+            return Err(format!(
+                "GET {path}: {status} {code}: {}",
+                body["error"]["message"]
+            ));
+        }
+        match body["records"].as_array() {
+            Some(records) => Ok(records.clone()),
+            None => Err(format!("GET {path}: the answer has no `records`")),
+        }
+    }
+}
+
+impl Iterator for Pages {
+    type Item = Result<Vec<u8>, String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(record) = self.page.next() {
+                self.after = record["seq"].as_u64().unwrap_or(self.after);
+                return Some(serde_json::to_vec(&record).map_err(|e| e.to_string()));
+            }
+            if self.done {
+                return None;
+            }
+            match self.next_page() {
+                Ok(records) if records.is_empty() => self.done = true,
+                Ok(records) => self.page = records.into_iter(),
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
     }
 }

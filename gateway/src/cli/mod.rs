@@ -71,8 +71,8 @@ pub enum Command {
     Policy(PolicyCommand),
     /// Print the canonical args and fingerprint of a call.
     Fingerprint(FingerprintArgs),
-    /// Verify or export the audit chain of a stopped gateway's store, of a PostgreSQL store,
-    /// or of an export.
+    /// Verify, prune or export the audit chain: of a stopped gateway's store, a PostgreSQL
+    /// store, an export, or a running gateway (`verify --url`).
     #[command(subcommand)]
     Audit(AuditCommand),
     /// Manage a PostgreSQL store.
@@ -98,7 +98,12 @@ pub fn run(cli: Cli) -> u8 {
         Command::Fingerprint(args) => policy::fingerprint(&args),
         Command::Webhooks(cmd) => webhooks::webhooks(cmd),
         Command::Mcp(McpCommand::Stdio { url, token }) => mcp::mcp_stdio(url, token),
-        Command::Audit(AuditCommand::Verify { at, file }) => audit::audit_verify(at, file),
+        Command::Audit(AuditCommand::Verify {
+            at,
+            file,
+            url,
+            token,
+        }) => audit::audit_verify(at, file, url, token),
         Command::Audit(AuditCommand::Prune { at, before }) => audit::audit_prune(&at, before),
         Command::Audit(AuditCommand::Export { at, after, out }) => {
             audit::audit_export(&at, after, out)
