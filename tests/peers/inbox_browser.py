@@ -168,6 +168,68 @@ def main():
             d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
             status, body = held.wait()
             out(agent_status=status, agent_body=body)
+        elif SCENARIO == "layout":
+            # Two held calls told apart by their args; decided, the page says so and offers the
+            # next; at phone width each table keeps what matters; the audit page has times.
+            a = Held("db.query", {"sql": "select 21"}, {"run_id": "run-L"})
+            b = Held("db.query", {"sql": "select 22"}, {"run_id": "run-L"})
+            sign_in(d, "dba1")
+            wait_rows(d, 2)
+            time.sleep(0.3)
+            summaries = [c.text for c in d.find_elements(By.CSS_SELECTOR, "table.pending code.args")]
+            shot(d, "inbox-pending-1280")
+            labels = [e.rect["y"] for e in d.find_elements(By.CSS_SELECTOR, ".filters label")]
+            inputs = [e.rect["y"] for e in d.find_elements(By.CSS_SELECTOR, ".filters input")]
+            d.set_window_size(375, 812)
+            time.sleep(0.2)
+            shot(d, "inbox-pending-375")
+            header_height = d.execute_script("return document.querySelector('header').getBoundingClientRect().height")
+            keys_shown = d.find_element(By.CSS_SELECTOR, ".keys").is_displayed()
+            d.set_window_size(1280, 900)
+            open_first_row(d, 2)
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "button.approve")))
+            d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.decided")))
+            heading = d.find_element(By.CSS_SELECTOR, "h1").text
+            decided = d.find_element(By.CSS_SELECTOR, "p.decided")
+            notice = decided.text
+            next_links = [e.get_attribute("href") for e in decided.find_elements(By.CSS_SELECTOR, "a")]
+            shot(d, "inbox-decided-1280")
+            d.set_window_size(375, 812)
+            time.sleep(0.2)
+            notice_on_screen = decided.rect["y"] < 812
+            shot(d, "inbox-decided-375")
+            a.wait()
+            d.get(BASE + "/inbox/history")
+            statuses = [e.text for e in d.find_elements(By.CSS_SELECTOR, "td span.badge") if e.is_displayed()]
+            shot(d, "inbox-history-375")
+            d.get(BASE + "/inbox/audit")
+            audit_height = d.execute_script("return document.body.scrollHeight")
+            shot(d, "inbox-audit-375")
+            d.set_window_size(1280, 900)
+            d.get(BASE + "/inbox/audit")
+            ats = [e.text for e in d.find_elements(By.CSS_SELECTOR, "table.audit tbody td:nth-child(3)")]
+            header_cells = [e.size["height"] for e in d.find_elements(By.CSS_SELECTOR, "table.audit th")]
+            shot(d, "inbox-audit-1280")
+            api("POST", f"/v1/approvals/{pending_ids()[0]}/decline", "token-dba1", {"reason": "done"})
+            b.wait()
+
+            class NoRedirect(urllib.request.HTTPRedirectHandler):
+                def redirect_request(self, *args, **kw):
+                    return None
+
+            opener = urllib.request.build_opener(NoRedirect)
+            try:
+                opener.open(BASE + "/", timeout=10)
+                root = (200, None)
+            except urllib.error.HTTPError as e:
+                root = (e.code, e.headers.get("location"))
+            with urllib.request.urlopen(BASE + "/favicon.ico", timeout=10) as r:
+                favicon = r.status
+            out(summaries=summaries, labels=labels, inputs=inputs, header_height=header_height,
+                keys_shown=keys_shown, heading=heading, notice=notice, next_links=next_links,
+                notice_on_screen=notice_on_screen, statuses=statuses, audit_height=audit_height,
+                ats=ats, header_cells=header_cells, root=root, favicon=favicon)
         elif SCENARIO == "link":
             # An approver follows the link a webhook or an MCP client gave, on a phone.
             d.set_window_size(375, 812)

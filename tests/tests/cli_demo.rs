@@ -682,10 +682,7 @@ fn a_running_gateways_log_is_verified_over_the_api_without_trusting_it() {
     demo.held_call();
 
     // While it runs, with the admin's token: every record checked here.
-    let out = demo.cli(
-        &["audit", "verify"],
-        &[("AIRLOCK_ADMIN_TOKEN", &admin)],
-    );
+    let out = demo.cli(&["audit", "verify"], &[("AIRLOCK_ADMIN_TOKEN", &admin)]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let said = text(&out.stdout);
     assert!(said.starts_with("ok: "), "{said}");

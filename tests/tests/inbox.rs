@@ -46,6 +46,73 @@ fn scenario(name: &str) -> (Value, Backend) {
 }
 
 #[test]
+fn the_inbox_reads_well_at_1280_and_375_pixels() {
+    let (r, _backend) = scenario("layout");
+    // Two pending rows of one tool and run, told apart by their args.
+    let summaries: Vec<&str> = r["summaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(summaries.len(), 2, "{r}");
+    assert!(summaries.iter().any(|s| s.contains("select 21")), "{r}");
+    assert!(summaries.iter().any(|s| s.contains("select 22")), "{r}");
+    // Each filter's label sits right above its input, all on one line at 1280 px.
+    let ys = |k: &str| -> Vec<f64> {
+        r[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let (labels, inputs) = (ys("labels"), ys("inputs"));
+    assert_eq!(labels.len(), 3, "{r}");
+    assert!(labels.windows(2).all(|w| (w[0] - w[1]).abs() < 1.0), "{r}");
+    assert!(inputs.windows(2).all(|w| (w[0] - w[1]).abs() < 1.0), "{r}");
+    assert!(labels.iter().zip(&inputs).all(|(l, i)| l < i), "{r}");
+    // At 375 px the header stays short and the keyboard hint is gone.
+    assert!(r["header_height"].as_f64().unwrap() < 90.0, "{r}");
+    assert_eq!(r["keys_shown"], false, "{r}");
+    // Decided, the page says how, on screen, with the next waiting call a click away.
+    assert_eq!(r["heading"], "Approved: db.query", "{r}");
+    assert!(
+        r["notice"]
+            .as_str()
+            .unwrap()
+            .starts_with("This call is approved. Next waiting: db.query"),
+        "{r}"
+    );
+    assert!(
+        r["next_links"][0]
+            .as_str()
+            .unwrap()
+            .contains("/inbox/approvals/apr_"),
+        "{r}"
+    );
+    assert_eq!(r["notice_on_screen"], true, "{r}");
+    // Decided approvals keep their status at phone width.
+    assert_eq!(r["statuses"], serde_json::json!(["approved"]), "{r}");
+    // The audit page: times in the At column, headers on one line, and a phone-sized page.
+    let ats = r["ats"].as_array().unwrap();
+    assert!(!ats.is_empty(), "{r}");
+    assert!(
+        ats.iter()
+            .all(|a| a.as_str().unwrap().starts_with("20") && a.as_str().unwrap().ends_with('Z')),
+        "{r}"
+    );
+    let cells = ys("header_cells");
+    assert!(
+        cells.windows(2).all(|w| (w[0] - w[1]).abs() < 1.0) && cells[0] < 50.0,
+        "{r}"
+    );
+    assert!(r["audit_height"].as_f64().unwrap() < 6000.0, "{r}");
+    // The gateway's own URL sends a browser to the inbox; the favicon needs no token.
+    assert_eq!(r["root"], serde_json::json!([303, "/inbox/"]), "{r}");
+    assert_eq!(r["favicon"], 204, "{r}");
+}
+
+#[test]
 fn an_approver_sees_a_held_call_appear_live_and_approves_it() {
     let (r, backend) = scenario("approve");
     assert_eq!(r["live_row"], true, "{r}");

@@ -103,6 +103,7 @@ pub(super) fn serve(args: ServeArgs) -> u8 {
             say!("{banner}");
         }
         say!("airlock listening on {scheme}://{addr} (data in {data_dir})");
+        say!("approvers decide at {scheme}://{addr}/inbox/");
         let _ = std::io::Write::flush(&mut std::io::stdout());
         let shutdown = tokio_util::sync::CancellationToken::new();
         let signals = shutdown.clone();

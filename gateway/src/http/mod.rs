@@ -131,9 +131,28 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
     }
 }
 
-/// The routes that take no token: liveness, readiness and metrics.
+/// The routes that take no token: liveness, readiness, metrics, and `/` and `/favicon.ico`
+/// for browsers.
 fn open_route(gw: &Gateway, method: &Method, segments: &[&str]) -> Option<Response<Body>> {
     match (method, segments) {
+        // The banner's URL, opened in a browser: the approvers' inbox is where a person goes.
+        (&Method::GET, [""]) => {
+            let mut r = Response::new(full(
+                "airlock: approvers sign in at /inbox/; the JSON API is under /v1 (with a token)\n",
+            ));
+            *r.status_mut() = StatusCode::SEE_OTHER;
+            r.headers_mut().insert(
+                hyper::header::LOCATION,
+                hyper::header::HeaderValue::from_static("/inbox/"),
+            );
+            Some(r)
+        }
+        // Browsers ask for it on every page; there is none, and that needs no token.
+        (&Method::GET, ["favicon.ico"]) => {
+            let mut r = Response::new(full(""));
+            *r.status_mut() = StatusCode::NO_CONTENT;
+            Some(r)
+        }
         (&Method::GET, ["healthz"]) => {
             Some(json_response(StatusCode::OK, &json!({"status": "ok"})))
         }

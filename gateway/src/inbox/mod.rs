@@ -331,8 +331,22 @@ async fn approval(
 ) -> Response<Body> {
     let owned = id.to_owned();
     let found = gw.store_op(move |s| s.approval(&owned)).await;
+    // Once it is decided, the approver's next stop: the oldest other pending approval.
+    let decided = matches!(&found, Ok(Some(a)) if a.status != ApprovalStatus::Pending);
+    let next = if decided {
+        let filter = ApprovalFilter {
+            status: Some(ApprovalStatus::Pending),
+            ..Default::default()
+        };
+        gw.store_op(move |s| s.list_approvals(&filter, None, 500))
+            .await
+            .map(|(list, _)| list.into_iter().rev().find(|a| a.id != id))
+            .unwrap_or_default()
+    } else {
+        None
+    };
     record_page(found, "approval", error, |a, e| {
-        pages::approval(&session_view(session), a, e, now_ms())
+        pages::approval(&session_view(session), a, e, now_ms(), next.as_ref())
     })
 }
 

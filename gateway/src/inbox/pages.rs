@@ -44,7 +44,7 @@ fn layout(title: &str, who: Option<&Who>, body: Markup) -> Markup {
                             a href="/inbox/suspended" { "Suspended" }
                             a href="/inbox/history" { "Decided" }
                             a href="/inbox/audit" { "Audit" }
-                            span.who { "Signed in as " strong { (w.id) } }
+                            span.who { span.wide { "Signed in as " } strong { (w.id) } }
                             form.inline method="post" action="/inbox/logout" {
                                 input type="hidden" name="csrf" value=(w.csrf);
                                 button type="submit" { "Sign out" }
@@ -153,15 +153,21 @@ pub fn list(who: &Who, shown: &[Approval], count: usize, f: &Filters, now: u64) 
         html! {
             h1 { "Pending approvals" }
             form.filters method="get" action="/inbox/" role="search" {
-                label for="f-tool" { "Tool" }
-                input #f-tool name="tool" value=(f.tool.as_deref().unwrap_or(""));
-                label for="f-agent" { "Agent" }
-                input #f-agent name="agent" value=(f.agent.as_deref().unwrap_or(""));
-                label for="f-run" { "Run" }
-                input #f-run name="run" value=(f.run.as_deref().unwrap_or(""));
+                div.field {
+                    label for="f-tool" { "Tool" }
+                    input #f-tool name="tool" value=(f.tool.as_deref().unwrap_or(""));
+                }
+                div.field {
+                    label for="f-agent" { "Agent" }
+                    input #f-agent name="agent" value=(f.agent.as_deref().unwrap_or(""));
+                }
+                div.field {
+                    label for="f-run" { "Run" }
+                    input #f-run name="run" value=(f.run.as_deref().unwrap_or(""));
+                }
                 button type="submit" { "Filter" }
             }
-            p.hint { "New calls appear here as they are held. Keys: j and k move, Enter opens." }
+            p.hint { "New calls appear here as they are held." span.keys { " Keys: j and k move, Enter opens." } }
             div #pending data-live="1" { (pending_table(shown, now)) }
         },
     )
@@ -174,20 +180,70 @@ pub fn pending_table(shown: &[Approval], now: u64) -> Markup {
             p.empty { "Nothing is waiting for a decision." }
         } @else {
             table.pending {
-                thead { tr { th { "Tool" } th { "Requester" } th { "Run" } th { "Time left" } th { "Quorum" } } }
+                thead { tr { th { "Tool" } th { "Requester" } th.wide { "Run" } th { "Time left" } th.wide { "Quorum" } } }
                 tbody {
                     @for a in shown {
                         tr {
-                            td { a.row href={ "/inbox/approvals/" (a.id) } { (a.tool) } }
+                            td {
+                                a.row href={ "/inbox/approvals/" (a.id) } { (a.tool) }
+                                // What sets one row apart from the next: its args, in short.
+                                code.args { (args_summary(&a.args)) }
+                            }
                             td { (a.requester.id) }
-                            td { (field(a, "run_id").unwrap_or("—")) }
+                            td.wide { (field(a, "run_id").unwrap_or("—")) }
                             td data-expires=(a.expires_at) { (time_left(a.expires_at, now)) }
-                            td { (approvals_of(a)) "/" (a.quorum) }
+                            td.wide { (approvals_of(a)) "/" (a.quorum) }
                         }
                     }
                 }
             }
         }
+    }
+}
+
+/// A decided approval's heading word.
+fn status_title(status: &str) -> &'static str {
+    match status {
+        "approved" => "Approved",
+        "declined" => "Declined",
+        "expired" => "Expired",
+        "cancelled" => "Cancelled",
+        _ => "Decided",
+    }
+}
+
+/// A call's args on one short line: its canonical JSON, cut at 80 characters.
+fn args_summary(args: &Value) -> String {
+    let text = args.to_string();
+    if text.chars().count() <= 80 {
+        return text;
+    }
+    let cut: String = text.chars().take(79).collect();
+    format!("{cut}…")
+}
+
+/// What an audit record is about, in a few words: its tool, call and who acted.
+fn record_gist(r: &Value) -> String {
+    let parts: Vec<String> = [
+        "tool",
+        "call_id",
+        "principal",
+        "by",
+        "status",
+        "decision",
+        "code",
+    ]
+    .iter()
+    .filter_map(|k| {
+        r.get(*k)
+            .and_then(Value::as_str)
+            .map(|v| format!("{k} {v}"))
+    })
+    .collect();
+    if parts.is_empty() {
+        "details".to_owned()
+    } else {
+        parts.join(" · ")
     }
 }
 
@@ -224,7 +280,15 @@ fn folded(args: &Value) -> (String, bool) {
     (serde_json::to_string_pretty(&v).unwrap_or_default(), any)
 }
 
-pub fn approval(who: &Who, a: &Approval, error: Option<&ApiError>, now: u64) -> Markup {
+/// One approval. Once decided, the heading says how, and `next` (the oldest other pending
+/// approval, if any) is one click away.
+pub fn approval(
+    who: &Who,
+    a: &Approval,
+    error: Option<&ApiError>,
+    now: u64,
+    next: Option<&Approval>,
+) -> Markup {
     let pretty = serde_json::to_string_pretty(&a.args).unwrap_or_default();
     let (short, was_folded) = folded(&a.args);
     let messages = a
@@ -245,10 +309,23 @@ pub fn approval(who: &Who, a: &Approval, error: Option<&ApiError>, now: u64) -> 
         &format!("{} · approval · airlock inbox", a.tool),
         Some(who),
         html! {
-            h1 { "Approve " code { (a.tool) } "?" }
+            @if pending {
+                h1 { "Approve " code { (a.tool) } "?" }
+            } @else {
+                h1 { (status_title(a.status.as_str())) ": " code { (a.tool) } }
+                p class={ "decided status-" (a.status.as_str()) } role="status" {
+                    "This call is " (a.status.as_str()) ". "
+                    @if let Some(n) = next {
+                        "Next waiting: " a href={ "/inbox/approvals/" (n.id) } { (n.tool) }
+                        " " code.args { (args_summary(&n.args)) }
+                    } @else {
+                        "Nothing else is waiting. " a href="/inbox/" { "Back to the inbox" }
+                    }
+                }
+            }
             @if let Some(e) = error { p.error role="alert" { (in_words(e)) } }
             p.status {
-                span.badge { (a.status.as_str()) }
+                span class={ "badge status-" (a.status.as_str()) } { (a.status.as_str()) }
                 @if pending { " · " span data-expires=(a.expires_at) { (time_left(a.expires_at, now)) } }
                 " · approvals " (approvals_of(a)) " of " (a.quorum)
             }
@@ -426,13 +503,13 @@ pub fn suspended(who: &Who, calls: &[CallRecord], now: u64) -> Markup {
             p.hint { "Tools that stopped mid-call to ask for input. Open one to answer its form." }
             @if calls.is_empty() { p.empty { "No call is waiting for input." } } @else {
                 table {
-                    thead { tr { th { "Tool" } th { "Requester" } th { "Run" } th { "Asks" } th { "Time left" } } }
+                    thead { tr { th { "Tool" } th.wide { "Requester" } th.wide { "Run" } th { "Asks" } th { "Time left" } } }
                     tbody {
                         @for c in calls {
                             tr {
                                 td { a href={ "/inbox/calls/" (c.call_id) } { (c.tool) } }
-                                td { (c.requester.id) }
-                                td { (c.context.get("run_id").and_then(Value::as_str).unwrap_or("")) }
+                                td.wide { (c.requester.id) }
+                                td.wide { (c.context.get("run_id").and_then(Value::as_str).unwrap_or("")) }
                                 td { (question(c)) }
                                 td { (c.suspension.as_ref().map(|s| time_left(s.expires_at, now)).unwrap_or_default()) }
                             }
@@ -607,14 +684,14 @@ pub fn history(who: &Who, decided: &[Approval]) -> Markup {
             h1 { "Decided approvals" }
             @if decided.is_empty() { p.empty { "Nothing has been decided yet." } } @else {
                 table {
-                    thead { tr { th { "Tool" } th { "Requester" } th { "Status" } th { "Decided" } th { "By" } } }
+                    thead { tr { th { "Tool" } th.wide { "Requester" } th { "Status" } th.wide { "Decided" } th { "By" } } }
                     tbody {
                         @for a in decided {
                             tr {
                                 td { a href={ "/inbox/approvals/" (a.id) } { (a.tool) } }
-                                td { (a.requester.id) }
-                                td { (a.status.as_str()) }
-                                td { (a.decided_at.map(rfc3339).unwrap_or_default()) }
+                                td.wide { (a.requester.id) }
+                                td { span class={ "badge status-" (a.status.as_str()) } { (a.status.as_str()) } }
+                                td.wide { (a.decided_at.map(rfc3339).unwrap_or_default()) }
                                 td { (a.decisions.iter().map(|d| d.by.clone()).collect::<Vec<_>>().join(", ")) }
                             }
                         }
@@ -636,14 +713,27 @@ pub fn audit(who: &Who, tail: &[Value], chain: Result<u64, String>) -> Markup {
                 Err(e) => p.error role="alert" { "The chain does NOT verify: " (e) },
             }
             table.audit {
-                thead { tr { th { "Seq" } th { "Kind" } th { "At" } th { "Record" } } }
+                thead { tr { th { "Seq" } th { "Kind" } th.wide { "At" } th { "Record" } } }
                 tbody {
                     @for r in tail.iter().rev() {
                         tr {
                             td { (r.get("seq").map(Value::to_string).unwrap_or_default()) }
-                            td { (r.get("kind").and_then(Value::as_str).unwrap_or("")) }
-                            td { (r.get("at").map(Value::to_string).unwrap_or_default()) }
-                            td { code { (r.to_string()) } }
+                            td {
+                                // A kind may wrap after its dot, never inside a word.
+                                @let kind = r.get("kind").and_then(Value::as_str).unwrap_or("");
+                                @match kind.split_once('.') {
+                                    Some((head, tail)) => { (head) "." wbr; (tail) }
+                                    None => { (kind) }
+                                }
+                            }
+                            td.wide { (r.get("ts").and_then(Value::as_u64).map(rfc3339).unwrap_or_default()) }
+                            td {
+                                // The record's gist on one line; the whole of it on request.
+                                details {
+                                    summary { (record_gist(r)) }
+                                    pre { (serde_json::to_string_pretty(r).unwrap_or_default()) }
+                                }
+                            }
                         }
                     }
                 }
