@@ -409,6 +409,18 @@ def main():
             out(question=d.find_element(By.CSS_SELECTOR, "p.question").text, options=options)
             shot(d, "inbox-suspended-form")
             from selenium.webdriver.support.ui import Select
+            # An answer the schema refuses: shown with the call, at the call's own address.
+            d.execute_script(
+                "const o = document.createElement('option'); o.value = o.textContent = 'nowhere';"
+                " document.getElementById('field-environment').appendChild(o);")
+            Select(select).select_by_value("nowhere")
+            d.find_element(By.CSS_SELECTOR, "#resume-form button.approve").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.error")))
+            out(refused=d.find_element(By.CSS_SELECTOR, "p.error").text, refused_url=d.current_url)
+            d.refresh()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "resume-form")))
+            out(after_reload_error=len(d.find_elements(By.CSS_SELECTOR, "p.error")))
+            select = d.find_element(By.ID, "field-environment")
             Select(select).select_by_value("staging")
             form = d.find_element(By.ID, "resume-form")
             d.find_element(By.CSS_SELECTOR, "#resume-form button.approve").click()

@@ -284,6 +284,14 @@ fn an_approver_answers_a_suspended_calls_generated_form_and_the_tool_continues()
         serde_json::json!(["staging", "production"]),
         "{r}"
     );
+    // A refused answer is shown at the call's own address; a reload sends nothing again.
+    assert!(!r["refused"].as_str().unwrap().is_empty(), "{r}");
+    let refused_url = r["refused_url"].as_str().unwrap();
+    assert!(
+        refused_url.contains("/inbox/calls/call_") && !refused_url.ends_with("/resume"),
+        "{r}"
+    );
+    assert_eq!(r["after_reload_error"], 0, "{r}");
     let after = r["after"].as_str().unwrap();
     assert!(after.contains("\"deployed_to\": \"staging\""), "{r}");
     assert_eq!(r["no_xss"], true);

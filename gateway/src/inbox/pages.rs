@@ -323,7 +323,9 @@ pub fn approval(
                     }
                 }
             }
-            @if let Some(e) = error { p.error role="alert" { (in_words(e)) } }
+            @if let Some(e) = error {
+                p.error role="alert" data-canonical={ "/inbox/approvals/" (a.id) } { (in_words(e)) }
+            }
             p.status {
                 span class={ "badge status-" (a.status.as_str()) } { (a.status.as_str()) }
                 @if pending { " · " span data-expires=(a.expires_at) { (time_left(a.expires_at, now)) } }
@@ -610,7 +612,11 @@ pub fn call(who: &Who, c: &CallRecord, error: Option<&ApiError>, now: u64) -> Ma
         Some(who),
         html! {
             h1 { code { (c.tool) } @if suspended { " asks for input" } }
-            @if let Some(e) = error { p.error role="alert" { (in_words(e)) } }
+            @if let Some(e) = error {
+                // Shown in answer to a form: the address becomes the call's own, so a reload
+                // shows the call again instead of sending the answer twice.
+                p.error role="alert" data-canonical={ "/inbox/calls/" (c.call_id) } { (in_words(e)) }
+            }
             p.status {
                 span.badge { (c.status.as_str()) }
                 @if let (true, Some(s)) = (suspended, s) { " · " span data-expires=(s.expires_at) { (time_left(s.expires_at, now)) } }

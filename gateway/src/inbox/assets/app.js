@@ -2,7 +2,8 @@
 // - the pending list refreshes itself when approvals change (server-sent events);
 // - j / k move between rows, Enter opens one;
 // - "time left" counts down;
-// - the edit form previews the decision and the diff of the edited arguments.
+// - the edit form previews the decision and the diff of the edited arguments;
+// - a refusal shown in answer to a form takes the page's own address (no resubmit on reload).
 // Everything inserted comes from the inbox's own server-rendered, escaped HTML.
 'use strict';
 
@@ -65,3 +66,10 @@ document.addEventListener('DOMContentLoaded', () => {
     events.addEventListener('open', () => refreshPending(box));
   }
 });
+
+// A refused form answer is shown at the form's POST address; a reload there would send the
+// answer again. The page names its own address, and the history entry takes it.
+(function () {
+  const el = document.querySelector('[data-canonical]');
+  if (el && window.history.replaceState) window.history.replaceState(null, '', el.dataset.canonical);
+})();
