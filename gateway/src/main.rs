@@ -1,5 +1,5 @@
 //! The `airlock` binary: parses the command line and hands off to [`airlock_gateway::cli`].
-//! It also chooses the allocator, mimalloc, by measurement (README, Speed).
+//! It also chooses the allocator, mimalloc, by measurement (docs/speed.md).
 
 use std::process::ExitCode;
 

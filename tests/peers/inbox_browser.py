@@ -184,6 +184,7 @@ def main():
             time.sleep(0.2)
             shot(d, "inbox-pending-375")
             header_height = d.execute_script("return document.querySelector('header').getBoundingClientRect().height")
+            page_width = d.execute_script("return document.documentElement.scrollWidth")
             keys_shown = d.find_element(By.CSS_SELECTOR, ".keys").is_displayed()
             d.set_window_size(1280, 900)
             open_first_row(d, 2)
@@ -227,6 +228,7 @@ def main():
             with urllib.request.urlopen(BASE + "/favicon.ico", timeout=10) as r:
                 favicon = r.status
             out(summaries=summaries, labels=labels, inputs=inputs, header_height=header_height,
+                page_width=page_width,
                 keys_shown=keys_shown, heading=heading, notice=notice, next_links=next_links,
                 notice_on_screen=notice_on_screen, statuses=statuses, audit_height=audit_height,
                 ats=ats, header_cells=header_cells, root=root, favicon=favicon)

@@ -73,6 +73,10 @@ fn the_inbox_reads_well_at_1280_and_375_pixels() {
     assert!(labels.iter().zip(&inputs).all(|(l, i)| l < i), "{r}");
     // At 375 px the header stays short and the keyboard hint is gone.
     assert!(r["header_height"].as_f64().unwrap() < 90.0, "{r}");
+    assert!(
+        r["page_width"].as_f64().unwrap() <= 375.0,
+        "no sideways scrolling: {r}"
+    );
     assert_eq!(r["keys_shown"], false, "{r}");
     // Decided, the page says how, on screen, with the next waiting call a click away.
     assert_eq!(r["heading"], "Approved: db.query", "{r}");

@@ -3,7 +3,7 @@
 //! its store write, its backend exchange and its answer run on one thread: nothing hands a
 //! request to another thread or wakes one, except the store's writer when calls share an
 //! fsync. Measured against one multi-threaded runtime on the allow path: a lone call's
-//! p50 25 µs lower, 32 connections at the same or better throughput (README, "Speed").
+//! p50 25 µs lower, 32 connections at the same or better throughput (docs/speed.md).
 //!
 //! It does not accept: the accept loop (in [`crate::serve`]) hands each connection to the
 //! thread with the fewest open. Background work (expiry, webhooks, MCP refresh) stays on the
