@@ -81,8 +81,9 @@ pub fn status_for(code: Code) -> StatusCode {
         | RequestInvalidTime => StatusCode::BAD_REQUEST,
         RequestInvalidResumeData => StatusCode::UNPROCESSABLE_ENTITY,
         AuthUnauthenticated => StatusCode::UNAUTHORIZED,
-        AuthForbidden | AuthForbiddenOrigin | PolicyDenied | ApprovalDeclined | ApprovalExpired
-        | ApprovalForbidden | ApprovalSelfApproval | ApprovalEditDenied => StatusCode::FORBIDDEN,
+        AuthForbidden | AuthForbiddenOrigin | AuthForbiddenHost | PolicyDenied
+        | ApprovalDeclined | ApprovalExpired | ApprovalForbidden | ApprovalSelfApproval
+        | ApprovalEditDenied => StatusCode::FORBIDDEN,
         ApprovalAlreadyDecided
         | ApprovalNotPending
         | CallInProgress

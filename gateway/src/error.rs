@@ -39,6 +39,7 @@ airlock_policy::stable_names! {
         AuthUnauthenticated = "auth.unauthenticated",
         AuthForbidden = "auth.forbidden",
         AuthForbiddenOrigin = "auth.forbidden_origin",
+        AuthForbiddenHost = "auth.forbidden_host",
         PrincipalRateLimited = "principal.rate_limited",
         PrincipalTooManyPending = "principal.too_many_pending",
         // Routes.

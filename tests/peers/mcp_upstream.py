@@ -7,7 +7,7 @@ this process, and how many `wait`s were cancelled), `crash` (exits the process m
 `slow` (sleeps), `wait` (sleeps without blocking; counts a cancel), `deploy` (asks its client
 "which environment?" by form elicitation mid-call, and deploys there), `ask_model` (asks its
 client's model to answer a prompt: sampling), `grow` (adds a tool named NAME and says the
-tool list changed). A resource and a
+tool list changed), `weather` (a typed result, so it declares an `outputSchema`). A resource and a
 prompt exercise the pass-through methods.
 """
 
@@ -32,6 +32,17 @@ def echo(text: str = "", n: int = 0) -> dict:
     calls["n"] += 1
     calls["log"].append({"text": text, "n": n})
     return {"text": text, "n": n, "calls": calls["n"]}
+
+
+class Weather(BaseModel):
+    city: str
+    celsius: float
+
+
+@server.tool()
+def weather(city: str) -> Weather:
+    """A typed result: the tool declares an outputSchema its answers follow."""
+    return Weather(city=city, celsius=21.5)
 
 
 @server.tool()

@@ -86,10 +86,47 @@ fn upstream_log(gw: &Gateway, server: &str) -> Vec<Value> {
     v["log"].as_array().unwrap().clone()
 }
 
+/// The code of an `isError` refusal: in `structuredContent.error`, or, for a tool that
+/// declares an `outputSchema`, in `_meta["airlock/error"]` (DESIGN §10).
 fn error_code(result: &Value) -> &str {
     result["result"]["structuredContent"]["error"]["code"]
         .as_str()
+        .or_else(|| result["result"]["_meta"]["airlock/error"]["code"].as_str())
         .unwrap_or("")
+}
+
+#[test]
+fn a_refusal_of_a_tool_with_an_output_schema_goes_in_meta_so_clients_do_not_fail() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "2s");
+    for mode in MODES {
+        // Allowed: the upstream's typed result, unchanged.
+        let r = call(&gw, "agent1", mode, "up.weather", json!({"city": "Oslo"}));
+        assert_eq!(
+            r["result"]["structuredContent"]["city"], "Oslo",
+            "{mode}: {r}"
+        );
+        // Denied: no `structuredContent` the client would check against the schema (and
+        // throw on); the refusal is in `_meta["airlock/error"]` and in the text.
+        let r = call(&gw, "agent1", mode, "up.weather", json!({"city": "moon"}));
+        assert!(r.get("error").is_none(), "{mode}: the client failed: {r}");
+        assert_eq!(r["result"]["isError"], true, "{mode}: {r}");
+        assert!(
+            r["result"].get("structuredContent").is_none(),
+            "{mode}: {r}"
+        );
+        let refusal = &r["result"]["_meta"]["airlock/error"];
+        assert_eq!(refusal["code"], "policy.denied", "{mode}: {r}");
+        assert_eq!(
+            refusal["rules"],
+            json!(["no-weather-on-the-moon"]),
+            "{mode}: {r}"
+        );
+        assert!(r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("policy.denied: there is no weather on the moon"));
+    }
 }
 
 #[test]
@@ -398,10 +435,10 @@ fn the_endpoint_refuses_what_it_must_before_any_upstream_sees_it() {
             serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
         )
     };
-    let ping = body("ping", json!({"_meta": modern_meta}));
+    let ping = body("server/discover", json!({"_meta": modern_meta}));
     let modern = [
         ("mcp-protocol-version", "2026-07-28"),
-        ("mcp-method", "ping"),
+        ("mcp-method", "server/discover"),
     ];
 
     let (s, www, _) = send(None, &modern, ping.clone());
@@ -421,6 +458,68 @@ fn the_endpoint_refuses_what_it_must_before_any_upstream_sees_it() {
         (s, b["result"]["resultType"].as_str()),
         (200, Some("complete"))
     );
+    // The 2026-07-28 schema's place for the server's identity.
+    assert_eq!(
+        b["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "airlock",
+        "{b}"
+    );
+
+    // What the 2026-07-28 revision removed does not exist when asked in that revision: 404
+    // with -32601, no session opened, nothing forwarded.
+    for method in [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+    ] {
+        let params = json!({"_meta": modern_meta, "uri": "test://greeting", "level": "info",
+            "protocolVersion": "2026-07-28", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}});
+        let resp = c
+            .post(&url)
+            .bearer_auth("token-agent1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .body(body(method, params))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 404, "{method}");
+        assert!(resp.headers().get("mcp-session-id").is_none(), "{method}");
+        let b: Value = resp.json().unwrap();
+        assert_eq!(b["error"]["code"], -32601, "{method}: {b}");
+    }
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized",
+        "params": {"_meta": modern_meta}})
+    .to_string();
+    let (s, _, _) = send(
+        Some("token-agent1"),
+        &[modern[0], ("mcp-method", "notifications/initialized")],
+        note,
+    );
+    assert_eq!(s, 404);
+
+    // A page or an endpoint reached through another host name (DNS rebinding) is refused.
+    let (s, _, b) = send(
+        Some("token-agent1"),
+        &[modern[0], modern[1], ("host", "evil.example.com")],
+        ping.clone(),
+    );
+    assert_eq!((s, code(&b)), (403, "auth.forbidden_host"), "{b}");
+    let r = c
+        .get(format!("{}/inbox/", gw.base))
+        .header("host", "evil.example.com:8080")
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let port = gw.base.rsplit(':').next().unwrap().to_owned();
+    let (s, _, _) = send(
+        Some("token-agent1"),
+        &[modern[0], modern[1], ("host", &format!("localhost:{port}"))],
+        ping.clone(),
+    );
+    assert_eq!(s, 200, "localhost names a gateway listening on loopback");
 
     // Headers that disagree with the body.
     let (s, _, b) = send(
@@ -510,6 +609,16 @@ fn the_endpoint_refuses_what_it_must_before_any_upstream_sees_it() {
     );
     assert_eq!(s, 200);
     assert!(b["result"]["tools"].as_array().unwrap().len() >= 8);
+    // Inside a 2025 session, a request naming another revision is refused.
+    let (s, _, _) = send(
+        Some("token-agent1"),
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2026-07-28"),
+        ],
+        body("tools/list", json!({})),
+    );
+    assert_eq!(s, 400);
     assert!(upstream_log(&gw, "up").is_empty());
 }
 

@@ -97,6 +97,9 @@ pub struct Config {
     pub mcp_servers: Vec<McpServerConfig>,
     /// Origins besides `public_url`'s that may call `/mcp` from a browser.
     pub allowed_origins: Vec<String>,
+    /// Host names besides the listen address and `public_url`'s by which clients reach `/mcp`
+    /// and `/inbox/` (DESIGN §15).
+    pub allowed_hosts: Vec<String>,
     /// `sync`: an allowed call's decision and claim are fsynced before it runs; `batched`:
     /// they are fsynced within `flush_interval`, not awaited (DESIGN §13).
     pub batched: bool,
@@ -104,6 +107,15 @@ pub struct Config {
     pub flush_interval: Duration,
     /// Where the store lives (DESIGN §14).
     pub store: StoreKind,
+}
+
+/// A `Host` value's name, lower-case, without its port (`[::1]:8080` → `[::1]`).
+fn host_name(host: &str) -> String {
+    let host = host.trim().to_ascii_lowercase();
+    if host.starts_with('[') {
+        return host.split_inclusive(']').next().unwrap_or("").to_owned();
+    }
+    host.split(':').next().unwrap_or("").to_owned()
 }
 
 /// Resolves `env:VAR` to the variable's value.
@@ -192,6 +204,7 @@ impl Config {
             json_logs: server.json_logs,
             public_url: server.public_url,
             allowed_origins: server.allowed_origins,
+            allowed_hosts: server.allowed_hosts,
             classifier_cache_ttl: server.classifier_cache_ttl,
             connections: server.connections,
             batched: server.batched,
@@ -277,6 +290,7 @@ impl Config {
             connections: ConnectionLimits::default(),
             mcp_servers: vec![],
             allowed_origins: vec![],
+            allowed_hosts: vec![],
             batched: false,
             flush_interval: Duration::from_millis(5),
         }
@@ -285,6 +299,29 @@ impl Config {
     /// The route for `tool`: the first configured pattern that matches.
     pub fn route(&self, tool: &str) -> Option<&ToolRoute> {
         self.tools.iter().find(|t| t.pattern.matches(tool))
+    }
+
+    /// Whether a request's `Host` names this gateway (DESIGN §15): the host of `public_url`,
+    /// of the listen address, `localhost`, `127.0.0.1` or `[::1]` when it listens on loopback,
+    /// or one of `allowed_hosts`; ports are not compared. Listening on every address
+    /// (`0.0.0.0`), any IP literal names it too: DNS rebinding needs a DNS name.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let name = host_name(host);
+        let of_url = |url: &str| {
+            let rest = url.split_once("://").map_or(url, |(_, r)| r);
+            host_name(rest.split('/').next().unwrap_or(""))
+        };
+        let ip = self.listen.ip();
+        let literal = name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .ok();
+        self.public_url.as_deref().map(of_url).as_deref() == Some(name.as_str())
+            || literal == Some(ip)
+            || (ip.is_loopback() && matches!(name.as_str(), "localhost" | "127.0.0.1" | "[::1]"))
+            || (ip.is_unspecified() && literal.is_some())
+            || self.allowed_hosts.iter().any(|h| host_name(h) == name)
     }
 
     /// Whether a browser `Origin` may call: `public_url`'s own, or one of `allowed_origins`.

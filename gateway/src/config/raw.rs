@@ -95,6 +95,8 @@ pub(super) struct RawServer {
     pub(super) public_url: Option<String>,
     #[serde(default)]
     pub(super) allowed_origins: Vec<String>,
+    #[serde(default)]
+    pub(super) allowed_hosts: Vec<String>,
     pub(super) durability: Option<String>,
     pub(super) flush_interval: Option<String>,
     pub(super) header_timeout: Option<String>,

@@ -51,6 +51,9 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
             pages::message("Busy", "The gateway is busy; try again in a moment."),
         );
     };
+    if let Err(e) = crate::pipeline::admit::host(&gw, &req) {
+        return page(StatusCode::FORBIDDEN, pages::message("Refused", &e.message));
+    }
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
     let method = req.method().clone();

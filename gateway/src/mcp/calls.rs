@@ -260,6 +260,7 @@ fn tool_result(
     outcome: Result<Outcome, ApiError>,
 ) -> Value {
     let modern = exchange.modern();
+    let refusal = !matches!(outcome, Ok(Outcome::Completed(_)));
     let mut result = match outcome {
         Ok(Outcome::Completed(c)) => match c.upstream_status {
             // An MCP upstream's result, unchanged.
@@ -351,6 +352,18 @@ fn tool_result(
             error_result(e.code.as_str(), &e.message, extra)
         }
     };
+    if refusal && gw.backends.mcp.declares_output_schema(&call.tool) {
+        // Clients validate `structuredContent` against the tool's `outputSchema`, error or
+        // not (the TypeScript SDK 1.x, the Inspector): our refusal goes in `_meta` instead,
+        // and its text content says the same (DESIGN §10).
+        if let Some(error) = result
+            .as_object_mut()
+            .and_then(|o| o.remove("structuredContent"))
+            .and_then(|mut s| s.get_mut("error").map(Value::take))
+        {
+            result["_meta"] = json!({"airlock/error": error});
+        }
+    }
     if modern {
         if let Some(o) = result.as_object_mut() {
             o.entry("resultType")

@@ -36,6 +36,19 @@ use wire::{Message, RpcError};
 /// The versions this endpoint speaks, oldest first.
 pub const SUPPORTED: [&str; 2] = [LEGACY, MODERN];
 
+/// Earlier revisions a 2025-11-25 session accepts in its `MCP-Protocol-Version` header.
+const EARLIER_2025: [&str; 2] = ["2025-03-26", "2025-06-18"];
+
+/// Methods the 2026-07-28 revision removed: asked in that revision, they do not exist.
+const REMOVED_IN_MODERN: [&str; 6] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "notifications/initialized",
+];
+
 /// The methods whose 2026-07-28 results carry `ttlMs` and `cacheScope`.
 const CACHEABLE: [&str; 6] = [
     "server/discover",
@@ -216,6 +229,9 @@ pub async fn handle(
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
+    if let Err(e) = admit::host(&gw, &req) {
+        return e.into_response();
+    }
     if let Some(origin) = req.headers().get("origin").and_then(|v| v.to_str().ok()) {
         if !gw.config.origin_allowed(origin) {
             return http_refusal(
@@ -390,6 +406,19 @@ fn exchange_of(
     let version_header = get("mcp-protocol-version");
     let meta = msg.params.get("_meta").cloned().unwrap_or(Value::Null);
     let meta_version = meta.get("io.modelcontextprotocol/protocolVersion").cloned();
+    let modern_signal = meta_version.is_some() || version_header.as_deref() == Some(MODERN);
+    if let Some(removed) = msg.method.as_deref().filter(|m| {
+        modern_signal && get("mcp-session-id").is_none() && REMOVED_IN_MODERN.contains(m)
+    }) {
+        // Asked as a 2026-07-28 request, a method that revision removed does not exist: no
+        // session is opened and nothing goes upstream.
+        let e = RpcError::new(
+            msg.id(),
+            wire::METHOD_NOT_FOUND,
+            format!("`{removed}` does not exist in the 2026-07-28 revision"),
+        );
+        return Err(Box::new(rpc_error(&e, true)));
+    }
     let exchange = if msg.method.as_deref() == Some("initialize") {
         Exchange {
             revision: LEGACY,
@@ -404,6 +433,24 @@ fn exchange_of(
     } else if let Some(sid) = get("mcp-session-id") {
         // Another principal's session is as unknown as a made-up one.
         match front.session(&sid, &principal.id) {
+            // A 2025 session speaks its own revision; a request naming another is refused,
+            // as the 2025 transport says. The earlier 2025 revisions are read as this one:
+            // clients (and the conformance suite) send them inside such a session.
+            Some(_)
+                if version_header
+                    .as_deref()
+                    .is_some_and(|v| v != LEGACY && !EARLIER_2025.contains(&v)) =>
+            {
+                let e = RpcError::new(
+                    msg.id(),
+                    wire::INVALID_REQUEST,
+                    format!(
+                        "this session speaks {LEGACY}; the MCP-Protocol-Version header says {}",
+                        version_header.as_deref().unwrap_or("")
+                    ),
+                );
+                return Err(Box::new(rpc_error(&e, false)));
+            }
             Some(s) => Exchange {
                 revision: LEGACY,
                 session: Some(sid),
@@ -479,11 +526,12 @@ fn initialize(
 async fn answer(gw: &Gateway, method: &str, msg: &Message) -> Result<Value, RpcError> {
     let id = msg.id();
     match method {
+        // The 2026-07-28 schema puts the server's identity in `_meta`.
         "server/discover" => Ok(json!({
             "supportedVersions": SUPPORTED,
             "capabilities": capabilities(),
-            "serverInfo": server_info(),
             "instructions": INSTRUCTIONS,
+            "_meta": {"io.modelcontextprotocol/serverInfo": server_info()},
         })),
         "ping" => Ok(json!({})),
         "tools/list" => Ok(paginate(tools(gw), "tools", &msg.params)),

@@ -24,6 +24,29 @@ use crate::error::{ApiError, Code};
 use crate::limits::Refusal;
 use crate::state::{audit_fields, Gateway};
 
+/// Whether the request's `Host` (or HTTP/2 authority) names this gateway (DESIGN §15): a page
+/// or an MCP endpoint reached through someone else's DNS name is how DNS rebinding gets a
+/// browser to talk to a local gateway. `403 auth.forbidden_host` otherwise. A request that
+/// names no host at all is no browser's, and passes.
+pub fn host(gw: &Gateway, req: &hyper::Request<hyper::body::Incoming>) -> Result<(), ApiError> {
+    let named = req
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
+    match named {
+        Some(host) if !gw.config.host_allowed(&host) => Err(ApiError::new(
+            Code::AuthForbiddenHost,
+            format!(
+                "`{host}` is not this gateway's host name: add it to `server.allowed_hosts` \
+                 (or set `server.public_url`) if it is"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// A permit for one request in flight, or `503 gateway.overloaded`: refused before any work,
 /// so no call ever runs without a decision.
 pub fn in_flight(gw: &Gateway) -> Result<SemaphorePermit<'_>, ApiError> {

@@ -14,8 +14,7 @@ use crate::writer::{Durability, Tx};
 use crate::Store;
 
 use super::approvals::set_status_index;
-use super::suspensions::unindex_suspended;
-use super::{fields, get, load_call, put, with_run, IDX_EXECUTING};
+use super::{fields, get, load_call, put, unindex_suspended, with_run, IDX_EXECUTING};
 
 /// What `begin_execution` found.
 #[derive(Debug, Clone, PartialEq)]

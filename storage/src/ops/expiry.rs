@@ -10,8 +10,7 @@ use crate::model::{Approval, ApprovalStatus, CallRecord, CallStatus, Grant, Mill
 use crate::Store;
 
 use super::approvals::set_status_index;
-use super::suspensions::unindex_suspended;
-use super::{fields, get, load_call, put};
+use super::{fields, get, load_call, put, unindex_suspended};
 
 /// Expired approvals and grants handled per sweep, so one sweep stays short.
 const SWEEP_LIMIT: usize = 1000;

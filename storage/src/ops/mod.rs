@@ -22,7 +22,7 @@ use serde_json::{json, Map, Value};
 
 use crate::audit::{redact, Kind};
 use crate::error::StoreError;
-use crate::keys::{decode, encode, Ks};
+use crate::keys::{self, decode, encode, Ks, EXPIRE_SUSPENDED};
 use crate::model::{CallRecord, Millis};
 use crate::writer::Tx;
 use crate::Store;
@@ -126,5 +126,23 @@ impl Store {
             }
             Ok(last)
         })
+    }
+}
+
+/// Drops a suspended call's index and expiry entries (it is resumed, expired or cancelled).
+fn unindex_suspended(tx: &mut Tx<'_>, call: &CallRecord) {
+    tx.delete(
+        Ks::ApprovalIndex,
+        keys::index_key(
+            IDX_SUSPENDED,
+            run_id(&call.context).unwrap_or(""),
+            &call.call_id,
+        ),
+    );
+    if let Some(s) = &call.suspension {
+        tx.delete(
+            Ks::Expiry,
+            keys::expiry_key(s.expires_at, EXPIRE_SUSPENDED, call.call_id.as_bytes()),
+        );
     }
 }

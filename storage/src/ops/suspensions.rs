@@ -7,11 +7,10 @@ use crate::audit::{redact, Kind};
 use crate::error::StoreError;
 use crate::keys::{self, Ks, EXPIRE_SUSPENDED};
 use crate::model::{CallRecord, CallStatus, Millis, Principal, Suspension};
-use crate::writer::Tx;
 use crate::Store;
 
 use super::calls::claim;
-use super::{load_call, put, run_id, IDX_EXECUTING, IDX_SUSPENDED};
+use super::{load_call, put, run_id, unindex_suspended, IDX_EXECUTING, IDX_SUSPENDED};
 
 /// A new suspension, as the upstream asked for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,24 +20,6 @@ pub struct Suspend {
     pub upstream_state: Option<Value>,
     /// How long it may wait for resume data.
     pub ttl_ms: u64,
-}
-
-/// Drops a suspended call's index and expiry entries (it is resumed, expired or cancelled).
-pub(super) fn unindex_suspended(tx: &mut Tx<'_>, call: &CallRecord) {
-    tx.delete(
-        Ks::ApprovalIndex,
-        keys::index_key(
-            IDX_SUSPENDED,
-            run_id(&call.context).unwrap_or(""),
-            &call.call_id,
-        ),
-    );
-    if let Some(s) = &call.suspension {
-        tx.delete(
-            Ks::Expiry,
-            keys::expiry_key(s.expires_at, EXPIRE_SUSPENDED, call.call_id.as_bytes()),
-        );
-    }
 }
 
 impl Store {

@@ -538,6 +538,13 @@ decision = "deny"
 message = "rm -rf is never allowed"
 
 [[rules]]
+id = "no-weather-on-the-moon"
+tools = ["*.weather"]
+when = 'args.city == "moon"'
+decision = "deny"
+message = "there is no weather on the moon"
+
+[[rules]]
 id = "approve-big-n"
 tools = ["*.echo"]
 when = 'has(args.n) && args.n > 100'

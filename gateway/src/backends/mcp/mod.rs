@@ -287,6 +287,14 @@ impl Server {
             .collect()
     }
 
+    fn tool_declares(&self, name: &str, field: &str) -> bool {
+        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        tools
+            .iter()
+            .flatten()
+            .any(|t| t.get("name").and_then(Value::as_str) == Some(name) && t.get(field).is_some())
+    }
+
     fn has_tool(&self, name: &str) -> bool {
         let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
         tools
@@ -475,6 +483,15 @@ impl Registry {
                 server: s.clone(),
                 name: name.to_owned(),
             })
+        })
+    }
+
+    /// Whether the upstream tool behind a visible name declares an `outputSchema`.
+    pub fn declares_output_schema(&self, visible: &str) -> bool {
+        self.servers.iter().any(|s| {
+            visible
+                .strip_prefix(s.config.prefix.as_str())
+                .is_some_and(|name| s.tool_declares(name, "outputSchema"))
         })
     }
 
