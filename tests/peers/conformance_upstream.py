@@ -38,6 +38,7 @@ TOOLS = [
     ("test_embedded_resource", "Returns an embedded resource", EMPTY),
     ("test_multiple_content_types", "Returns several content types", EMPTY),
     ("test_tool_with_logging", "Logs while it runs", EMPTY),
+    ("test_logging_tool", "Logs while it runs (the 2026-07-28 scenarios' name for it)", EMPTY),
     ("test_tool_with_progress", "Reports progress while it runs", EMPTY),
     ("test_error_handling", "Always fails", EMPTY),
     ("test_sampling", "Asks the client's model", {"type": "object", "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]}),
@@ -129,7 +130,7 @@ async def call_tool(ctx, params):
                 uri="test://mixed-content-resource", mime_type="application/json",
                 text=json.dumps({"test": "data", "value": 123}))),
         ]
-    elif name == "test_tool_with_logging":
+    elif name in ("test_tool_with_logging", "test_logging_tool"):
         for i, msg in enumerate(["Tool execution started", "Tool processing data", "Tool execution completed"]):
             if i:
                 await asyncio.sleep(0.05)

@@ -121,4 +121,44 @@ fn the_official_conformance_suite_passes_but_for_its_baseline() {
         .parse()
         .unwrap();
     assert!(passed >= 27, "{total}");
+
+    // 2026-07-28: an upstream's log messages reach a client only when its request's `_meta`
+    // sets a log level (SEP-2575); a 2025 session gets them as the suite checked above.
+    let meta = |log: bool| {
+        let mut m = serde_json::json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        if log {
+            m["io.modelcontextprotocol/logLevel"] = "info".into();
+        }
+        m
+    };
+    let logs_seen = |log: bool| {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "test_logging_tool", "arguments": {}, "_meta": meta(log)}});
+        let text = reqwest::blocking::Client::new()
+            .post(format!("{}/mcp", gw.base))
+            .bearer_auth("token-suite")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "test_logging_tool")
+            .json(&body)
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        assert!(
+            text.contains("Tool with logging executed successfully"),
+            "{text}"
+        );
+        text.matches("notifications/message").count()
+    };
+    assert_eq!(logs_seen(false), 0, "no log level asked, no log messages");
+    assert_eq!(
+        logs_seen(true),
+        3,
+        "a log level asked: the upstream's three messages"
+    );
 }

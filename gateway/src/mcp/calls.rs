@@ -468,6 +468,7 @@ fn stream_with_progress(
             token,
             ticks: 0,
             cancel: cancel.as_ref().map(|(_, t)| t.clone()),
+            logs: exchange.logs,
             // Sampling is relayed to a 2025 session's client that declared it can sample.
             sampling: exchange
                 .session
@@ -598,6 +599,8 @@ struct Relay {
     ticks: u64,
     /// A 2025 client's `notifications/cancelled` for this request.
     cancel: Option<tokio_util::sync::CancellationToken>,
+    /// Whether the upstream's log messages go to the client ([`Exchange::logs`]).
+    logs: bool,
 }
 
 /// Forgets a request's cancellation handle when its stream ends, however it ends.
@@ -643,7 +646,7 @@ impl Relay {
                             up["params"]["progressToken"] = t.clone();
                             up
                         }
-                        ("notifications/message", _) => up,
+                        ("notifications/message", _) if self.logs => up,
                         _ => continue,
                     }
                 }

@@ -195,6 +195,10 @@ pub struct Exchange {
     pub capabilities: Value,
     /// The client accepts a server-sent event stream in answer.
     pub accepts_sse: bool,
+    /// The client wants the upstream's log messages (`notifications/message`): a 2025
+    /// session always (its level is the session's), a 2026-07-28 request only when its
+    /// `_meta` sets `io.modelcontextprotocol/logLevel`.
+    pub logs: bool,
 }
 
 impl Exchange {
@@ -429,6 +433,7 @@ fn exchange_of(
                 .cloned()
                 .unwrap_or(Value::Null),
             accepts_sse,
+            logs: true,
         }
     } else if let Some(sid) = get("mcp-session-id") {
         // Another principal's session is as unknown as a made-up one.
@@ -456,6 +461,7 @@ fn exchange_of(
                 session: Some(sid),
                 capabilities: s.capabilities,
                 accepts_sse,
+                logs: true,
             },
             None => {
                 let e = RpcError::new(
@@ -478,6 +484,7 @@ fn exchange_of(
                 .cloned()
                 .unwrap_or(Value::Null),
             accepts_sse,
+            logs: meta.get("io.modelcontextprotocol/logLevel").is_some(),
         }
     } else if let Some(v) = version_header.filter(|v| !SUPPORTED.contains(&v.as_str())) {
         return Err(Box::new(rpc_error(&unsupported(msg.id(), &v), true)));
