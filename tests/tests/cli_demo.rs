@@ -9,7 +9,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -724,6 +724,43 @@ fn a_running_gateways_log_is_verified_over_the_api_without_trusting_it() {
         "{}",
         text(&out.stdout)
     );
+    demo.stop();
+}
+
+#[test]
+fn the_readmes_python_mcp_client_runs_against_the_demo() {
+    // The snippet as the README shows it, run with the official Python SDK: what a reader
+    // copies works.
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let start = readme
+        .find("```python\n")
+        .expect("a Python snippet in the README")
+        + 10;
+    let end = start + readme[start..].find("```").unwrap();
+    let snippet: String = readme[start..end]
+        .lines()
+        .map(|l| l.strip_prefix("  ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("http://127.0.0.1:8080", "BASE");
+    let tmp = tempfile::tempdir().unwrap();
+    let demo = Demo::start(&tmp.path().join("data"));
+    let script = tmp.path().join("snippet.py");
+    std::fs::write(&script, snippet.replace("BASE", &demo.base)).unwrap();
+    let out = Command::new("python3")
+        .arg(&script)
+        .env("AIRLOCK_TOKEN", &demo.agent)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout).contains("hello"), "{}", text(&out.stdout));
     demo.stop();
 }
 
