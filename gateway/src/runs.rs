@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::body::{sse_response, Body};
 use crate::clock::rfc3339;
+use crate::error::Code;
 use crate::pipeline::tool_call_id;
 use crate::state::{run_key, Gateway};
 
@@ -168,7 +169,7 @@ async fn chunk(
             } else {
                 messages.join("; ")
             };
-            error("policy.denied", message)
+            error(Code::PolicyDenied.as_str(), message)
         }
         Kind::ApprovalRequested => (
             "tool-call-approval",
@@ -184,12 +185,12 @@ async fn chunk(
         {
             let reason = record.get("reason").and_then(Value::as_str).unwrap_or("");
             error(
-                "approval.declined",
+                Code::ApprovalDeclined.as_str(),
                 format!("declined by an approver: {reason}"),
             )
         }
         Kind::ApprovalExpired => error(
-            "approval.expired",
+            Code::ApprovalExpired.as_str(),
             "nobody approved the call in time; it is denied".into(),
         ),
         Kind::CallSuspended => (
@@ -212,10 +213,13 @@ async fn chunk(
             error(&code, message)
         }
         Kind::CallExpired => error(
-            "call.expired",
+            Code::CallExpired.as_str(),
             "nobody resumed the suspended call in time; it has ended".into(),
         ),
-        Kind::CallCancelled => error("call.cancelled", "the call was cancelled".into()),
+        Kind::CallCancelled => error(
+            Code::CallCancelled.as_str(),
+            "the call was cancelled".into(),
+        ),
         _ => return None,
     };
     payload["toolCallId"] = Value::String(tool_call_id(&call));

@@ -336,7 +336,7 @@ impl Gateway {
 
     fn store_result<T>(&self, result: Result<T, StoreError>) -> Result<T, ApiError> {
         if let Err(e) = &result {
-            if e.code() == "store.unavailable" {
+            if e.code() == Code::StoreUnavailable.as_str() {
                 self.metrics.store_errors.inc();
             }
         }

@@ -9,7 +9,7 @@ use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 
 use crate::clock::rfc3339;
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 
 /// Who is signed in, and the CSRF token their forms carry.
 pub struct Who {
@@ -90,27 +90,27 @@ pub fn message(title: &str, text: &str) -> Markup {
 
 /// A refusal of the API's rules, said so a person understands.
 pub fn in_words(e: &ApiError) -> String {
-    let said = match e.code.as_str() {
-        "approval.forbidden" => "You are not one of the approvers this call needs.",
-        "approval.self_approval" => {
+    let said = match e.code {
+        Code::ApprovalForbidden => "You are not one of the approvers this call needs.",
+        Code::ApprovalSelfApproval => {
             "You asked for this call yourself: someone else must decide it."
         }
-        "approval.already_decided" => {
+        Code::ApprovalAlreadyDecided => {
             "You have already decided this approval; it needs another approver."
         }
-        "approval.not_pending" => {
+        Code::ApprovalNotPending => {
             "This approval is no longer pending: it was decided, expired or cancelled."
         }
-        "approval.not_found" => "There is no such approval.",
-        "approval.expired" => "Nobody approved it in time: it has expired, which is a deny.",
-        "approval.edit_denied" => {
+        Code::ApprovalNotFound => "There is no such approval.",
+        Code::ApprovalExpired => "Nobody approved it in time: it has expired, which is a deny.",
+        Code::ApprovalEditDenied => {
             "Policy denies the call as edited, so it cannot be approved that way."
         }
-        "request.missing_reason" => "A decline needs a reason: the agent reads it.",
-        "store.unavailable" => {
+        Code::RequestMissingReason => "A decline needs a reason: the agent reads it.",
+        Code::StoreUnavailable => {
             "The gateway cannot reach its store; nothing was decided. Try again."
         }
-        c if c.starts_with("request.") => "The edited arguments are not valid.",
+        c if c.as_str().starts_with("request.") => "The edited arguments are not valid.",
         _ => "The gateway refused this.",
     };
     format!("{said} ({}: {})", e.code, e.message)

@@ -78,7 +78,7 @@ pub async fn call(
                     wire::INVALID_PARAMS,
                     format!("invalid requestState: {why}"),
                 )
-                .with_data(json!({"code": "approval.invalid_state"}));
+                .with_data(json!({"code": Code::ApprovalInvalidState}));
                 return rpc_error(&e, modern);
             }
         };
@@ -228,7 +228,7 @@ async fn redeem(
     if let Err(why) = result {
         let mut fields = audit_fields(json!({
             "principal": principal.id, "tool": call.tool, "fingerprint": call.fingerprint.as_str(),
-            "code": "approval.invalid_state", "reason": why,
+            "code": Code::ApprovalInvalidState, "reason": why,
         }));
         tag.tag(&mut fields);
         pipeline::admit::record_rejection(gw, fields).await;
@@ -319,7 +319,7 @@ fn tool_result(
             return sealed_input(front, SUSPEND_KEY, input_request(gw, &v, form), state);
         }
         Ok(Outcome::Suspended(v)) => error_result(
-            "call.suspended",
+            Code::CallSuspended.as_str(),
             &format!(
                 "`{}` is suspended, waiting for input: {}. Resume it with data fitting `resume_schema` (POST /v1/calls/{}/resume, or the link).",
                 call.tool, text_of(&v.payload), v.call_id

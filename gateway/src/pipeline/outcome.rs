@@ -198,7 +198,7 @@ pub(super) fn finished(call: &CallRecord) -> Result<Outcome, ApiError> {
     let outcome = call.outcome.clone().unwrap_or(CallOutcome {
         upstream_status: None,
         result: None,
-        error: Some("call.interrupted".into()),
+        error: Some(Code::CallInterrupted.as_str().into()),
         message: None,
     });
     if let Some(stored) = outcome.error {
@@ -269,7 +269,7 @@ impl Drop for Unfinished {
             let outcome = CallOutcome {
                 upstream_status: None,
                 result: None,
-                error: Some("call.interrupted".into()),
+                error: Some(Code::CallInterrupted.as_str().into()),
                 message: Some(
                     "the client went away or cancelled while the backend was being called; \
                      the request to it was dropped, so whether the call ran is unknown"
