@@ -22,6 +22,7 @@ struct Demo {
     base: String,
     agent: String,
     approver: String,
+    admin: String,
     /// Everything it printed on stdout before it said it listens.
     stdout: String,
 }
@@ -61,6 +62,7 @@ impl Demo {
         Demo {
             agent: token("AIRLOCK_TOKEN"),
             approver: token("AIRLOCK_APPROVER_TOKEN"),
+            admin: token("AIRLOCK_ADMIN_TOKEN"),
             base,
             stdout: stdout.clone(),
             child,
@@ -667,12 +669,7 @@ fn serve_pages(pages: Vec<Value>) -> String {
 fn a_running_gateways_log_is_verified_over_the_api_without_trusting_it() {
     let tmp = tempfile::tempdir().unwrap();
     let demo = Demo::start(&tmp.path().join("data"));
-    let admin = demo
-        .stdout
-        .lines()
-        .find_map(|l| l.trim().split_once("export AIRLOCK_ADMIN_TOKEN="))
-        .map(|(_, t)| t.to_owned())
-        .unwrap();
+    let admin = demo.admin.clone();
     let agent = [("AIRLOCK_TOKEN", demo.agent.as_str())];
     for n in 0..3 {
         let args = format!(r#"{{"n":{n}}}"#);
@@ -891,12 +888,7 @@ fn the_demo_deploy_tool_asks_which_environment_over_the_cli_and_mcp() {
     // Answered `production` over MCP, in either revision, the client gets a final denial,
     // and that is what happens: the call ends `denied`, leaves the suspended list, and a
     // later resume (with an answer policy allows) is refused instead of running it.
-    let admin = demo
-        .stdout
-        .lines()
-        .find_map(|l| l.trim().split_once("export AIRLOCK_ADMIN_TOKEN="))
-        .map(|(_, t)| t.to_owned())
-        .unwrap();
+    let admin = demo.admin.clone();
     let http = reqwest::blocking::Client::new();
     let get = |path: &str, token: &str| -> (u16, Value) {
         let r = http

@@ -8,7 +8,7 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::auth::{require, Role};
-use crate::body::{full, json_response, read_body, Body};
+use crate::body::{full, json_response, Body};
 use crate::clock::{now_ms, to_system_time};
 use crate::error::{ApiError, Code};
 use crate::state::Gateway;
@@ -40,7 +40,7 @@ pub(super) async fn evaluate_policy(
         gw, role, limit, ..
     } = cx;
     require(role, &[Role::Admin])?;
-    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let body = body_json(req, limit).await?;
     let tool = body
         .get("tool")
         .and_then(Value::as_str)
@@ -168,7 +168,7 @@ pub(super) async fn prune(cx: Ctx<'_>, req: Request<Incoming>) -> Result<Respons
         gw, role, limit, ..
     } = cx;
     require(role, &[Role::Admin])?;
-    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let body = body_json(req, limit).await?;
     let before = body.get("before").and_then(Value::as_u64).ok_or_else(|| {
         ApiError::new(
             Code::RequestInvalidField,

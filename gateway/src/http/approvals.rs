@@ -10,7 +10,7 @@ use airlock_storage::{ApprovalFilter, ApprovalStatus};
 
 use crate::approvals::approval_json;
 use crate::auth::{require, Role};
-use crate::body::{json_response, read_body, Body, BodyLimits};
+use crate::body::{json_response, Body, BodyLimits};
 use crate::error::{ApiError, Code};
 use crate::pipeline;
 use crate::state::Gateway;
@@ -167,7 +167,7 @@ async fn verdict(
             "the agent role cannot decide approvals: use an approver's or an admin's token",
         ));
     }
-    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let body = body_json(req, limit).await?;
     let reason = optional_string(&body, "reason")?;
     let approve = verb == "approve";
     if !approve && reason.as_deref().is_none_or(str::is_empty) {

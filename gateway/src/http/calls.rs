@@ -103,7 +103,7 @@ pub(super) async fn resume(
         query,
         limit,
     } = cx;
-    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let body = body_json(req, limit).await?;
     // With `resume_data`: a suspended call continues (the requester, approvers and
     // admins may); without: §6's resume, the call's outcome (the requester).
     if let Some(data) = resume_data(&body, &["resume_data"])? {
@@ -135,7 +135,7 @@ pub(super) async fn resume_run(
         limit,
         ..
     } = cx;
-    let body = body_json(&read_body(req.into_body(), limit).await?)?;
+    let body = body_json(req, limit).await?;
     let tool_call_id = optional_string(&body, "tool_call_id")?;
     let data = resume_data(&body, &["resume_data", "tool_call_id"])?.ok_or_else(|| {
         ApiError::new(

@@ -20,7 +20,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::auth::Role;
-use crate::body::{full, json_response, Body, BodyLimits};
+use crate::body::{full, json_response, read_body, Body, BodyLimits};
 use crate::error::{ApiError, Code};
 use crate::pipeline::admit;
 use crate::serve::guards::CloseReason;
@@ -197,13 +197,15 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-/// Parses a JSON request body strictly (duplicate keys, unsafe numbers, depth).
-fn body_json(bytes: &[u8]) -> Result<Value, ApiError> {
+/// Reads a request's body within `limit` and parses it as JSON strictly (duplicate keys,
+/// unsafe numbers, depth); an empty body is `{}`.
+async fn body_json(req: Request<Incoming>, limit: BodyLimits) -> Result<Value, ApiError> {
+    let bytes = read_body(req.into_body(), limit).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
     Ok(strict_json::parse(
-        bytes,
+        &bytes,
         airlock_policy::MAX_ARGS_DEPTH + 1,
     )?)
 }
