@@ -342,9 +342,10 @@ def main():
                 }, prefer="respond-async")
                 assert s == 202, (s, b)
             sign_in(d, "dba1")
-            rows = wait_rows(d, len(payloads))
+            wait_rows(d, len(payloads))
             ok = [no_xss(d)]
-            links = [r.get_attribute("href") for r in rows]
+            # Read in one script: the live list may redraw between element lookups.
+            links = d.execute_script("return [...document.querySelectorAll('a.row')].map(a => a.href)")
             for href in links:
                 d.get(href)
                 WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "pre.args")))
