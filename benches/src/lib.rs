@@ -53,6 +53,7 @@ pub fn principal(id: &str, role: &str) -> Principal {
         id: id.into(),
         role: role.into(),
         groups: vec![],
+        ..Default::default()
     }
 }
 

@@ -18,7 +18,7 @@ pub fn approval_json(a: &Approval) -> Value {
         "tool": a.tool,
         "args": a.args,
         "fingerprint": a.fingerprint,
-        "requester": {"principal": a.requester.id, "context": a.context},
+        "requester": {"principal": a.requester.id, "actor": a.requester.actor, "context": a.context},
         "policy_version": a.policy_version,
         "rules": a.rules,
         "explanation": a.explanation,
@@ -26,7 +26,7 @@ pub fn approval_json(a: &Approval) -> Value {
         "quorum": a.quorum,
         "status": a.status.as_str(),
         "decisions": a.decisions.iter().map(|d| json!({
-            "by": d.by, "decision": d.decision, "reason": d.reason, "at": rfc3339(d.at), "fingerprint": d.fingerprint,
+            "by": d.by, "decision": d.decision, "reason": d.reason, "at": rfc3339(d.at), "fingerprint": d.fingerprint, "auth": d.auth,
         })).collect::<Vec<_>>(),
         "created_at": rfc3339(a.created_at),
         "expires_at": rfc3339(a.expires_at),

@@ -1,16 +1,30 @@
-//! Bearer-token authentication: a token is hashed with SHA-256 and compared, in constant time,
-//! with every configured hash; the match names the principal and its role.
+//! Bearer-token authentication. A bearer that is a compact JWS is checked against the issuer
+//! its `iss` names (`crate::identity`); any other is hashed with SHA-256 and compared, in
+//! constant time, with every configured hash. Either names the principal and its role.
 //!
 //! It never stores or logs a token, and it does not decide what a role may do: each route
-//! says which roles it admits.
+//! says which roles it admits. Refusals carry the `WWW-Authenticate` challenge of DESIGN §16.
 
 use airlock_storage::Principal;
 use hyper::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::PrincipalConfig;
+use crate::config::{Config, PrincipalConfig};
 use crate::error::{ApiError, Code};
+use crate::identity::{self, challenge, Audience, Issuers};
+
+/// Where a request is authenticated, for the audience and the scopes its token must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// A route of `/v1` that makes or answers calls (`/v1/calls`, `/v1/runs`): the issuer's
+    /// `scopes` are required.
+    Call,
+    /// `/mcp`: the scopes, and the audience may also be `<public_url>/mcp`.
+    Mcp,
+    /// Any other route.
+    Any,
+}
 
 /// Who may call what.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +43,7 @@ impl Role {
         }
     }
 
-    fn parse(s: &str) -> Option<Role> {
+    pub fn parse(s: &str) -> Option<Role> {
         match s {
             "agent" => Some(Role::Agent),
             "approver" => Some(Role::Approver),
@@ -44,21 +58,45 @@ pub struct Auth {
     principals: Vec<(PrincipalConfig, Role)>,
     /// The demo makes new tokens at every start; its 401 says so.
     demo: bool,
+    pub issuers: Issuers,
+    /// The inbox's OIDC sign-ins under way.
+    pub sign_ins: identity::oidc::SignIns,
 }
 
 impl Auth {
-    pub fn new(principals: &[PrincipalConfig], demo: bool) -> Auth {
-        Auth {
-            demo,
-            principals: principals
+    pub fn new(config: &Config) -> Result<Auth, String> {
+        Ok(Auth {
+            demo: config.banner.is_some(),
+            principals: config
+                .principals
                 .iter()
                 .filter_map(|p| Some((p.clone(), Role::parse(&p.role)?)))
                 .collect(),
-        }
+            issuers: Issuers::new(config)?,
+            sign_ins: Default::default(),
+        })
     }
 
-    /// The principal behind the request's bearer token.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<(Principal, Role), ApiError> {
+    /// The principal behind the request's bearer token. A refusal carries its challenge.
+    pub async fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        need: Need,
+    ) -> Result<(Principal, Role), ApiError> {
+        let sent = headers.contains_key(hyper::header::AUTHORIZATION);
+        let result = self.identify(headers, need).await;
+        result.map_err(|mut e| {
+            e.challenge = match e.code {
+                Code::AuthUnauthenticated | Code::AuthInvalidToken => {
+                    Some(challenge::unauthorized(&self.issuers, sent))
+                }
+                _ => e.challenge,
+            };
+            e
+        })
+    }
+
+    async fn identify(&self, headers: &HeaderMap, need: Need) -> Result<(Principal, Role), ApiError> {
         let unauthenticated = || {
             let message = if self.demo {
                 "a valid `Authorization: Bearer <token>` is required; this is the demo, whose \
@@ -75,6 +113,32 @@ impl Auth {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(unauthenticated)?;
+        if !self.issuers.is_empty() {
+            if let Some((header, claims)) = identity::parts(token) {
+                let audience = match need {
+                    Need::Mcp => Audience::Mcp,
+                    _ => Audience::Api,
+                };
+                let v = self.issuers.verify(token, &header, &claims, audience).await?;
+                if need != Need::Any {
+                    let missing: Vec<&String> =
+                        v.required.iter().filter(|s| !v.scopes.contains(s)).collect();
+                    if !missing.is_empty() {
+                        let mut e = ApiError::new(
+                            Code::AuthInsufficientScope,
+                            format!(
+                                "the token lacks the scope {} that issuer `{}` requires here",
+                                missing.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", "),
+                                v.principal.issuer.as_deref().unwrap_or("")
+                            ),
+                        );
+                        e.challenge = Some(challenge::insufficient_scope(&self.issuers, &v.required));
+                        return Err(e);
+                    }
+                }
+                return Ok((v.principal, v.role));
+            }
+        }
         let presented = airlock_policy::hex(&Sha256::digest(token.as_bytes()));
         // INVARIANT: every configured hash is compared, match or not, in constant time, so
         // timing reveals neither which principal matched nor how much of a hash did.
@@ -90,6 +154,7 @@ impl Auth {
                 id: p.id.clone(),
                 role: p.role.clone(),
                 groups: p.groups.clone(),
+                ..Default::default()
             },
             role,
         ))
@@ -108,6 +173,7 @@ impl Auth {
                         id: p.id.clone(),
                         role: p.role.clone(),
                         groups: p.groups.clone(),
+                        ..Default::default()
                     },
                     *role,
                 )

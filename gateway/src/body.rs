@@ -44,6 +44,7 @@ impl ApiError {
     pub fn into_response(self) -> Response<Body> {
         let status = self.status();
         let retry_after = self.retry_after;
+        let challenge = self.challenge.clone();
         let mut r = json_response(
             status,
             &json!({"error": {"code": self.code, "message": self.message, "details": self.details}}),
@@ -52,6 +53,9 @@ impl ApiError {
             if let Ok(v) = hyper::header::HeaderValue::from_str(&s.to_string()) {
                 r.headers_mut().insert(hyper::header::RETRY_AFTER, v);
             }
+        }
+        if let Some(v) = challenge.and_then(|c| hyper::header::HeaderValue::from_str(&c).ok()) {
+            r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, v);
         }
         r
     }
@@ -80,8 +84,9 @@ pub fn status_for(code: Code) -> StatusCode {
         | RequestInvalidClassifier
         | RequestInvalidTime => StatusCode::BAD_REQUEST,
         RequestInvalidResumeData => StatusCode::UNPROCESSABLE_ENTITY,
-        AuthUnauthenticated => StatusCode::UNAUTHORIZED,
-        AuthForbidden | AuthForbiddenOrigin | AuthForbiddenHost | PolicyDenied
+        AuthUnauthenticated | AuthInvalidToken => StatusCode::UNAUTHORIZED,
+        AuthForbidden | AuthForbiddenOrigin | AuthForbiddenHost | AuthInsufficientScope
+        | PolicyDenied
         | ApprovalDeclined | ApprovalExpired | ApprovalForbidden | ApprovalSelfApproval
         | ApprovalEditDenied => StatusCode::FORBIDDEN,
         ApprovalAlreadyDecided
@@ -105,7 +110,8 @@ pub fn status_for(code: Code) -> StatusCode {
         GatewayTooManyHeld | PrincipalRateLimited | PrincipalTooManyPending => {
             StatusCode::TOO_MANY_REQUESTS
         }
-        GatewayOverloaded | GatewayShuttingDown | StoreUnavailable | PolicyUnavailable => {
+        GatewayOverloaded | GatewayShuttingDown | StoreUnavailable | PolicyUnavailable
+        | AuthIssuerUnavailable => {
             StatusCode::SERVICE_UNAVAILABLE
         }
         PolicyCelSyntax
@@ -259,6 +265,9 @@ mod tests {
             (RequestDuplicateKey, 400),
             (RequestTooLarge, 413),
             (AuthUnauthenticated, 401),
+            (AuthInvalidToken, 401),
+            (AuthInsufficientScope, 403),
+            (AuthIssuerUnavailable, 503),
             (PolicyDenied, 403),
             (ApprovalDeclined, 403),
             (ApprovalNotPending, 409),

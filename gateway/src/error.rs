@@ -37,6 +37,9 @@ airlock_policy::stable_names! {
         RequestHeadersTooLarge = "request.headers_too_large",
         // Who may ask.
         AuthUnauthenticated = "auth.unauthenticated",
+        AuthInvalidToken = "auth.invalid_token",
+        AuthInsufficientScope = "auth.insufficient_scope",
+        AuthIssuerUnavailable = "auth.issuer_unavailable",
         AuthForbidden = "auth.forbidden",
         AuthForbiddenOrigin = "auth.forbidden_origin",
         AuthForbiddenHost = "auth.forbidden_host",
@@ -120,6 +123,8 @@ pub struct ApiError {
     pub details: Value,
     /// Seconds, for `Retry-After` on overload.
     pub retry_after: Option<u64>,
+    /// A `WWW-Authenticate` challenge (DESIGN §16), on a 401 or an insufficient scope.
+    pub challenge: Option<String>,
 }
 
 impl ApiError {
@@ -129,6 +134,7 @@ impl ApiError {
             message: message.into(),
             details: json!({}),
             retry_after: None,
+            challenge: None,
         }
     }
 

@@ -22,6 +22,7 @@ pub(crate) mod config;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod http;
+pub(crate) mod identity;
 pub(crate) mod inbox;
 pub(crate) mod limits;
 pub(crate) mod mcp;

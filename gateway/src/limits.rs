@@ -1,5 +1,7 @@
-//! Per-principal limits from `[[principals]]`: a request rate (a token bucket with a burst)
-//! and the most approvals a principal's calls may hold pending at once.
+//! Per-principal limits from `[[principals]]` and `[[issuers]]`: a request rate (a token
+//! bucket with a burst) and the most approvals a principal's calls may hold pending at once.
+//! An issuer's limits hold for each of its principals (`<issuer>:<sub>`) on its own, made
+//! when the principal is first seen.
 //!
 //! It counts and refuses; it does not audit or answer (the API does, once per burst), and it
 //! does not limit connections (that is [`crate::serve::guards`]). Everything is in memory: the
@@ -10,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::config::{PrincipalConfig, Rate};
+use crate::config::{IssuerConfig, PrincipalConfig, Rate};
 
 struct Bucket {
     rate: Rate,
@@ -37,24 +39,60 @@ pub struct Refusal {
 pub struct PrincipalLimits {
     buckets: HashMap<String, Mutex<Bucket>>,
     pending: Mutex<HashMap<String, Pending>>,
+    /// `("<issuer>:", rate, max_pending)` of each issuer with a limit.
+    issuers: Vec<(String, Option<Rate>, Option<usize>)>,
+    /// The buckets of issuers' principals, made as they are first seen.
+    issued: Mutex<HashMap<String, Bucket>>,
+}
+
+impl Bucket {
+    fn new(rate: Rate, now: Instant) -> Bucket {
+        Bucket {
+            rate,
+            tokens: f64::from(rate.burst),
+            last: now,
+            refusing: false,
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> Result<(), Refusal> {
+        let per_second = f64::from(self.rate.count) / self.rate.per.as_secs_f64();
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * per_second).min(f64::from(self.rate.burst));
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            self.refusing = false;
+            return Ok(());
+        }
+        let wait = Duration::from_secs_f64((1.0 - self.tokens) / per_second);
+        let first_of_burst = !self.refusing;
+        self.refusing = true;
+        Err(Refusal {
+            retry_after: wait,
+            first_of_burst,
+        })
+    }
 }
 
 impl PrincipalLimits {
-    pub fn new(principals: &[PrincipalConfig], now: Instant) -> PrincipalLimits {
+    pub fn new(
+        principals: &[PrincipalConfig],
+        issuers: &[IssuerConfig],
+        now: Instant,
+    ) -> PrincipalLimits {
         PrincipalLimits {
+            issuers: issuers
+                .iter()
+                .filter(|i| i.rate.is_some() || i.max_pending.is_some())
+                .map(|i| (format!("{}:", i.id), i.rate, i.max_pending))
+                .collect(),
+            issued: Mutex::new(HashMap::new()),
             buckets: principals
                 .iter()
                 .filter_map(|p| {
                     let rate = p.rate?;
-                    Some((
-                        p.id.clone(),
-                        Mutex::new(Bucket {
-                            rate,
-                            tokens: f64::from(rate.burst),
-                            last: now,
-                            refusing: false,
-                        }),
-                    ))
+                    Some((p.id.clone(), Mutex::new(Bucket::new(rate, now))))
                 })
                 .collect(),
             pending: Mutex::new(
@@ -75,35 +113,56 @@ impl PrincipalLimits {
         }
     }
 
+    /// The limits of the issuer whose principal `principal` is.
+    fn issuer_of(&self, principal: &str) -> Option<(Option<Rate>, Option<usize>)> {
+        self.issuers
+            .iter()
+            .find(|(prefix, _, _)| principal.starts_with(prefix.as_str()))
+            .map(|(_, rate, max)| (*rate, *max))
+    }
+
     /// Takes one token from `principal`'s bucket, or says how long until there is one.
     pub fn take(&self, principal: &str, now: Instant) -> Result<(), Refusal> {
-        let Some(bucket) = self.buckets.get(principal) else {
+        if let Some(bucket) = self.buckets.get(principal) {
+            return bucket.lock().unwrap_or_else(|e| e.into_inner()).take(now);
+        }
+        let Some((Some(rate), _)) = self.issuer_of(principal) else {
             return Ok(());
         };
-        let mut b = bucket.lock().unwrap_or_else(|e| e.into_inner());
-        let per_second = f64::from(b.rate.count) / b.rate.per.as_secs_f64();
-        let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * per_second).min(f64::from(b.rate.burst));
-        b.last = now;
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
-            b.refusing = false;
-            return Ok(());
+        let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
+        issued
+            .entry(principal.to_owned())
+            .or_insert_with(|| Bucket::new(rate, now))
+            .take(now)
+    }
+
+    /// `principal`'s pending count, made for an issuer's principal with a limit.
+    fn pending_of<'a>(
+        &self,
+        p: &'a mut HashMap<String, Pending>,
+        principal: &str,
+    ) -> Option<&'a mut Pending> {
+        if !p.contains_key(principal) {
+            let (_, Some(max)) = self.issuer_of(principal)? else {
+                return None;
+            };
+            p.insert(
+                principal.to_owned(),
+                Pending {
+                    max: Some(max),
+                    open: 0,
+                    refusing: false,
+                },
+            );
         }
-        let wait = Duration::from_secs_f64((1.0 - b.tokens) / per_second);
-        let first_of_burst = !b.refusing;
-        b.refusing = true;
-        Err(Refusal {
-            retry_after: wait,
-            first_of_burst,
-        })
+        p.get_mut(principal)
     }
 
     /// Sets the pending counts found in the store at start.
     pub fn set_pending(&self, counts: &HashMap<String, usize>) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         for (id, n) in counts {
-            if let Some(entry) = p.get_mut(id) {
+            if let Some(entry) = self.pending_of(&mut p, id) {
                 entry.open = *n;
             }
         }
@@ -115,7 +174,7 @@ impl PrincipalLimits {
     /// concurrent calls cannot overshoot the limit.
     pub fn reserve_pending(&self, principal: &str) -> Result<usize, Refusal> {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(entry) = p.get_mut(principal) else {
+        let Some(entry) = self.pending_of(&mut p, principal) else {
             return Ok(0);
         };
         if entry.max.is_some_and(|max| entry.open >= max) {
@@ -171,7 +230,7 @@ mod tests {
     #[test]
     fn a_bucket_admits_its_burst_then_refills_at_its_rate() {
         let t0 = Instant::now();
-        let l = PrincipalLimits::new(&[principal("a", Some("10/s"), None)], t0);
+        let l = PrincipalLimits::new(&[principal("a", Some("10/s"), None)], &[], t0);
         for _ in 0..10 {
             l.take("a", t0).unwrap();
         }
@@ -197,7 +256,7 @@ mod tests {
 
     #[test]
     fn pending_reservations_stop_at_the_limit_and_come_back_on_release() {
-        let l = PrincipalLimits::new(&[principal("a", None, Some(2))], Instant::now());
+        let l = PrincipalLimits::new(&[principal("a", None, Some(2))], &[], Instant::now());
         assert_eq!(l.reserve_pending("a"), Ok(1));
         assert_eq!(l.reserve_pending("a"), Ok(2));
         assert!(l.reserve_pending("a").unwrap_err().first_of_burst);

@@ -186,7 +186,7 @@ impl Gateway {
             .map_err(|e| e.to_string())?
             .0;
         metrics.pending_approvals.set(pending.len() as i64);
-        let limits = PrincipalLimits::new(&config.principals, std::time::Instant::now());
+        let limits = PrincipalLimits::new(&config.principals, &config.issuers, std::time::Instant::now());
         let mut by_principal: HashMap<String, usize> = HashMap::new();
         for a in &pending {
             *by_principal.entry(a.requester.id.clone()).or_default() += 1;
@@ -232,7 +232,7 @@ impl Gateway {
                 Arc::new(McpRegistry::new(&config.mcp_servers)?),
                 &config,
             ),
-            auth: Auth::new(&config.principals, config.banner.is_some()),
+            auth: Auth::new(&config)?,
             classifiers,
             webhooks: Webhooks::new(config.webhooks.clone(), config.redact.clone())?,
             policy: ArcSwap::from_pointee(policy),
@@ -607,8 +607,10 @@ fn stamp(path: &std::path::Path) -> Vec<(std::path::PathBuf, Option<SystemTime>,
 
 /// `airlock_principal_pending_approvals{principal}`, for principals that have `max_pending`
 /// (the label stays bounded to configured ids with a limit).
+/// An issuer's principals (`<issuer>:<sub>`) are as many as its users: they get no gauge of
+/// their own, so the metrics' series stay as few as the config's principals.
 fn principal_pending_gauge(metrics: &Metrics, limits: &PrincipalLimits, principal: &str, n: usize) {
-    if limits.has_pending_limit(principal) {
+    if !principal.contains(':') && limits.has_pending_limit(principal) {
         metrics
             .principal_pending
             .with_label_values(&[principal])

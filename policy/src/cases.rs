@@ -24,7 +24,19 @@ use crate::model::{ClassifierOutcome, ClassifierResult, Decision, DecisionKind, 
 
 /// The principal a case or `policy eval` runs as when it names none.
 pub fn default_principal() -> Value {
-    json!({"id": "test-agent", "role": "agent", "groups": []})
+    with_identity(json!({"id": "test-agent", "role": "agent", "groups": []}))
+}
+
+/// A principal as the gateway hands it to policy: `issuer` and `actor` null and `claims`
+/// empty unless given (a static token's), so a rule that reads them runs the same in a case.
+pub fn with_identity(mut principal: Value) -> Value {
+    if let Some(m) = principal.as_object_mut() {
+        m.entry("groups").or_insert_with(|| json!([]));
+        m.entry("issuer").or_insert(Value::Null);
+        m.entry("actor").or_insert(Value::Null);
+        m.entry("claims").or_insert_with(|| json!({}));
+    }
+    principal
 }
 
 /// The instant cases run at when they give no `now`: fixed, so cases are reproducible.
@@ -359,7 +371,7 @@ fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
     let call =
         ToolCall::new(&case.tool, args, context).map_err(|e| format!("{e} ({})", e.code()))?;
     let principal = match &case.principal {
-        Some(p) => toml_to_json(p).map_err(|e| bad("principal", e.to_string()))?,
+        Some(p) => with_identity(toml_to_json(p).map_err(|e| bad("principal", e.to_string()))?),
         None => default_principal(),
     };
     let mut classifiers = match &case.classifier {

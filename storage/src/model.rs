@@ -12,18 +12,40 @@ use serde_json::Value;
 pub type Millis = u64;
 
 /// Who asked for a call, or who decides one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Principal {
     pub id: String,
     /// `agent`, `approver` or `admin`.
     pub role: String,
     #[serde(default)]
     pub groups: Vec<String>,
+    /// The `[[issuers]]` id of a principal named by a JWT or an OIDC sign-in; none for a
+    /// static token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// Who acts for this principal (`<issuer>:<act.sub>` of an RFC 8693 `act` claim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor: Option<String>,
+    /// The token's claims that the policy may read (`[[issuers]] claims`).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub claims: serde_json::Map<String, Value>,
+    /// How the principal proved who it is (DESIGN §16): `{"kind":"jwt","issuer","sub",
+    /// "jti","act"}` or `{"kind":"oidc","issuer","sub"}`; none is a static token. Never a
+    /// token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Value>,
 }
 
 impl Principal {
     pub fn is_admin(&self) -> bool {
         self.role == "admin"
+    }
+
+    /// The `auth` member of an audit record that names this principal.
+    pub fn auth_record(&self) -> Value {
+        self.auth
+            .clone()
+            .unwrap_or_else(|| serde_json::json!({"kind": "token"}))
     }
 }
 
@@ -77,6 +99,9 @@ pub struct ApprovalDecision {
     pub at: Millis,
     /// What was approved: an approval counts only toward the fingerprint it was given for.
     pub fingerprint: String,
+    /// How the decider proved who it is (DESIGN §16); none in records written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Value>,
 }
 
 /// What an approval grants once approved (mirrors the policy's grant settings).

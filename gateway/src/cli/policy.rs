@@ -38,7 +38,7 @@ pub struct EvalArgs {
     /// `{"agent_id","run_id","thread_id","tool_call_id","labels"}`.
     #[arg(long)]
     pub context: Option<String>,
-    /// `{"id","role","groups"}`; defaults to an agent named test-agent.
+    /// `{"id","role","groups","issuer","actor","claims"}`; defaults to an agent named test-agent.
     #[arg(long)]
     pub principal: Option<String>,
     /// Fixed classifier results: `{"<name>":{"score":0.9,"labels":["destructive"]}}`.
@@ -155,7 +155,7 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
     let call =
         ToolCall::new(&args.tool, args_value, context).map_err(|e| bad_input(e.code(), e))?;
     let principal = match &args.principal {
-        Some(p) => parse_json_flag(p, "principal")?,
+        Some(p) => cases::with_identity(parse_json_flag(p, "principal")?),
         None => cases::default_principal(),
     };
     let classifiers = match &args.classifier {

@@ -17,6 +17,7 @@ use airlock_policy::{parse_duration, Glob};
 use sha2::{Digest, Sha256};
 
 mod classifiers;
+mod issuers;
 mod mcp_servers;
 mod principals;
 mod raw;
@@ -27,6 +28,7 @@ mod tools;
 mod webhooks;
 
 pub use classifiers::{ClassifierConfig, ClassifierKind};
+pub use issuers::{fetchable, InboxOidcConfig, IssuerConfig};
 pub use mcp_servers::{McpServerConfig, McpTransport};
 pub use principals::{PrincipalConfig, Rate};
 pub use server::ConnectionLimits;
@@ -107,6 +109,10 @@ pub struct Config {
     pub flush_interval: Duration,
     /// Where the store lives (DESIGN §14).
     pub store: StoreKind,
+    /// Identity providers whose JWTs name principals (DESIGN §16).
+    pub issuers: Vec<IssuerConfig>,
+    /// The inbox's "Sign in with …".
+    pub inbox_oidc: Option<InboxOidcConfig>,
 }
 
 /// A `Host` value's name, lower-case, without its port (`[::1]:8080` → `[::1]`).
@@ -188,6 +194,8 @@ impl Config {
         }
         let mcp_servers = mcp_servers::validate(raw.mcp_servers)?;
         let store = store::validate(raw.store, &server.data_dir, &resolve)?;
+        let issuers = issuers::validate(raw.issuers, &principals, &resolve)?;
+        let inbox_oidc = issuers::validate_inbox(raw.inbox.oidc, &issuers)?;
         Ok(Config {
             listen: server.listen,
             data_dir: server.data_dir,
@@ -216,6 +224,8 @@ impl Config {
             classifiers,
             webhooks,
             mcp_servers,
+            issuers,
+            inbox_oidc,
             banner: None,
         })
     }
@@ -293,6 +303,8 @@ impl Config {
             allowed_hosts: vec![],
             batched: false,
             flush_interval: Duration::from_millis(5),
+            issuers: vec![],
+            inbox_oidc: None,
         }
     }
 

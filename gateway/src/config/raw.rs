@@ -24,6 +24,10 @@ pub(super) struct RawConfig {
     pub(super) mcp_servers: Vec<RawMcpServer>,
     #[serde(default)]
     pub(super) store: RawStore,
+    #[serde(default)]
+    pub(super) issuers: Vec<RawIssuer>,
+    #[serde(default)]
+    pub(super) inbox: RawInbox,
 }
 
 #[derive(Deserialize, Default)]
@@ -140,4 +144,42 @@ pub(super) struct RawTool {
 pub(super) struct RawAudit {
     #[serde(default)]
     pub(super) redact: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIssuer {
+    pub(super) id: String,
+    pub(super) issuer: String,
+    pub(super) jwks_uri: Option<String>,
+    pub(super) audience: Option<String>,
+    pub(super) principal_claim: Option<String>,
+    pub(super) groups_claim: Option<String>,
+    #[serde(default)]
+    pub(super) roles: std::collections::BTreeMap<String, Vec<String>>,
+    #[serde(default)]
+    pub(super) scopes: Vec<String>,
+    #[serde(default)]
+    pub(super) claims: Vec<String>,
+    pub(super) ca: Option<PathBuf>,
+    pub(super) rate: Option<String>,
+    pub(super) burst: Option<u32>,
+    pub(super) max_pending: Option<usize>,
+    pub(super) jwks_ttl: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawInbox {
+    pub(super) oidc: Option<RawInboxOidc>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawInboxOidc {
+    pub(super) issuer: String,
+    pub(super) client_id: String,
+    pub(super) client_secret: Option<String>,
+    pub(super) scopes: Option<Vec<String>>,
+    pub(super) token_sign_in: Option<bool>,
 }

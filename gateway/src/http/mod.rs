@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
-use crate::auth::Role;
+use crate::auth::{Need, Role};
 use crate::body::{full, json_response, read_body, Body, BodyLimits};
 use crate::error::{ApiError, Code};
 use crate::pipeline::admit;
@@ -83,7 +83,11 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         return Ok(open);
     }
 
-    let (principal, role) = admit::authenticate(gw, req.headers()).await?;
+    let need = match segments.as_slice() {
+        ["v1", "calls" | "runs", ..] => Need::Call,
+        _ => Need::Any,
+    };
+    let (principal, role) = admit::authenticate(gw, req.headers(), need).await?;
     let cx = Ctx {
         gw,
         principal,
@@ -151,6 +155,21 @@ fn open_route(gw: &Gateway, method: &Method, segments: &[&str]) -> Option<Respon
         (&Method::GET, ["favicon.ico"]) => {
             let mut r = Response::new(full(""));
             *r.status_mut() = StatusCode::NO_CONTENT;
+            Some(r)
+        }
+        // RFC 9728: where an OAuth client learns which issuers' tokens `/mcp` takes (DESIGN
+        // §16). Without issuers there is nothing to discover.
+        (&Method::GET, [".well-known", "oauth-protected-resource", rest @ ..])
+            if !gw.auth.issuers.is_empty() && matches!(rest, [] | ["mcp"]) =>
+        {
+            let mut r = json_response(
+                StatusCode::OK,
+                &crate::identity::challenge::metadata(&gw.auth.issuers),
+            );
+            r.headers_mut().insert(
+                hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                hyper::header::HeaderValue::from_static("*"),
+            );
             Some(r)
         }
         (&Method::GET, ["healthz"]) => {

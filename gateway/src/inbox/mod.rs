@@ -12,6 +12,7 @@
 //! Deciding goes through [`crate::pipeline::decide`], under the same rules as the API. The
 //! `/v1` API never reads the session cookie.
 
+mod oidc;
 mod pages;
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::auth::{random_hex, Role};
+use crate::auth::{random_hex, Need, Role};
 use crate::body::{full, read_body, Body, BodyLimits};
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
@@ -72,9 +73,13 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
             let next = urlencoded::get(&urlencoded::pairs(&query), "next")
                 .map(str::to_owned)
                 .unwrap_or_default();
-            return page(StatusCode::OK, pages::login(None, &next));
+            return page(StatusCode::OK, pages::login(None, &next, &sign_in(&gw)));
         }
         (&Method::POST, ["inbox", "login"]) => return login(&gw, req).await,
+        (&Method::GET, ["inbox", "oidc", "start"]) => return oidc::start(&gw, &query).await,
+        (&Method::GET, ["inbox", "oidc", "callback"]) => {
+            return oidc::callback(&gw, req.headers(), &query).await
+        }
         _ => {}
     }
     let session = match session_of(&gw, req.headers()).await {
@@ -145,7 +150,7 @@ async fn post(
     match segments {
         ["inbox", "logout"] => {
             let key = session.key.clone();
-            let fields = audit_fields(json!({"principal": session.principal.id}));
+            let fields = audit_fields(json!({"principal": session.principal.id, "auth": session.principal.auth_record()}));
             let now = now_ms();
             let _ = gw
                 .store_op(move |s| s.delete_session(&key, fields, now))
@@ -515,6 +520,17 @@ async fn login(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             pages::login(
                 Some("This sign-in did not come from this inbox."),
                 "/inbox/",
+                &sign_in(gw),
+            ),
+        );
+    }
+    if !sign_in(gw).token {
+        return page(
+            StatusCode::FORBIDDEN,
+            pages::login(
+                Some("This inbox takes no tokens: sign in with your company account."),
+                "/inbox/",
+                &sign_in(gw),
             ),
         );
     }
@@ -540,12 +556,12 @@ async fn login(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     if let Ok(v) = HeaderValue::from_str(&format!("Bearer {token}")) {
         headers.insert(hyper::header::AUTHORIZATION, v);
     }
-    let (principal, role) = match gw.auth.authenticate(&headers) {
+    let (principal, role) = match gw.auth.authenticate(&headers, Need::Any).await {
         Ok(p) => p,
         Err(_) => {
             return page(
                 StatusCode::UNAUTHORIZED,
-                pages::login(Some("That token is not known to this gateway."), &next),
+                pages::login(Some("That token is not known to this gateway."), &next, &sign_in(gw)),
             )
         }
     };
@@ -555,13 +571,26 @@ async fn login(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
             pages::login(
                 Some("Agents cannot sign in to the inbox: use an approver's or an admin's token."),
                 &next,
+                &sign_in(gw),
             ),
         );
     }
-    // A new secret at every sign-in; an old session of this browser ends.
+    match start_session(gw, &principal, old).await {
+        Ok(cookie) => redirect(&next, Some(cookie)),
+        Err(r) => r,
+    }
+}
+
+/// A new session for `principal` (signed in by a token or by OIDC): stored, audited, and the
+/// cookie that carries its secret. An old session of this browser ends.
+async fn start_session(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    old: Option<String>,
+) -> Result<String, Response<Body>> {
     if let Some(old) = old {
         let key = session_key(&old);
-        let fields = audit_fields(json!({"principal": principal.id, "why": "new sign-in"}));
+        let fields = audit_fields(json!({"principal": principal.id, "auth": principal.auth_record(), "why": "new sign-in"}));
         let now = now_ms();
         let _ = gw
             .store_op(move |s| s.delete_session(&key, fields, now))
@@ -569,17 +598,22 @@ async fn login(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     }
     let (secret, csrf) = match (random_hex(32), random_hex(32)) {
         (Ok(s), Ok(c)) => (s, c),
-        (Err(e), _) | (_, Err(e)) => return refusal_page(&e),
+        (Err(e), _) | (_, Err(e)) => return Err(refusal_page(&e)),
     };
     let now = now_ms();
     let key = session_key(&secret);
-    let value = json!({"principal": principal.id, "csrf": csrf, "created_at": now, "expires_at": now + SESSION_MS});
-    let fields = audit_fields(json!({"principal": principal.id}));
+    let mut value = json!({"principal": principal.id, "csrf": csrf, "created_at": now, "expires_at": now + SESSION_MS});
+    // A principal of an issuer is in no config file: the session keeps who it is (never a
+    // token), and holds only while its issuer is configured.
+    if principal.issuer.is_some() {
+        value["identity"] = json!(principal);
+    }
+    let fields = audit_fields(json!({"principal": principal.id, "auth": principal.auth_record()}));
     if let Err(e) = gw
         .store_op(move |s| s.put_session(&key, value, Kind::InboxSignedIn, fields, now))
         .await
     {
-        return refusal_page(&e);
+        return Err(refusal_page(&e));
     }
     tracing::info!(principal = %principal.id, "signed in to the inbox");
     let secure = if gw.config.tls.is_some() {
@@ -587,11 +621,10 @@ async fn login(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     } else {
         ""
     };
-    let cookie = format!(
+    Ok(format!(
         "{COOKIE}={secret}; Path=/inbox; HttpOnly; SameSite=Strict; Max-Age={}{secure}",
         SESSION_MS / 1000
-    );
-    redirect(&next, Some(cookie))
+    ))
 }
 
 /// The session a request's cookie names, if it is valid and not expired.
@@ -603,7 +636,15 @@ async fn session_of(gw: &Arc<Gateway>, headers: &HeaderMap) -> Option<Session> {
     if v.get("expires_at").and_then(Value::as_u64).unwrap_or(0) <= now_ms() {
         return None;
     }
-    let (principal, role) = gw.auth.principal(v.get("principal")?.as_str()?)?;
+    let (principal, role) = match v.get("identity") {
+        Some(identity) => {
+            let p: Principal = serde_json::from_value(identity.clone()).ok()?;
+            gw.auth.issuers.by_id(p.issuer.as_deref()?)?;
+            let role = Role::parse(&p.role)?;
+            (p, role)
+        }
+        None => gw.auth.principal(v.get("principal")?.as_str()?)?,
+    };
     if role == Role::Agent {
         return None;
     }
@@ -614,7 +655,21 @@ async fn session_of(gw: &Arc<Gateway>, headers: &HeaderMap) -> Option<Session> {
     })
 }
 
+/// How the sign-in page offers to sign in.
+fn sign_in(gw: &Gateway) -> pages::SignIn<'_> {
+    let oidc = gw.config.inbox_oidc.as_ref();
+    pages::SignIn {
+        oidc: oidc.map(|o| o.issuer.as_str()),
+        token: oidc.is_none_or(|o| o.token_sign_in),
+    }
+}
+
 fn cookie(headers: &HeaderMap) -> Option<String> {
+    cookie_named(headers, COOKIE)
+}
+
+/// The value of cookie `name`, if the request carries it.
+fn cookie_named(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(hyper::header::COOKIE)
         .iter()
@@ -622,7 +677,7 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .find_map(|c| {
             c.trim()
-                .strip_prefix(&format!("{COOKIE}="))
+                .strip_prefix(&format!("{name}="))
                 .map(str::to_owned)
         })
         .filter(|s| !s.is_empty())

@@ -58,22 +58,67 @@ fn layout(title: &str, who: Option<&Who>, body: Markup) -> Markup {
     }
 }
 
-pub fn login(error: Option<&str>, next: &str) -> Markup {
+/// How the sign-in page offers to sign in: with an issuer (`[inbox.oidc]`), a token, or both.
+pub struct SignIn<'a> {
+    pub oidc: Option<&'a str>,
+    pub token: bool,
+}
+
+pub fn login(error: Option<&str>, next: &str, how: &SignIn) -> Markup {
     layout(
         "Sign in · airlock inbox",
         None,
         html! {
             h1 { "Sign in" }
-            p { "Use an approver's or an admin's token. Agents cannot sign in." }
             @if let Some(e) = error { p.error role="alert" { (e) } }
-            form method="post" action="/inbox/login" {
-                input type="hidden" name="next" value=(next);
-                label for="token" { "Token" }
-                input #token type="password" name="token" autocomplete="off" required autofocus;
-                button type="submit" { "Sign in" }
+            @if let Some(issuer) = how.oidc {
+                p { "Approvers and admins sign in with their company account. Agents cannot sign in." }
+                p {
+                    a.button #oidc href={ "/inbox/oidc/start?next=" (crate::urlencoded::encode_component(next)) } {
+                        "Sign in with " (issuer)
+                    }
+                }
+            }
+            @if how.token {
+                @if how.oidc.is_some() {
+                    h2 { "Or with a token" }
+                } @else {
+                    p { "Use an approver's or an admin's token. Agents cannot sign in." }
+                }
+                form method="post" action="/inbox/login" {
+                    input type="hidden" name="next" value=(next);
+                    label for="token" { "Token" }
+                    input #token type="password" name="token" autocomplete="off" required autofocus[how.oidc.is_none()];
+                    button type="submit" { "Sign in" }
+                }
             }
         },
     )
+}
+
+/// After a sign-in with OIDC: the session cookie is `SameSite=Strict`, which a browser does
+/// not send on a redirect that began at the identity provider, so the page goes on by itself
+/// (a same-site navigation) instead of redirecting.
+pub fn signed_in(id: &str, next: &str) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta http-equiv="refresh" content={ "0;url=" (next) };
+                title { "Signed in · airlock inbox" }
+                link rel="stylesheet" href="/inbox/assets/app.css";
+            }
+            body {
+                main {
+                    h1 { "Signed in" }
+                    p { "Signed in as " strong { (id) } "." }
+                    p { a href=(next) { "Continue to the inbox" } }
+                }
+            }
+        }
+    }
 }
 
 pub fn message(title: &str, text: &str) -> Markup {

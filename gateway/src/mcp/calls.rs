@@ -227,7 +227,7 @@ async fn redeem(
     };
     if let Err(why) = result {
         let mut fields = audit_fields(json!({
-            "principal": principal.id, "tool": call.tool, "fingerprint": call.fingerprint.as_str(),
+            "principal": principal.id, "auth": principal.auth_record(), "tool": call.tool, "fingerprint": call.fingerprint.as_str(),
             "code": Code::ApprovalInvalidState, "reason": why,
         }));
         tag.tag(&mut fields);

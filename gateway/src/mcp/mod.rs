@@ -24,7 +24,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
-use crate::auth::{random_hex, Role};
+use crate::auth::{random_hex, Need, Role};
 use crate::backends::mcp::{self as upstream, LEGACY, MODERN};
 use crate::body::{json_response, read_body, Body, BodyLimits};
 use crate::config::Upstream;
@@ -245,16 +245,10 @@ pub async fn handle(
             );
         }
     }
-    let (principal, role) = match gw.auth.authenticate(req.headers()) {
+    // Refusals carry the challenge an OAuth client starts its discovery from (DESIGN §16).
+    let (principal, role) = match gw.auth.authenticate(req.headers(), Need::Mcp).await {
         Ok(p) => p,
-        Err(e) => {
-            let mut r = http_refusal(StatusCode::UNAUTHORIZED, e.code, &e.message);
-            r.headers_mut().insert(
-                hyper::header::WWW_AUTHENTICATE,
-                hyper::header::HeaderValue::from_static("Bearer"),
-            );
-            return r;
-        }
+        Err(e) => return e.into_response(),
     };
     if role == Role::Approver {
         return http_refusal(
@@ -358,7 +352,7 @@ async fn post(
                 .and_then(|d| d["code"].as_str())
                 .and_then(Code::parse);
             if let Some(code) = code {
-                admit::reject(gw, &principal.id, code, &front_of_headers(&get), None).await;
+                admit::reject(gw, &principal, code, &front_of_headers(&get), None).await;
             }
             return rpc_error(&e, false);
         }

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::SemaphorePermit;
 
 use super::Front;
-use crate::auth::Role;
+use crate::auth::{Need, Role};
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
 use crate::limits::Refusal;
@@ -59,8 +59,9 @@ pub fn in_flight(gw: &Gateway) -> Result<SemaphorePermit<'_>, ApiError> {
 pub async fn authenticate(
     gw: &Arc<Gateway>,
     headers: &HeaderMap,
+    need: Need,
 ) -> Result<(Principal, Role), ApiError> {
-    let (principal, role) = gw.auth.authenticate(headers)?;
+    let (principal, role) = gw.auth.authenticate(headers, need).await?;
     rate(gw, &principal).await?;
     Ok((principal, role))
 }
@@ -71,7 +72,7 @@ pub async fn rate(gw: &Arc<Gateway>, principal: &Principal) -> Result<(), ApiErr
     match gw.limits.take(&principal.id, std::time::Instant::now()) {
         Ok(()) => Ok(()),
         Err(refusal) => {
-            Err(principal_refused(gw, &principal.id, Code::PrincipalRateLimited, refusal).await)
+            Err(principal_refused(gw, principal, Code::PrincipalRateLimited, refusal).await)
         }
     }
 }
@@ -80,14 +81,21 @@ pub async fn rate(gw: &Arc<Gateway>, principal: &Principal) -> Result<(), ApiErr
 /// of refusals (not once per refused request), answered 429 with `Retry-After`.
 pub(crate) async fn principal_refused(
     gw: &Arc<Gateway>,
-    principal: &str,
+    who: &Principal,
     code: Code,
     refusal: Refusal,
 ) -> ApiError {
+    let principal = who.id.as_str();
     let reason = code.as_str().trim_start_matches("principal.");
+    // An issuer's principals are counted under `<issuer>:*`: one series per issuer, not per
+    // user.
+    let label = match principal.split_once(':') {
+        Some((issuer, _)) => format!("{issuer}:*"),
+        None => principal.to_owned(),
+    };
     gw.metrics
         .principal_refusals
-        .with_label_values(&[principal, reason])
+        .with_label_values(&[label.as_str(), reason])
         .inc();
     let retry = refusal.retry_after.as_secs_f64().ceil().max(1.0) as u64;
     if refusal.first_of_burst {
@@ -96,7 +104,9 @@ pub(crate) async fn principal_refused(
             code = code.as_str(),
             "per-principal limit reached"
         );
-        let record = audit_fields(json!({"principal": principal, "code": code}));
+        let record = audit_fields(
+            json!({"principal": principal, "auth": who.auth_record(), "code": code}),
+        );
         let now = now_ms();
         if let Err(e) = gw
             .store_op(move |s| s.append_audit(Kind::PrincipalLimited, record, now))
@@ -164,7 +174,7 @@ pub async fn intake(
         None => Err(unknown_tool(gw, &call.tool)),
     });
     if let Err(e) = &routed {
-        reject(gw, &principal.id, e.code, front, tool).await;
+        reject(gw, principal, e.code, front, tool).await;
     }
     routed
 }
@@ -174,13 +184,15 @@ pub async fn intake(
 /// and session) and the tool name when it was readable.
 pub async fn reject(
     gw: &Arc<Gateway>,
-    principal: &str,
+    principal: &Principal,
     code: Code,
     front: &Front,
     tool: Option<&str>,
 ) {
     gw.metrics.call("rejected", code.as_str());
-    let mut record = audit_fields(json!({"principal": principal, "code": code}));
+    let mut record = audit_fields(
+        json!({"principal": principal.id, "auth": principal.auth_record(), "code": code}),
+    );
     front.tag(&mut record);
     record
         .entry("front")

@@ -97,9 +97,10 @@ pub(super) async fn deny(gw: &Arc<Gateway>, d: Decided) -> Result<super::Outcome
     Err(denied(&d.decision))
 }
 
-/// The principal as policy sees it.
+/// The principal as policy sees it (DESIGN §16): `issuer` and `actor` are null for a static
+/// token, `claims` holds only the claims its issuer lists.
 fn principal_json(p: &Principal) -> Value {
-    json!({"id": p.id, "role": p.role, "groups": p.groups})
+    json!({"id": p.id, "role": p.role, "groups": p.groups, "issuer": p.issuer, "actor": p.actor, "claims": p.claims})
 }
 
 /// Runs the classifiers named by the rules that may apply to `call`, then evaluates it for

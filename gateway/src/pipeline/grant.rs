@@ -83,7 +83,7 @@ pub(super) async fn join(gw: &Arc<Gateway>, d: &Decided) -> Result<Option<String
     tracing::info!(attached_to = %c.call_id, "an identical call joins its pending approval");
     let fields = audit_fields(json!({
         "call_id": c.call_id, "approval_id": c.approval_id,
-        "principal": d.principal.id, "fingerprint": c.fingerprint,
+        "principal": d.principal.id, "auth": d.principal.auth_record(), "fingerprint": c.fingerprint,
     }));
     let now = now_ms();
     gw.store_op(move |s| s.append_audit(Kind::CallAttached, fields, now))

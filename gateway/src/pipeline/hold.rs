@@ -68,7 +68,7 @@ pub(super) async fn open(
     if let Err(refusal) = gw.approval_opening(&principal.id) {
         drop(permit);
         return Err(
-            principal_refused(gw, &principal.id, Code::PrincipalTooManyPending, refusal).await,
+            principal_refused(gw, principal, Code::PrincipalTooManyPending, refusal).await,
         );
     }
     // The approval and its webhook notifications are durable together.

@@ -278,6 +278,7 @@ async fn sync_decision(gw: &Arc<Gateway>, hook: &WebhookConfig, d: &Delivery, bo
         id: principal.id.clone(),
         role: principal.role.clone(),
         groups: principal.groups.clone(),
+        ..Default::default()
     };
     let Some(approval_id) = serde_json::from_str::<Value>(&d.payload)
         .ok()
@@ -299,7 +300,7 @@ async fn sync_decision(gw: &Arc<Gateway>, hook: &WebhookConfig, d: &Delivery, bo
     {
         tracing::warn!(webhook = %hook.id, code = e.code.as_str(), "the webhook's decision was refused: {}", e.message);
         let record = audit_fields(
-            json!({"webhook": hook.id, "approval_id": approval_id, "principal": principal.id, "code": e.code}),
+            json!({"webhook": hook.id, "approval_id": approval_id, "principal": principal.id, "auth": principal.auth_record(), "code": e.code}),
         );
         let _ = gw
             .store_op(move |s| s.append_audit(Kind::WebhookDecisionRefused, record, now_ms()))

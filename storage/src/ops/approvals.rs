@@ -206,6 +206,7 @@ impl Store {
                 reason: reason.clone(),
                 at: now,
                 fingerprint: a.effective_fingerprint().to_owned(),
+                auth: Some(by.auth_record()),
             });
             if decision == "decline" {
                 a.status = ApprovalStatus::Declined;
@@ -243,6 +244,7 @@ impl Store {
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("approval_id".into(), Value::from(a.id.clone()));
             f.insert("by".into(), Value::from(by.id.clone()));
+            f.insert("auth".into(), by.auth_record());
             f.insert("decision".into(), Value::from(decision));
             f.insert("reason".into(), json!(reason));
             f.insert("status".into(), Value::from(a.status.as_str()));

@@ -242,6 +242,7 @@ impl Store {
             call.updated_at = now;
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("by".into(), Value::from(by.id.clone()));
+            f.insert("auth".into(), by.auth_record());
             f.insert("approval_id".into(), json!(call.approval_id));
             tx.audit(now, Kind::CallCancelled, f);
             put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;

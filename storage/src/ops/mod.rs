@@ -98,6 +98,7 @@ impl Store {
             "fingerprint": call.fingerprint,
             "args": redact(&call.args, redact_ptrs),
             "principal": call.requester.id,
+            "auth": call.requester.auth_record(),
             "context": call.context,
         }))
     }

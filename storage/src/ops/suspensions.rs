@@ -114,6 +114,7 @@ impl Store {
             unindex_suspended(tx, &call);
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("by".into(), Value::from(by.id.clone()));
+            f.insert("auth".into(), by.auth_record());
             f.insert("resume_data".into(), data);
             f.extend(explanation);
             tx.audit(now, Kind::CallResumed, f);
@@ -135,7 +136,7 @@ impl Store {
         end: bool,
         now: Millis,
     ) -> Result<CallRecord, StoreError> {
-        let (call_id, by) = (call_id.to_owned(), by.id.clone());
+        let (call_id, by_auth, by) = (call_id.to_owned(), by.auth_record(), by.id.clone());
         let resume_data = redact(resume_data, &self.redact);
         let redact_ptrs = self.redact.clone();
         self.writer.submit(move |tx| {
@@ -150,6 +151,7 @@ impl Store {
             }
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("by".into(), Value::from(by));
+            f.insert("auth".into(), by_auth);
             f.insert("resume_data".into(), resume_data);
             f.insert("ended".into(), Value::from(ends));
             f.extend(explanation);

@@ -96,6 +96,7 @@ pub fn agent(id: &str) -> Principal {
         id: id.into(),
         role: "agent".into(),
         groups: vec![],
+        ..Default::default()
     }
 }
 
@@ -104,6 +105,7 @@ pub fn approver(id: &str, groups: &[&str]) -> Principal {
         id: id.into(),
         role: "approver".into(),
         groups: groups.iter().map(|g| g.to_string()).collect(),
+        ..Default::default()
     }
 }
 
@@ -112,6 +114,7 @@ pub fn admin(id: &str) -> Principal {
         id: id.into(),
         role: "admin".into(),
         groups: vec![],
+        ..Default::default()
     }
 }
 
