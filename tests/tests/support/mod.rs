@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+pub mod idp;
 pub mod pg;
 
 /// The programs the tests drive besides the gateway (`tests/peers/`).
@@ -192,6 +193,10 @@ pub struct Gateway {
     pub base: String,
     config: PathBuf,
     pub client: reqwest::blocking::Client,
+    /// `--listen`: `127.0.0.1:0` unless a test needs to know the port before the start.
+    listen: String,
+    /// `AIRLOCK_LOG`.
+    pub log_level: &'static str,
 }
 
 pub fn config_text(backend: &Backend, extra_server: &str) -> String {
@@ -227,6 +232,11 @@ impl Gateway {
     }
 
     pub fn start_with(config: &str, policy: &str) -> Gateway {
+        Gateway::start_at(config, policy, 0, "warn")
+    }
+
+    /// Starts on `127.0.0.1:<port>` (0: any) with `AIRLOCK_LOG=<log_level>`.
+    pub fn start_at(config: &str, policy: &str, port: u16, log_level: &'static str) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("policy")).unwrap();
         std::fs::write(dir.path().join("policy/policy.toml"), policy).unwrap();
@@ -241,6 +251,8 @@ impl Gateway {
                 .timeout(Duration::from_secs(30))
                 .build()
                 .unwrap(),
+            listen: format!("127.0.0.1:{port}"),
+            log_level,
         };
         g.spawn();
         g
@@ -255,9 +267,9 @@ impl Gateway {
                 "--config",
                 self.config.to_str().unwrap(),
                 "--listen",
-                "127.0.0.1:0",
+                &self.listen,
             ])
-            .env("AIRLOCK_LOG", "warn")
+            .env("AIRLOCK_LOG", self.log_level)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
