@@ -408,3 +408,166 @@ fn walk(dir: std::path::PathBuf) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A browser without a browser: cookies by name (paths ignored), redirects followed by hand.
+struct Browser {
+    client: reqwest::blocking::Client,
+    jar: std::collections::HashMap<String, String>,
+}
+
+impl Browser {
+    fn new() -> Browser {
+        Browser {
+            client: reqwest::blocking::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(20))
+                .build()
+                .unwrap(),
+            jar: Default::default(),
+        }
+    }
+
+    /// One request; keeps the cookies it sets. (status, Location, body)
+    fn go(&mut self, method: &str, url: &str, form: Option<&str>) -> (u16, String, String) {
+        let cookies = self
+            .jar
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut r = self.client.request(method.parse().unwrap(), url).header("cookie", cookies);
+        if let Some(f) = form {
+            let origin = url.split('/').take(3).collect::<Vec<_>>().join("/");
+            r = r
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("origin", origin)
+                .body(f.to_owned());
+        }
+        let resp = r.send().unwrap();
+        for c in resp.headers().get_all("set-cookie") {
+            let first = c.to_str().unwrap().split(';').next().unwrap();
+            if let Some((k, v)) = first.split_once('=') {
+                if v.is_empty() {
+                    self.jar.remove(k);
+                } else {
+                    self.jar.insert(k.to_owned(), v.to_owned());
+                }
+            }
+        }
+        let status = resp.status().as_u16();
+        let location = resp
+            .headers()
+            .get("location")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (status, location, resp.text().unwrap())
+    }
+
+    /// Follows redirects from `url` while they stay on `host`; the first URL off it.
+    fn follow(&mut self, mut url: String, host: &str) -> (String, String) {
+        let mut body = String::new();
+        for _ in 0..10 {
+            if !url.starts_with(host) {
+                return (url, body);
+            }
+            let (s, loc, b) = self.go("GET", &url, None);
+            body = b;
+            if !(300..400).contains(&s) {
+                return (url, body);
+            }
+            url = if loc.starts_with('/') { format!("{host}{loc}") } else { loc };
+        }
+        panic!("too many redirects");
+    }
+
+    /// From the inbox's "Sign in with corp" through the provider's login and consent as
+    /// `user`: the callback URL the provider sends the browser back to.
+    fn sign_in_at_idp(&mut self, gw: &Gateway, idp: &Idp, user: &str) -> String {
+        let (s, to_idp, _) = self.go("GET", &format!("{}/inbox/oidc/start?next=/inbox/", gw.base), None);
+        assert_eq!(s, 303);
+        assert!(self.jar.contains_key("airlock_oidc"));
+        assert!(to_idp.contains("code_challenge_method=S256") && to_idp.contains("nonce=") && to_idp.contains("state="), "{to_idp}");
+        let (interaction, page) = self.follow(to_idp, &idp.issuer);
+        assert!(page.contains("name=\"login\""), "the provider's login form: {page}");
+        let (s, loc, _) = self.go("POST", &interaction, Some(&format!("prompt=login&login={user}&password=any")));
+        assert_eq!(s, 303, "login");
+        let (consent, page) = self.follow(format!("{}{loc}", if loc.starts_with('/') { idp.issuer.as_str() } else { "" }), &idp.issuer);
+        if consent.starts_with(&gw.base) {
+            return consent;
+        }
+        assert!(page.contains("prompt\" value=\"consent"), "{page}");
+        let (s, loc, _) = self.go("POST", &consent, Some("prompt=consent"));
+        assert_eq!(s, 303, "consent");
+        let (back, _) = self.follow(format!("{}{loc}", if loc.starts_with('/') { idp.issuer.as_str() } else { "" }), &idp.issuer);
+        assert!(back.starts_with(&format!("{}/inbox/oidc/callback?", gw.base)), "{back}");
+        back
+    }
+}
+
+#[test]
+fn the_inbox_signs_in_with_the_provider_and_refuses_what_it_must() {
+    let w = world("");
+    let gw = &w.gw;
+    // The sign-in page offers the provider beside the token form.
+    let mut b = Browser::new();
+    let (s, _, page) = b.go("GET", &format!("{}/inbox/login", gw.base), None);
+    assert_eq!(s, 200);
+    assert!(page.contains("Sign in with corp") && page.contains("name=\"token\""), "{page}");
+
+    // alice signs in: the callback checks everything and starts her session.
+    let back = b.sign_in_at_idp(gw, &w.idp, "alice");
+    let (s, _, page) = b.go("GET", &back, None);
+    assert_eq!(s, 200, "{page}");
+    assert!(page.contains("Signed in as") && page.contains("corp:alice"), "{page}");
+    assert!(b.jar.contains_key("airlock_session") && !b.jar.contains_key("airlock_oidc"));
+    let (s, _, page) = b.go("GET", &format!("{}/inbox/", gw.base), None);
+    assert_eq!(s, 200);
+    assert!(page.contains("corp:alice"), "{page}");
+    let signed_in = audit(gw)
+        .into_iter()
+        .find(|r| r["kind"] == "inbox.signed_in")
+        .unwrap();
+    assert_eq!(signed_in["auth"], json!({"kind": "oidc", "issuer": "corp", "sub": "alice"}));
+
+    // The same callback again (a replayed code, this browser's sign-in used up): nobody.
+    let mut replay = Browser::new();
+    let (s, _, page) = replay.go("GET", &back, None);
+    assert_eq!(s, 401);
+    assert!(page.contains("no sign-in under way") && page.contains("Nobody was signed in"), "{page}");
+    assert!(!replay.jar.contains_key("airlock_session"));
+    // The replayed code with a fresh sign-in's state: the provider refuses it (used, and bound
+    // to another PKCE verifier).
+    let mut again = Browser::new();
+    let fresh = again.sign_in_at_idp(gw, &w.idp, "bob");
+    let state = fresh.split("state=").nth(1).unwrap().split('&').next().unwrap();
+    let code = back.split("code=").nth(1).unwrap().split('&').next().unwrap();
+    let forged = format!("{}/inbox/oidc/callback?code={code}&state={state}&iss={}", gw.base, w.idp.issuer.replace(':', "%3A").replace('/', "%2F"));
+    let (s, _, page) = again.go("GET", &forged, None);
+    assert_eq!(s, 401, "{page}");
+    assert!(page.contains("refused the code"), "{page}");
+    assert!(!again.jar.contains_key("airlock_session"));
+
+    // A forged state: refused before any code is exchanged.
+    let mut forger = Browser::new();
+    let real = forger.sign_in_at_idp(gw, &w.idp, "bob");
+    let tampered = real.replace("state=", "state=x");
+    let (s, _, page) = forger.go("GET", &tampered, None);
+    assert_eq!(s, 401);
+    assert!(page.contains("`state` does not match"), "{page}");
+    assert!(!forger.jar.contains_key("airlock_session"));
+
+    // An agent's account is refused in words.
+    let mut robot = Browser::new();
+    let back = robot.sign_in_at_idp(gw, &w.idp, "robot");
+    let (s, _, page) = robot.go("GET", &back, None);
+    assert_eq!(s, 403);
+    assert!(page.contains("corp:robot") && page.contains("is an agent"), "{page}");
+    assert!(!robot.jar.contains_key("airlock_session"));
+    // One in no mapped group too.
+    let mut eve = Browser::new();
+    let back = eve.sign_in_at_idp(gw, &w.idp, "eve");
+    let (s, _, page) = eve.go("GET", &back, None);
+    assert_eq!(s, 401);
+    assert!(page.contains("in no group"), "{page}");
+    assert!(!eve.jar.contains_key("airlock_session"));
+}

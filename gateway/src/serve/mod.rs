@@ -93,6 +93,14 @@ pub async fn serve(
     gw.spawn_tasks();
     tokio::spawn(crate::webhooks::worker::run(gw.clone()));
     tokio::spawn(gw.backends.mcp.clone().refresh_loop(gw.shutdown.clone()));
+    // Each issuer's keys are fetched at start, so the first token waits for no fetch; an
+    // issuer that cannot be reached is no reason not to serve (its tokens get 503 until it is).
+    for issuer in &gw.auth.issuers.list {
+        let issuer = issuer.clone();
+        tokio::spawn(async move {
+            let _ = issuer.keys.refresh(true).await;
+        });
+    }
     let reload_gw = gw.clone();
     let reload_token = shutdown.clone();
     tokio::spawn(async move { reload_on_sighup(reload_gw, reload_token).await });
