@@ -96,7 +96,11 @@ impl Auth {
         })
     }
 
-    async fn identify(&self, headers: &HeaderMap, need: Need) -> Result<(Principal, Role), ApiError> {
+    async fn identify(
+        &self,
+        headers: &HeaderMap,
+        need: Need,
+    ) -> Result<(Principal, Role), ApiError> {
         let unauthenticated = || {
             let message = if self.demo {
                 "a valid `Authorization: Bearer <token>` is required; this is the demo, whose \
@@ -119,20 +123,31 @@ impl Auth {
                     Need::Mcp => Audience::Mcp,
                     _ => Audience::Api,
                 };
-                let v = self.issuers.verify(token, &header, &claims, audience).await?;
+                let v = self
+                    .issuers
+                    .verify(token, &header, &claims, audience)
+                    .await?;
                 if need != Need::Any {
-                    let missing: Vec<&String> =
-                        v.required.iter().filter(|s| !v.scopes.contains(s)).collect();
+                    let missing: Vec<&String> = v
+                        .required
+                        .iter()
+                        .filter(|s| !v.scopes.contains(s))
+                        .collect();
                     if !missing.is_empty() {
                         let mut e = ApiError::new(
                             Code::AuthInsufficientScope,
                             format!(
                                 "the token lacks the scope {} that issuer `{}` requires here",
-                                missing.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", "),
+                                missing
+                                    .iter()
+                                    .map(|s| format!("`{s}`"))
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
                                 v.principal.issuer.as_deref().unwrap_or("")
                             ),
                         );
-                        e.challenge = Some(challenge::insufficient_scope(&self.issuers, &v.required));
+                        e.challenge =
+                            Some(challenge::insufficient_scope(&self.issuers, &v.required));
                         return Err(e);
                     }
                 }

@@ -85,9 +85,15 @@ pub fn status_for(code: Code) -> StatusCode {
         | RequestInvalidTime => StatusCode::BAD_REQUEST,
         RequestInvalidResumeData => StatusCode::UNPROCESSABLE_ENTITY,
         AuthUnauthenticated | AuthInvalidToken => StatusCode::UNAUTHORIZED,
-        AuthForbidden | AuthForbiddenOrigin | AuthForbiddenHost | AuthInsufficientScope
+        AuthForbidden
+        | AuthForbiddenOrigin
+        | AuthForbiddenHost
+        | AuthInsufficientScope
         | PolicyDenied
-        | ApprovalDeclined | ApprovalExpired | ApprovalForbidden | ApprovalSelfApproval
+        | ApprovalDeclined
+        | ApprovalExpired
+        | ApprovalForbidden
+        | ApprovalSelfApproval
         | ApprovalEditDenied => StatusCode::FORBIDDEN,
         ApprovalAlreadyDecided
         | ApprovalNotPending
@@ -110,10 +116,11 @@ pub fn status_for(code: Code) -> StatusCode {
         GatewayTooManyHeld | PrincipalRateLimited | PrincipalTooManyPending => {
             StatusCode::TOO_MANY_REQUESTS
         }
-        GatewayOverloaded | GatewayShuttingDown | StoreUnavailable | PolicyUnavailable
-        | AuthIssuerUnavailable => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        GatewayOverloaded
+        | GatewayShuttingDown
+        | StoreUnavailable
+        | PolicyUnavailable
+        | AuthIssuerUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         PolicyCelSyntax
         | PolicyDuplicateDefaults
         | PolicyDuplicateKey

@@ -186,7 +186,11 @@ impl Gateway {
             .map_err(|e| e.to_string())?
             .0;
         metrics.pending_approvals.set(pending.len() as i64);
-        let limits = PrincipalLimits::new(&config.principals, &config.issuers, std::time::Instant::now());
+        let limits = PrincipalLimits::new(
+            &config.principals,
+            &config.issuers,
+            std::time::Instant::now(),
+        );
         let mut by_principal: HashMap<String, usize> = HashMap::new();
         for a in &pending {
             *by_principal.entry(a.requester.id.clone()).or_default() += 1;

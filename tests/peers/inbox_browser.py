@@ -85,6 +85,18 @@ def sign_in(d, who):
     d.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
 
 
+def idp_login(d, user):
+    """The identity provider's own pages: its login form, then its consent."""
+    WebDriverWait(d, 15).until(EC.presence_of_element_located((By.NAME, "login")))
+    d.find_element(By.NAME, "login").send_keys(user)
+    d.find_element(By.NAME, "password").send_keys("any")
+    shot(d, "idp-login") if user == "alice" else None
+    d.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(d, 15).until(lambda d: "/inbox/" in d.current_url or d.find_elements(By.CSS_SELECTOR, "input[value=consent]"))
+    if "/inbox/" not in d.current_url:
+        d.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+
 def wait_rows(d, n, timeout=15):
     WebDriverWait(d, timeout).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "a.row")) >= n)
     return d.find_elements(By.CSS_SELECTOR, "a.row")
@@ -441,6 +453,42 @@ def main():
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.error")))
             out(error=d.find_element(By.CSS_SELECTOR, "p.error").text, cookie=session_cookie(d))
             shot(d, "inbox-login-refused")
+        elif SCENARIO == "oidc":
+            # "Sign in with corp" through the provider's own login and consent pages and back,
+            # then approve a held call; an agent's account is refused in words.
+            d.get(BASE + "/inbox/")
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "oidc")))
+            out(button=d.find_element(By.ID, "oidc").text)
+            shot(d, "inbox-oidc-signin")
+            d.set_window_size(375, 812)
+            shot(d, "inbox-oidc-signin-375")
+            d.set_window_size(1280, 900)
+            d.find_element(By.ID, "oidc").click()
+            idp_login(d, "alice")
+            WebDriverWait(d, 15).until(EC.presence_of_element_located((By.ID, "pending")))
+            out(after_sign_in=d.current_url, who=d.find_element(By.CSS_SELECTOR, ".who strong").text)
+            held = Held("db.query", {"sql": "select 7"}, {"run_id": "run-O"})
+            wait_rows(d, 1)
+            time.sleep(0.3)
+            shot(d, "inbox-oidc-signed-in")
+            d.set_window_size(375, 812)
+            shot(d, "inbox-oidc-signed-in-375")
+            d.set_window_size(1280, 900)
+            open_first_row(d)
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "button.approve")))
+            d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
+            status, body = held.wait()
+            out(agent_status=status)
+            robot = browser()
+            try:
+                robot.get(BASE + "/inbox/")
+                WebDriverWait(robot, 10).until(EC.presence_of_element_located((By.ID, "oidc"))).click()
+                idp_login(robot, "robot")
+                WebDriverWait(robot, 15).until(EC.presence_of_element_located((By.TAG_NAME, "h1")))
+                out(robot_page=robot.find_element(By.TAG_NAME, "main").text, robot_cookie=session_cookie(robot))
+                shot(robot, "inbox-oidc-agent-refused")
+            finally:
+                robot.quit()
         else:
             raise SystemExit(f"unknown scenario {SCENARIO}")
     finally:

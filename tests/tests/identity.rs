@@ -68,7 +68,13 @@ fn world(extra: &str) -> World {
 }
 
 /// A request with a raw bearer (None: without): status, `WWW-Authenticate`, body.
-fn send(gw: &Gateway, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> (u16, String, Value) {
+fn send(
+    gw: &Gateway,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, String, Value) {
     let mut r = gw
         .client
         .request(method.parse().unwrap(), format!("{}{path}", gw.base));
@@ -76,7 +82,9 @@ fn send(gw: &Gateway, method: &str, path: &str, token: Option<&str>, body: Optio
         r = r.bearer_auth(t);
     }
     if let Some(b) = body {
-        r = r.header("content-type", "application/json").body(b.to_string());
+        r = r
+            .header("content-type", "application/json")
+            .body(b.to_string());
     }
     let resp = r.send().unwrap();
     let status = resp.status().as_u16();
@@ -86,11 +94,21 @@ fn send(gw: &Gateway, method: &str, path: &str, token: Option<&str>, body: Optio
         .map(|v| v.to_str().unwrap().to_owned())
         .unwrap_or_default();
     let text = resp.text().unwrap();
-    (status, challenge, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        challenge,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 fn call(gw: &Gateway, token: &str, tool: &str, args: Value) -> (u16, String, Value) {
-    send(gw, "POST", "/v1/calls", Some(token), Some(json!({"tool": tool, "args": args})))
+    send(
+        gw,
+        "POST",
+        "/v1/calls",
+        Some(token),
+        Some(json!({"tool": tool, "args": args})),
+    )
 }
 
 /// A call that needs approval, sent with `Prefer: respond-async`: its approval's id.
@@ -136,10 +154,22 @@ fn jwts_from_the_provider_call_tools_and_approve_through_the_api() {
 
     // A held call, approved by the approver service's JWT through the API.
     let approval = held(gw, &agent, "db.query", json!({"sql": "select 1"}));
-    let (s, _, a) = send(gw, "GET", &format!("/v1/approvals/{approval}"), Some(&approver), None);
+    let (s, _, a) = send(
+        gw,
+        "GET",
+        &format!("/v1/approvals/{approval}"),
+        Some(&approver),
+        None,
+    );
     assert_eq!(s, 200, "{a}");
     assert_eq!(a["requester"]["principal"], "corp:agent-svc");
-    let (s, _, decided) = send(gw, "POST", &format!("/v1/approvals/{approval}/approve"), Some(&approver), Some(json!({})));
+    let (s, _, decided) = send(
+        gw,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        Some(&approver),
+        Some(json!({})),
+    );
     assert_eq!(s, 200, "{decided}");
     assert_eq!(decided["status"], "approved", "{decided}");
     assert_eq!(decided["decisions"][0]["by"], "corp:approver-svc");
@@ -148,33 +178,63 @@ fn jwts_from_the_provider_call_tools_and_approve_through_the_api() {
 
     // Every record that names a principal says how it proved itself; a JWT's with its jti.
     let records = audit(gw);
-    let decided = records.iter().find(|r| r["kind"] == "approval.decided").unwrap();
+    let decided = records
+        .iter()
+        .find(|r| r["kind"] == "approval.decided")
+        .unwrap();
     assert_eq!(decided["auth"]["kind"], "jwt", "{decided}");
     assert_eq!(decided["auth"]["sub"], "approver-svc");
-    assert!(decided["auth"]["jti"].as_str().is_some_and(|j| !j.is_empty()));
-    let static_call = records
-        .iter()
-        .find(|r| r["principal"] == "agent1")
-        .unwrap();
+    assert!(decided["auth"]["jti"]
+        .as_str()
+        .is_some_and(|j| !j.is_empty()));
+    let static_call = records.iter().find(|r| r["principal"] == "agent1").unwrap();
     assert_eq!(static_call["auth"], json!({"kind": "token"}));
-    for r in records.iter().filter(|r| r.get("principal").is_some() || r.get("by").is_some()) {
-        assert!(r.get("auth").is_some(), "a record naming a principal without auth: {r}");
+    for r in records
+        .iter()
+        .filter(|r| r.get("principal").is_some() || r.get("by").is_some())
+    {
+        assert!(
+            r.get("auth").is_some(),
+            "a record naming a principal without auth: {r}"
+        );
     }
 
     // An agent's token cannot approve; a token of no mapped group is refused in words.
-    let (s, _, body) = send(gw, "POST", &format!("/v1/approvals/{approval}/approve"), Some(&agent), Some(json!({})));
+    let (s, _, body) = send(
+        gw,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        Some(&agent),
+        Some(json!({})),
+    );
     assert_eq!((s, code(&body)), (403, "approval.forbidden"), "{body}");
     let nobody = w.idp.token("nobody-svc", &gw.base, Some("airlock:call"));
     let (s, _, body) = call(gw, &nobody, "echo.hello", json!({}));
     assert_eq!((s, code(&body)), (403, "auth.forbidden"), "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("no group"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no group"),
+        "{body}"
+    );
 
     // A missing scope: 403 with the challenge that names it; the approver routes need none.
     let unscoped = w.idp.token("agent-svc", &gw.base, None);
     let (s, challenge, body) = call(gw, &unscoped, "echo.hello", json!({}));
     assert_eq!((s, code(&body)), (403, "auth.insufficient_scope"), "{body}");
-    assert!(challenge.contains("error=\"insufficient_scope\"") && challenge.contains("scope=\"airlock:call\""), "{challenge}");
-    assert!(challenge.contains(&format!("resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"", gw.base)), "{challenge}");
+    assert!(
+        challenge.contains("error=\"insufficient_scope\"")
+            && challenge.contains("scope=\"airlock:call\""),
+        "{challenge}"
+    );
+    assert!(
+        challenge.contains(&format!(
+            "resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+            gw.base
+        )),
+        "{challenge}"
+    );
 
     // Static tokens still work beside the issuer.
     let (s, _, body) = call(gw, "token-agent1", "echo.hello", json!({}));
@@ -186,7 +246,8 @@ fn every_refusal_of_a_bearer_jwt_has_its_code() {
     let w = world("");
     let gw = &w.gw;
     let aud = gw.base.clone();
-    let good = json!({"sub": "agent-svc", "aud": aud, "groups": ["agents"], "scope": "airlock:call"});
+    let good =
+        json!({"sub": "agent-svc", "aud": aud, "groups": ["agents"], "scope": "airlock:call"});
     let with = |patch: Value| {
         let mut c = good.clone();
         for (k, v) in patch.as_object().unwrap() {
@@ -205,29 +266,132 @@ fn every_refusal_of_a_bearer_jwt_has_its_code() {
 
     let kid = w.idp.public_keys()[0]["kid"].as_str().unwrap().to_owned();
     let claims_part = ok.split('.').nth(1).unwrap().to_owned();
-    let none = format!("{}.{claims_part}.", b64(json!({"alg": "none", "kid": kid}).to_string().as_bytes()));
+    let none = format!(
+        "{}.{claims_part}.",
+        b64(json!({"alg": "none", "kid": kid}).to_string().as_bytes())
+    );
     // HS256 keyed with the public key's bytes: the classic key-confusion forgery.
-    let hs_input = format!("{}.{claims_part}", b64(json!({"alg": "HS256", "kid": kid}).to_string().as_bytes()));
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(w.idp.public_keys()[0].to_string().as_bytes()).unwrap();
+    let hs_input = format!(
+        "{}.{claims_part}",
+        b64(json!({"alg": "HS256", "kid": kid}).to_string().as_bytes())
+    );
+    let mut mac =
+        Hmac::<sha2::Sha256>::new_from_slice(w.idp.public_keys()[0].to_string().as_bytes())
+            .unwrap();
     mac.update(hs_input.as_bytes());
     let hs256 = format!("{hs_input}.{}", b64(&mac.finalize().into_bytes()));
 
     let cases: Vec<(&str, String, u16, &str, &str)> = vec![
         ("alg none", none, 401, "auth.invalid_token", "`alg`"),
-        ("HS256 with the public key", hs256, 401, "auth.invalid_token", "`alg`"),
-        ("a key never published", w.idp.mint(good.clone(), json!({}), false), 401, "auth.invalid_token", "`kid`"),
-        ("a published kid, another key's signature", w.idp.mint(good.clone(), json!({"kid": kid}), false), 401, "auth.invalid_token", "signature"),
-        ("a jku header", w.idp.mint(good.clone(), json!({"jku": "http://127.0.0.1:9/keys"}), true), 401, "auth.invalid_token", "`jku`"),
-        ("an embedded jwk", w.idp.mint(good.clone(), json!({"jwk": w.idp.public_keys()[0]}), true), 401, "auth.invalid_token", "`jwk`"),
-        ("expired", w.idp.mint(with(json!({"exp": now - 120})), json!({}), true), 401, "auth.invalid_token", "expired"),
-        ("not yet valid", w.idp.mint(with(json!({"nbf": now + 300})), json!({}), true), 401, "auth.invalid_token", "not valid yet"),
-        ("issued in the future", w.idp.mint(with(json!({"iat": now + 300})), json!({}), true), 401, "auth.invalid_token", "future"),
-        ("another issuer", w.idp.mint(with(json!({"iss": "http://127.0.0.1:9"})), json!({}), true), 401, "auth.invalid_token", "`iss`"),
-        ("another audience", w.idp.mint(with(json!({"aud": "https://elsewhere.example"})), json!({}), true), 401, "auth.invalid_token", "`aud`"),
-        ("no audience", w.idp.mint(with(json!({"aud": null})), json!({}), true), 401, "auth.invalid_token", "`aud`"),
-        ("no exp", w.idp.mint(with(json!({"exp": null})), json!({}), true), 401, "auth.invalid_token", "`exp`"),
-        ("groups that map to no role", w.idp.mint(with(json!({"groups": ["interns"]})), json!({}), true), 403, "auth.forbidden", "no group"),
-        ("no scope", w.idp.mint(with(json!({"scope": null})), json!({}), true), 403, "auth.insufficient_scope", "airlock:call"),
+        (
+            "HS256 with the public key",
+            hs256,
+            401,
+            "auth.invalid_token",
+            "`alg`",
+        ),
+        (
+            "a key never published",
+            w.idp.mint(good.clone(), json!({}), false),
+            401,
+            "auth.invalid_token",
+            "`kid`",
+        ),
+        (
+            "a published kid, another key's signature",
+            w.idp.mint(good.clone(), json!({"kid": kid}), false),
+            401,
+            "auth.invalid_token",
+            "signature",
+        ),
+        (
+            "a jku header",
+            w.idp.mint(
+                good.clone(),
+                json!({"jku": "http://127.0.0.1:9/keys"}),
+                true,
+            ),
+            401,
+            "auth.invalid_token",
+            "`jku`",
+        ),
+        (
+            "an embedded jwk",
+            w.idp
+                .mint(good.clone(), json!({"jwk": w.idp.public_keys()[0]}), true),
+            401,
+            "auth.invalid_token",
+            "`jwk`",
+        ),
+        (
+            "expired",
+            w.idp.mint(with(json!({"exp": now - 120})), json!({}), true),
+            401,
+            "auth.invalid_token",
+            "expired",
+        ),
+        (
+            "not yet valid",
+            w.idp.mint(with(json!({"nbf": now + 300})), json!({}), true),
+            401,
+            "auth.invalid_token",
+            "not valid yet",
+        ),
+        (
+            "issued in the future",
+            w.idp.mint(with(json!({"iat": now + 300})), json!({}), true),
+            401,
+            "auth.invalid_token",
+            "future",
+        ),
+        (
+            "another issuer",
+            w.idp
+                .mint(with(json!({"iss": "http://127.0.0.1:9"})), json!({}), true),
+            401,
+            "auth.invalid_token",
+            "`iss`",
+        ),
+        (
+            "another audience",
+            w.idp.mint(
+                with(json!({"aud": "https://elsewhere.example"})),
+                json!({}),
+                true,
+            ),
+            401,
+            "auth.invalid_token",
+            "`aud`",
+        ),
+        (
+            "no audience",
+            w.idp.mint(with(json!({"aud": null})), json!({}), true),
+            401,
+            "auth.invalid_token",
+            "`aud`",
+        ),
+        (
+            "no exp",
+            w.idp.mint(with(json!({"exp": null})), json!({}), true),
+            401,
+            "auth.invalid_token",
+            "`exp`",
+        ),
+        (
+            "groups that map to no role",
+            w.idp
+                .mint(with(json!({"groups": ["interns"]})), json!({}), true),
+            403,
+            "auth.forbidden",
+            "no group",
+        ),
+        (
+            "no scope",
+            w.idp.mint(with(json!({"scope": null})), json!({}), true),
+            403,
+            "auth.insufficient_scope",
+            "airlock:call",
+        ),
     ];
     let before = w._backend.count();
     for (what, token, status, want, says) in cases {
@@ -235,16 +399,36 @@ fn every_refusal_of_a_bearer_jwt_has_its_code() {
         assert_eq!((s, code(&body)), (status, want), "{what}: {body}");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains(says), "{what}: {message}");
-        assert!(!message.contains(&token), "{what}: the message holds the token");
+        assert!(
+            !message.contains(&token),
+            "{what}: the message holds the token"
+        );
         if status == 401 {
-            assert!(challenge.contains("error=\"invalid_token\"") && challenge.contains("resource_metadata="), "{what}: {challenge}");
+            assert!(
+                challenge.contains("error=\"invalid_token\"")
+                    && challenge.contains("resource_metadata="),
+                "{what}: {challenge}"
+            );
         }
     }
-    assert_eq!(w._backend.count(), before, "a refused token reached the backend");
+    assert_eq!(
+        w._backend.count(),
+        before,
+        "a refused token reached the backend"
+    );
     // Without a token: the challenge without `error`.
-    let (s, challenge, body) = send(gw, "POST", "/v1/calls", None, Some(json!({"tool": "echo.x", "args": {}})));
+    let (s, challenge, body) = send(
+        gw,
+        "POST",
+        "/v1/calls",
+        None,
+        Some(json!({"tool": "echo.x", "args": {}})),
+    );
     assert_eq!((s, code(&body)), (401, "auth.unauthenticated"), "{body}");
-    assert!(challenge.starts_with("Bearer resource_metadata=") && !challenge.contains("error="), "{challenge}");
+    assert!(
+        challenge.starts_with("Bearer resource_metadata=") && !challenge.contains("error="),
+        "{challenge}"
+    );
 }
 
 #[test]
@@ -258,22 +442,57 @@ fn an_act_token_calls_for_its_user_and_nobody_of_the_two_decides_it() {
         true,
     );
     let approval = held(gw, &act, "db.query", json!({"sql": "select 2"}));
-    let (_, _, a) = send(gw, "GET", &format!("/v1/approvals/{approval}"), Some("token-admin"), None);
+    let (_, _, a) = send(
+        gw,
+        "GET",
+        &format!("/v1/approvals/{approval}"),
+        Some("token-admin"),
+        None,
+    );
     assert_eq!(a["requester"]["principal"], "corp:alice", "{a}");
     assert_eq!(a["requester"]["actor"], "corp:robot", "{a}");
     // The act token is an agent's: it never decides.
-    let (s, _, body) = send(gw, "POST", &format!("/v1/approvals/{approval}/approve"), Some(&act), Some(json!({})));
+    let (s, _, body) = send(
+        gw,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        Some(&act),
+        Some(json!({})),
+    );
     assert_eq!((s, code(&body)), (403, "approval.forbidden"), "{body}");
     // Alice, with her own approver token, may not approve what was asked in her name.
-    let alice = w.idp.mint(json!({"sub": "alice", "aud": gw.base, "groups": ["sec-approvers"]}), json!({}), true);
-    let (s, _, body) = send(gw, "POST", &format!("/v1/approvals/{approval}/approve"), Some(&alice), Some(json!({})));
+    let alice = w.idp.mint(
+        json!({"sub": "alice", "aud": gw.base, "groups": ["sec-approvers"]}),
+        json!({}),
+        true,
+    );
+    let (s, _, body) = send(
+        gw,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        Some(&alice),
+        Some(json!({})),
+    );
     assert_eq!((s, code(&body)), (403, "approval.self_approval"), "{body}");
     // Bob may.
-    let bob = w.idp.mint(json!({"sub": "bob", "aud": gw.base, "groups": ["sec-approvers"]}), json!({}), true);
-    let (s, _, body) = send(gw, "POST", &format!("/v1/approvals/{approval}/approve"), Some(&bob), Some(json!({})));
+    let bob = w.idp.mint(
+        json!({"sub": "bob", "aud": gw.base, "groups": ["sec-approvers"]}),
+        json!({}),
+        true,
+    );
+    let (s, _, body) = send(
+        gw,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        Some(&bob),
+        Some(json!({})),
+    );
     assert_eq!(s, 200, "{body}");
     let records = audit(gw);
-    let opened = records.iter().find(|r| r["kind"] == "approval.requested").unwrap();
+    let opened = records
+        .iter()
+        .find(|r| r["kind"] == "approval.requested")
+        .unwrap();
     assert_eq!(opened["auth"]["act"], "robot", "{opened}");
 }
 
@@ -293,7 +512,11 @@ fn keys_rotate_without_a_restart_and_cached_keys_outlive_the_issuer() {
     // once per 30 s, so after the spacing from its last fetch), with no restart.
     w.idp.rotate();
     let rotated = w.idp.token("agent-svc", &w.gw.base, Some("airlock:call"));
-    assert_ne!(rotated.split('.').next(), first.split('.').next(), "the kid changed");
+    assert_ne!(
+        rotated.split('.').next(),
+        first.split('.').next(),
+        "the kid changed"
+    );
     std::thread::sleep(Duration::from_secs(31));
     let (s, _, body) = call(&w.gw, &rotated, "echo.c", json!({}));
     assert_eq!(s, 200, "{body}");
@@ -312,7 +535,11 @@ fn an_issuer_never_reached_answers_503_and_the_gateway_is_ready() {
     );
     let gw = Gateway::start_at(&config, POLICY, 0, "warn");
     let header = b64(br#"{"alg":"ES256","kid":"k1"}"#);
-    let claims = b64(format!(r#"{{"iss":"http://127.0.0.1:{dead}","sub":"x","aud":"{}","exp":9999999999}}"#, gw.base).as_bytes());
+    let claims = b64(format!(
+        r#"{{"iss":"http://127.0.0.1:{dead}","sub":"x","aud":"{}","exp":9999999999}}"#,
+        gw.base
+    )
+    .as_bytes());
     let token = format!("{header}.{claims}.{}", b64(b"not-a-signature"));
     let resp = gw
         .client
@@ -338,7 +565,10 @@ fn mcp_is_an_oauth_resource_server_and_the_official_python_client_calls_it_with_
     let w = world("");
     let gw = &w.gw;
     // RFC 9728 metadata, without a token, at both addresses.
-    for path in ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"] {
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
         let (s, _, meta) = send(gw, "GET", path, None, None);
         assert_eq!(s, 200, "{path}: {meta}");
         assert_eq!(meta["resource"], format!("{}/mcp", gw.base));
@@ -347,25 +577,49 @@ fn mcp_is_an_oauth_resource_server_and_the_official_python_client_calls_it_with_
         assert_eq!(meta["bearer_methods_supported"], json!(["header"]));
     }
     // A 401 on /mcp names it.
-    let (s, challenge, _) = send(gw, "POST", "/mcp", None, Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})));
+    let (s, challenge, _) = send(
+        gw,
+        "POST",
+        "/mcp",
+        None,
+        Some(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
+    );
     assert_eq!(s, 401);
     assert_eq!(
         challenge,
         format!("Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\", scope=\"airlock:call\"", gw.base)
     );
     // A token for the resource `<public_url>/mcp` (RFC 8707) is taken on /mcp, not on /v1.
-    let for_mcp = w.idp.token("agent-svc", &format!("{}/mcp", gw.base), Some("airlock:call"));
+    let for_mcp = w.idp.token(
+        "agent-svc",
+        &format!("{}/mcp", gw.base),
+        Some("airlock:call"),
+    );
     let (s, _, body) = call(gw, &for_mcp, "echo.hello", json!({}));
     assert_eq!((s, code(&body)), (401, "auth.invalid_token"), "{body}");
     // The official MCP Python SDK, with that token, lists and calls through the gateway.
     let out = std::process::Command::new("python3")
         .arg(support::peers().join("mcp_client.py"))
-        .args([&format!("{}/mcp", gw.base), &for_mcp, "2026-07-28", "call", "echo.hello", r#"{"x":1}"#])
+        .args([
+            &format!("{}/mcp", gw.base),
+            &for_mcp,
+            "2026-07-28",
+            "call",
+            "echo.hello",
+            r#"{"x":1}"#,
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("\"isError\": false") || stdout.contains("\"isError\":false"), "{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("\"isError\": false") || stdout.contains("\"isError\":false"),
+        "{stdout}"
+    );
 }
 
 #[test]
@@ -375,12 +629,25 @@ fn no_token_is_kept_in_the_logs_or_the_store() {
     let agent = w.idp.token("agent-svc", &gw.base, Some("airlock:call"));
     let approver = w.idp.token("approver-svc", &gw.base, None);
     let approval = held(gw, &agent, "db.query", json!({"sql": "select 3"}));
-    send(gw, "POST", &format!("/v1/approvals/{approval}/approve"), Some(&approver), Some(json!({})));
-    let expired = w.idp.mint(json!({"sub": "agent-svc", "aud": gw.base, "exp": 1}), json!({}), true);
+    send(
+        gw,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        Some(&approver),
+        Some(json!({})),
+    );
+    let expired = w.idp.mint(
+        json!({"sub": "agent-svc", "aud": gw.base, "exp": 1}),
+        json!({}),
+        true,
+    );
     call(gw, &expired, "echo.x", json!({}));
     let records = serde_json::to_string(&audit(gw)).unwrap();
     let log = std::fs::read_to_string(gw.dir.path().join("gateway.log")).unwrap();
-    assert!(log.contains("DEBUG") || log.contains("INFO"), "the log is at debug level");
+    assert!(
+        log.contains("DEBUG") || log.contains("INFO"),
+        "the log is at debug level"
+    );
     let mut stored = Vec::new();
     for entry in walk(gw.dir.path().join("data")) {
         stored.extend(std::fs::read(entry).unwrap());
@@ -390,7 +657,9 @@ fn no_token_is_kept_in_the_logs_or_the_store() {
         assert!(!records.contains(signature), "a token in the audit log");
         assert!(!log.contains(signature), "a token in the log");
         assert!(
-            !stored.windows(signature.len()).any(|w| w == signature.as_bytes()),
+            !stored
+                .windows(signature.len())
+                .any(|w| w == signature.as_bytes()),
             "a token in the store"
         );
     }
@@ -435,7 +704,10 @@ impl Browser {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join("; ");
-        let mut r = self.client.request(method.parse().unwrap(), url).header("cookie", cookies);
+        let mut r = self
+            .client
+            .request(method.parse().unwrap(), url)
+            .header("cookie", cookies);
         if let Some(f) = form {
             let origin = url.split('/').take(3).collect::<Vec<_>>().join("/");
             r = r
@@ -475,7 +747,11 @@ impl Browser {
             if !(300..400).contains(&s) {
                 return (url, body);
             }
-            url = if loc.starts_with('/') { format!("{host}{loc}") } else { loc };
+            url = if loc.starts_with('/') {
+                format!("{host}{loc}")
+            } else {
+                loc
+            };
         }
         panic!("too many redirects");
     }
@@ -483,23 +759,62 @@ impl Browser {
     /// From the inbox's "Sign in with corp" through the provider's login and consent as
     /// `user`: the callback URL the provider sends the browser back to.
     fn sign_in_at_idp(&mut self, gw: &Gateway, idp: &Idp, user: &str) -> String {
-        let (s, to_idp, _) = self.go("GET", &format!("{}/inbox/oidc/start?next=/inbox/", gw.base), None);
+        let (s, to_idp, _) = self.go(
+            "GET",
+            &format!("{}/inbox/oidc/start?next=/inbox/", gw.base),
+            None,
+        );
         assert_eq!(s, 303);
         assert!(self.jar.contains_key("airlock_oidc"));
-        assert!(to_idp.contains("code_challenge_method=S256") && to_idp.contains("nonce=") && to_idp.contains("state="), "{to_idp}");
+        assert!(
+            to_idp.contains("code_challenge_method=S256")
+                && to_idp.contains("nonce=")
+                && to_idp.contains("state="),
+            "{to_idp}"
+        );
         let (interaction, page) = self.follow(to_idp, &idp.issuer);
-        assert!(page.contains("name=\"login\""), "the provider's login form: {page}");
-        let (s, loc, _) = self.go("POST", &interaction, Some(&format!("prompt=login&login={user}&password=any")));
+        assert!(
+            page.contains("name=\"login\""),
+            "the provider's login form: {page}"
+        );
+        let (s, loc, _) = self.go(
+            "POST",
+            &interaction,
+            Some(&format!("prompt=login&login={user}&password=any")),
+        );
         assert_eq!(s, 303, "login");
-        let (consent, page) = self.follow(format!("{}{loc}", if loc.starts_with('/') { idp.issuer.as_str() } else { "" }), &idp.issuer);
+        let (consent, page) = self.follow(
+            format!(
+                "{}{loc}",
+                if loc.starts_with('/') {
+                    idp.issuer.as_str()
+                } else {
+                    ""
+                }
+            ),
+            &idp.issuer,
+        );
         if consent.starts_with(&gw.base) {
             return consent;
         }
         assert!(page.contains("prompt\" value=\"consent"), "{page}");
         let (s, loc, _) = self.go("POST", &consent, Some("prompt=consent"));
         assert_eq!(s, 303, "consent");
-        let (back, _) = self.follow(format!("{}{loc}", if loc.starts_with('/') { idp.issuer.as_str() } else { "" }), &idp.issuer);
-        assert!(back.starts_with(&format!("{}/inbox/oidc/callback?", gw.base)), "{back}");
+        let (back, _) = self.follow(
+            format!(
+                "{}{loc}",
+                if loc.starts_with('/') {
+                    idp.issuer.as_str()
+                } else {
+                    ""
+                }
+            ),
+            &idp.issuer,
+        );
+        assert!(
+            back.starts_with(&format!("{}/inbox/oidc/callback?", gw.base)),
+            "{back}"
+        );
         back
     }
 }
@@ -512,13 +827,19 @@ fn the_inbox_signs_in_with_the_provider_and_refuses_what_it_must() {
     let mut b = Browser::new();
     let (s, _, page) = b.go("GET", &format!("{}/inbox/login", gw.base), None);
     assert_eq!(s, 200);
-    assert!(page.contains("Sign in with corp") && page.contains("name=\"token\""), "{page}");
+    assert!(
+        page.contains("Sign in with corp") && page.contains("name=\"token\""),
+        "{page}"
+    );
 
     // alice signs in: the callback checks everything and starts her session.
     let back = b.sign_in_at_idp(gw, &w.idp, "alice");
     let (s, _, page) = b.go("GET", &back, None);
     assert_eq!(s, 200, "{page}");
-    assert!(page.contains("Signed in as") && page.contains("corp:alice"), "{page}");
+    assert!(
+        page.contains("Signed in as") && page.contains("corp:alice"),
+        "{page}"
+    );
     assert!(b.jar.contains_key("airlock_session") && !b.jar.contains_key("airlock_oidc"));
     let (s, _, page) = b.go("GET", &format!("{}/inbox/", gw.base), None);
     assert_eq!(s, 200);
@@ -527,21 +848,43 @@ fn the_inbox_signs_in_with_the_provider_and_refuses_what_it_must() {
         .into_iter()
         .find(|r| r["kind"] == "inbox.signed_in")
         .unwrap();
-    assert_eq!(signed_in["auth"], json!({"kind": "oidc", "issuer": "corp", "sub": "alice"}));
+    assert_eq!(
+        signed_in["auth"],
+        json!({"kind": "oidc", "issuer": "corp", "sub": "alice"})
+    );
 
     // The same callback again (a replayed code, this browser's sign-in used up): nobody.
     let mut replay = Browser::new();
     let (s, _, page) = replay.go("GET", &back, None);
     assert_eq!(s, 401);
-    assert!(page.contains("no sign-in under way") && page.contains("Nobody was signed in"), "{page}");
+    assert!(
+        page.contains("no sign-in under way") && page.contains("Nobody was signed in"),
+        "{page}"
+    );
     assert!(!replay.jar.contains_key("airlock_session"));
     // The replayed code with a fresh sign-in's state: the provider refuses it (used, and bound
     // to another PKCE verifier).
     let mut again = Browser::new();
     let fresh = again.sign_in_at_idp(gw, &w.idp, "bob");
-    let state = fresh.split("state=").nth(1).unwrap().split('&').next().unwrap();
-    let code = back.split("code=").nth(1).unwrap().split('&').next().unwrap();
-    let forged = format!("{}/inbox/oidc/callback?code={code}&state={state}&iss={}", gw.base, w.idp.issuer.replace(':', "%3A").replace('/', "%2F"));
+    let state = fresh
+        .split("state=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap();
+    let code = back
+        .split("code=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap();
+    let forged = format!(
+        "{}/inbox/oidc/callback?code={code}&state={state}&iss={}",
+        gw.base,
+        w.idp.issuer.replace(':', "%3A").replace('/', "%2F")
+    );
     let (s, _, page) = again.go("GET", &forged, None);
     assert_eq!(s, 401, "{page}");
     assert!(page.contains("refused the code"), "{page}");
@@ -561,7 +904,10 @@ fn the_inbox_signs_in_with_the_provider_and_refuses_what_it_must() {
     let back = robot.sign_in_at_idp(gw, &w.idp, "robot");
     let (s, _, page) = robot.go("GET", &back, None);
     assert_eq!(s, 403);
-    assert!(page.contains("corp:robot") && page.contains("is an agent"), "{page}");
+    assert!(
+        page.contains("corp:robot") && page.contains("is an agent"),
+        "{page}"
+    );
     assert!(!robot.jar.contains_key("airlock_session"));
     // One in no mapped group too.
     let mut eve = Browser::new();
@@ -570,4 +916,50 @@ fn the_inbox_signs_in_with_the_provider_and_refuses_what_it_must() {
     assert_eq!(s, 401);
     assert!(page.contains("in no group"), "{page}");
     assert!(!eve.jar.contains_key("airlock_session"));
+}
+
+#[test]
+fn a_browser_signs_in_with_the_provider_and_approves_and_an_agent_account_is_refused() {
+    let w = world("");
+    let shots =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/inbox-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = std::process::Command::new("python3")
+        .arg(support::peers().join("inbox_browser.py"))
+        .args([w.gw.base.as_str(), shots.to_str().unwrap(), "oidc"])
+        .output()
+        .expect("python3 with selenium (installed by scripts/test.sh)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut r = serde_json::Map::new();
+    for line in stdout.lines() {
+        if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line) {
+            r.extend(m);
+        }
+    }
+    assert_eq!(r["button"], "Sign in with corp", "{r:?}");
+    assert_eq!(r["who"], "corp:alice", "{r:?}");
+    assert!(
+        r["after_sign_in"].as_str().unwrap().ends_with("/inbox/"),
+        "{r:?}"
+    );
+    assert_eq!(r["agent_status"], 200, "{r:?}");
+    let decided = audit(&w.gw)
+        .into_iter()
+        .find(|r| r["kind"] == "approval.decided")
+        .unwrap();
+    assert_eq!(decided["by"], "corp:alice", "{decided}");
+    assert_eq!(
+        decided["auth"],
+        json!({"kind": "oidc", "issuer": "corp", "sub": "alice"})
+    );
+    assert!(
+        r["robot_page"].as_str().unwrap().contains("is an agent"),
+        "{r:?}"
+    );
+    assert_eq!(r["robot_cookie"], Value::Null, "{r:?}");
 }

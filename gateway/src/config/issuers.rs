@@ -94,7 +94,10 @@ pub(super) fn validate(
                 format!("`{}` is another issuer's too", r.issuer),
             ));
         }
-        for (k, url) in [("issuer", Some(&r.issuer)), ("jwks_uri", r.jwks_uri.as_ref())] {
+        for (k, url) in [
+            ("issuer", Some(&r.issuer)),
+            ("jwks_uri", r.jwks_uri.as_ref()),
+        ] {
             if let Some(url) = url {
                 if !fetchable(url) {
                     return Err(err(

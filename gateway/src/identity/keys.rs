@@ -66,7 +66,11 @@ impl IssuerKeys {
     pub fn new(config: IssuerConfig) -> Result<IssuerKeys, String> {
         let ca = match &config.ca {
             Some(p) => Some(std::fs::read(p).map_err(|e| {
-                format!("issuers `{}`: cannot read ca {}: {e}", config.id, p.display())
+                format!(
+                    "issuers `{}`: cannot read ca {}: {e}",
+                    config.id,
+                    p.display()
+                )
             })?),
             None => None,
         };

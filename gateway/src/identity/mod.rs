@@ -234,7 +234,12 @@ impl Issuer {
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key.key, &v)
             .map_err(|e| invalid(refusal(&e, audiences)))?;
         let now = jsonwebtoken::get_current_timestamp();
-        if data.claims.get("iat").and_then(Value::as_u64).is_some_and(|iat| iat > now + LEEWAY) {
+        if data
+            .claims
+            .get("iat")
+            .and_then(Value::as_u64)
+            .is_some_and(|iat| iat > now + LEEWAY)
+        {
             return Err(invalid("the token was issued in the future (`iat`)"));
         }
         Ok(data.claims)
@@ -256,7 +261,10 @@ impl Issuer {
         };
         let groups: Vec<String> = match claims.get(&c.groups_claim) {
             Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) => a.iter().filter_map(|g| g.as_str().map(str::to_owned)).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|g| g.as_str().map(str::to_owned))
+                .collect(),
             _ => vec![],
         };
         let role = c
@@ -271,7 +279,11 @@ impl Issuer {
                     "`{}:{value}` is in no group that issuer `{}` maps to a role (its groups: {})",
                     c.id,
                     c.id,
-                    if groups.is_empty() { "none".to_owned() } else { groups.join(", ") }
+                    if groups.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        groups.join(", ")
+                    }
                 ),
             ));
         };
@@ -305,7 +317,10 @@ impl Issuer {
         }
         let scopes: Vec<String> = match claims.get("scope").or_else(|| claims.get("scp")) {
             Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
-            Some(Value::Array(a)) => a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect(),
             _ => vec![],
         };
         let kept = c
@@ -364,7 +379,10 @@ pub mod challenge {
 
     /// Where a client finds the protected resource metadata.
     pub fn metadata_url(issuers: &Issuers) -> String {
-        format!("{}/.well-known/oauth-protected-resource/mcp", issuers.public_url())
+        format!(
+            "{}/.well-known/oauth-protected-resource/mcp",
+            issuers.public_url()
+        )
     }
 
     fn scopes(issuers: &Issuers) -> Vec<String> {

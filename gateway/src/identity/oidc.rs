@@ -70,7 +70,11 @@ impl SignIns {
         let (cookie, state, nonce, verifier) = (random(32)?, random(32)?, random(32)?, random(32)?);
         let challenge = b64(&Sha256::digest(verifier.as_bytes()));
         let q = |s: &str| urlencoded::encode_component(s);
-        let sep = if authorization_endpoint.contains('?') { '&' } else { '?' };
+        let sep = if authorization_endpoint.contains('?') {
+            '&'
+        } else {
+            '?'
+        };
         let url = format!(
             "{authorization_endpoint}{sep}response_type=code&client_id={}&redirect_uri={}&scope={}&state={}&nonce={}&code_challenge={}&code_challenge_method=S256",
             q(&config.client_id),
@@ -181,7 +185,12 @@ pub async fn finish(
         return Err("the ID token is not from this issuer".into());
     }
     let mut claims = issuer
-        .check(id_token, &header, alg, std::slice::from_ref(&config.client_id))
+        .check(
+            id_token,
+            &header,
+            alg,
+            std::slice::from_ref(&config.client_id),
+        )
         .await
         .map_err(|e| format!("the ID token: {}", e.message))?;
     let nonce = claims.get("nonce").and_then(Value::as_str).unwrap_or("");
@@ -217,7 +226,5 @@ pub async fn finish(
             }
         }
     }
-    issuer
-        .principal(claims, Kind::Oidc)
-        .map_err(|e| e.message)
+    issuer.principal(claims, Kind::Oidc).map_err(|e| e.message)
 }

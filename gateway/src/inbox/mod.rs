@@ -150,7 +150,9 @@ async fn post(
     match segments {
         ["inbox", "logout"] => {
             let key = session.key.clone();
-            let fields = audit_fields(json!({"principal": session.principal.id, "auth": session.principal.auth_record()}));
+            let fields = audit_fields(
+                json!({"principal": session.principal.id, "auth": session.principal.auth_record()}),
+            );
             let now = now_ms();
             let _ = gw
                 .store_op(move |s| s.delete_session(&key, fields, now))
@@ -561,7 +563,11 @@ async fn login(gw: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
         Err(_) => {
             return page(
                 StatusCode::UNAUTHORIZED,
-                pages::login(Some("That token is not known to this gateway."), &next, &sign_in(gw)),
+                pages::login(
+                    Some("That token is not known to this gateway."),
+                    &next,
+                    &sign_in(gw),
+                ),
             )
         }
     };
@@ -590,7 +596,9 @@ async fn start_session(
 ) -> Result<String, Response<Body>> {
     if let Some(old) = old {
         let key = session_key(&old);
-        let fields = audit_fields(json!({"principal": principal.id, "auth": principal.auth_record(), "why": "new sign-in"}));
+        let fields = audit_fields(
+            json!({"principal": principal.id, "auth": principal.auth_record(), "why": "new sign-in"}),
+        );
         let now = now_ms();
         let _ = gw
             .store_op(move |s| s.delete_session(&key, fields, now))

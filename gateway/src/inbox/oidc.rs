@@ -30,13 +30,21 @@ fn failed(text: &str) -> Response<Body> {
         StatusCode::UNAUTHORIZED,
         pages::message(
             "Not signed in",
-            &format!("{text} Nobody was signed in; start again from the sign-in page."),
+            // The API's messages quote names in backticks; a page says them plainly.
+            &format!(
+                "{} Nobody was signed in; start again from the sign-in page.",
+                text.replace('`', "")
+            ),
         ),
     )
 }
 
 fn clear(gw: &Gateway) -> String {
-    let secure = if gw.config.tls.is_some() { "; Secure" } else { "" };
+    let secure = if gw.config.tls.is_some() {
+        "; Secure"
+    } else {
+        ""
+    };
     format!("{COOKIE}=; Path=/inbox/oidc; HttpOnly; SameSite=Lax; Max-Age=0{secure}")
 }
 
@@ -45,7 +53,10 @@ pub async fn start(gw: &Arc<Gateway>, query: &str) -> Response<Body> {
     let Some(config) = gw.config.inbox_oidc.as_ref() else {
         return page(
             StatusCode::NOT_FOUND,
-            pages::message("Not found", "This inbox has no sign-in with an identity provider."),
+            pages::message(
+                "Not found",
+                "This inbox has no sign-in with an identity provider.",
+            ),
         );
     };
     let next = urlencoded::get(&urlencoded::pairs(query), "next")
@@ -63,17 +74,30 @@ pub async fn start(gw: &Arc<Gateway>, query: &str) -> Response<Body> {
                 StatusCode::SERVICE_UNAVAILABLE,
                 pages::message(
                     "Not signed in",
-                    &format!("The identity provider `{}` cannot be reached; try again in a moment.", config.issuer),
+                    &format!(
+                        "The identity provider `{}` cannot be reached; try again in a moment.",
+                        config.issuer
+                    ),
                 ),
             );
         }
     };
     let Some(endpoint) = endpoint else {
-        return failed("The identity provider's discovery document names no authorization endpoint.");
+        return failed(
+            "The identity provider's discovery document names no authorization endpoint.",
+        );
     };
-    match gw.auth.sign_ins.start(&endpoint, config, &redirect_uri(gw), &next) {
+    match gw
+        .auth
+        .sign_ins
+        .start(&endpoint, config, &redirect_uri(gw), &next)
+    {
         Ok((secret, url)) => {
-            let secure = if gw.config.tls.is_some() { "; Secure" } else { "" };
+            let secure = if gw.config.tls.is_some() {
+                "; Secure"
+            } else {
+                ""
+            };
             let cookie = format!(
                 "{COOKIE}={secret}; Path=/inbox/oidc; HttpOnly; SameSite=Lax; Max-Age={}{secure}",
                 SIGN_IN_TTL.as_secs()
@@ -102,7 +126,8 @@ async fn finish_sign_in(gw: &Arc<Gateway>, headers: &HeaderMap, query: &str) -> 
     };
     let q = urlencoded::pairs(query);
     // The sign-in this browser started, used up whatever happens next.
-    let Some(pending) = cookie_named(headers, COOKIE).and_then(|c| gw.auth.sign_ins.take(&c)) else {
+    let Some(pending) = cookie_named(headers, COOKIE).and_then(|c| gw.auth.sign_ins.take(&c))
+    else {
         return failed("This browser has no sign-in under way (it took longer than 10 minutes, was already used, or began elsewhere).");
     };
     let state = urlencoded::get(&q, "state").unwrap_or("");
@@ -117,7 +142,10 @@ async fn finish_sign_in(gw: &Arc<Gateway>, headers: &HeaderMap, query: &str) -> 
     }
     if let Some(error) = urlencoded::get(&q, "error") {
         let said = urlencoded::get(&q, "error_description").unwrap_or("");
-        return failed(&format!("The identity provider refused the sign-in: {error}{}{said}.", if said.is_empty() { "" } else { ": " }));
+        return failed(&format!(
+            "The identity provider refused the sign-in: {error}{}{said}.",
+            if said.is_empty() { "" } else { ": " }
+        ));
     }
     let Some(code) = urlencoded::get(&q, "code").filter(|c| !c.is_empty()) else {
         return failed("The identity provider sent no code.");
@@ -135,7 +163,7 @@ async fn finish_sign_in(gw: &Arc<Gateway>, headers: &HeaderMap, query: &str) -> 
             pages::message(
                 "Not signed in",
                 &format!(
-                    "`{}` is an agent: agents call tools, they cannot sign in to the inbox or decide. Nobody was signed in.",
+                    "{} is an agent: agents call tools, they cannot sign in to the inbox or decide. Nobody was signed in.",
                     verified.principal.id
                 ),
             ),
@@ -143,7 +171,10 @@ async fn finish_sign_in(gw: &Arc<Gateway>, headers: &HeaderMap, query: &str) -> 
     }
     match start_session(gw, &verified.principal, cookie(headers)).await {
         Ok(session) => {
-            let mut r = page(StatusCode::OK, pages::signed_in(&verified.principal.id, &pending.next));
+            let mut r = page(
+                StatusCode::OK,
+                pages::signed_in(&verified.principal.id, &pending.next),
+            );
             if let Ok(v) = hyper::header::HeaderValue::from_str(&session) {
                 r.headers_mut().append(hyper::header::SET_COOKIE, v);
             }

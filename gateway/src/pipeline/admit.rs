@@ -104,9 +104,8 @@ pub(crate) async fn principal_refused(
             code = code.as_str(),
             "per-principal limit reached"
         );
-        let record = audit_fields(
-            json!({"principal": principal, "auth": who.auth_record(), "code": code}),
-        );
+        let record =
+            audit_fields(json!({"principal": principal, "auth": who.auth_record(), "code": code}));
         let now = now_ms();
         if let Err(e) = gw
             .store_op(move |s| s.append_audit(Kind::PrincipalLimited, record, now))

@@ -67,9 +67,7 @@ pub(super) async fn open(
     // affected by it.
     if let Err(refusal) = gw.approval_opening(&principal.id) {
         drop(permit);
-        return Err(
-            principal_refused(gw, principal, Code::PrincipalTooManyPending, refusal).await,
-        );
+        return Err(principal_refused(gw, principal, Code::PrincipalTooManyPending, refusal).await);
     }
     // The approval and its webhook notifications are durable together.
     let event = gw.approval_event(&approval);
