@@ -118,15 +118,12 @@ impl Auth {
             .filter(|t| !t.is_empty())
             .ok_or_else(unauthenticated)?;
         if !self.issuers.is_empty() {
-            if let Some((header, claims)) = identity::parts(token) {
-                let audience = match need {
-                    Need::Mcp => Audience::Mcp,
-                    _ => Audience::Api,
-                };
-                let v = self
-                    .issuers
-                    .verify(token, &header, &claims, audience)
-                    .await?;
+            let audience = match need {
+                Need::Mcp => Audience::Mcp,
+                _ => Audience::Api,
+            };
+            if let Some(v) = self.issuers.authenticate(token, audience).await {
+                let v = v?;
                 if need != Need::Any {
                     let missing: Vec<&String> = v
                         .required

@@ -500,11 +500,12 @@ fn an_act_token_calls_for_its_user_and_nobody_of_the_two_decides_it() {
 fn keys_rotate_without_a_restart_and_cached_keys_outlive_the_issuer() {
     let mut w = world("");
     let first = w.idp.token("agent-svc", &w.gw.base, Some("airlock:call"));
+    let unseen = w.idp.token("agent-svc", &w.gw.base, Some("airlock:call"));
     let (s, _, body) = call(&w.gw, &first, "echo.a", json!({}));
     assert_eq!(s, 200, "{body}");
-    // The provider goes away: the keys the gateway holds still verify.
+    // The provider goes away: the keys the gateway holds still verify a token it never saw.
     w.idp.stop();
-    let (s, _, body) = call(&w.gw, &first, "echo.b", json!({}));
+    let (s, _, body) = call(&w.gw, &unseen, "echo.b", json!({}));
     assert_eq!(s, 200, "{body}");
     let (s, _, _) = send(&w.gw, "GET", "/readyz", None, None);
     assert_eq!(s, 200);
@@ -896,7 +897,7 @@ fn the_inbox_signs_in_with_the_provider_and_refuses_what_it_must() {
     let tampered = real.replace("state=", "state=x");
     let (s, _, page) = forger.go("GET", &tampered, None);
     assert_eq!(s, 401);
-    assert!(page.contains("`state` does not match"), "{page}");
+    assert!(page.contains("its state does not match"), "{page}");
     assert!(!forger.jar.contains_key("airlock_session"));
 
     // An agent's account is refused in words.
@@ -962,4 +963,33 @@ fn a_browser_signs_in_with_the_provider_and_approves_and_an_agent_account_is_ref
         "{r:?}"
     );
     assert_eq!(r["robot_cookie"], Value::Null, "{r:?}");
+}
+
+#[test]
+fn an_issuers_rate_holds_for_each_of_its_principals_on_its_own() {
+    let w = world("rate = \"2/m\"");
+    let gw = &w.gw;
+    let agent = w.idp.token("agent-svc", &gw.base, Some("airlock:call"));
+    let other = w
+        .idp
+        .mint(json!({"sub": "other-agent", "aud": gw.base, "groups": ["agents"], "scope": "airlock:call"}), json!({}), true);
+    for _ in 0..2 {
+        let (s, _, body) = call(gw, &agent, "echo.r", json!({}));
+        assert_eq!(s, 200, "{body}");
+    }
+    let (s, _, body) = call(gw, &agent, "echo.r", json!({}));
+    assert_eq!((s, code(&body)), (429, "principal.rate_limited"), "{body}");
+    // Another principal of the same issuer has a bucket of its own.
+    let (s, _, body) = call(gw, &other, "echo.r", json!({}));
+    assert_eq!(s, 200, "{body}");
+    // The refusal is counted under the issuer, not the user: one series per issuer.
+    let metrics = gw.metrics();
+    assert!(metrics.contains("principal=\"corp:*\""), "{metrics}");
+    assert!(!metrics.contains("corp:agent-svc"), "a series per user");
+    let limited = audit(gw)
+        .into_iter()
+        .find(|r| r["kind"] == "principal.limited")
+        .unwrap();
+    assert_eq!(limited["principal"], "corp:agent-svc");
+    assert_eq!(limited["auth"]["kind"], "jwt");
 }

@@ -409,6 +409,42 @@ mod tests {
     }
 
     #[test]
+    fn issuers_are_checked_before_any_key_is_fetched() {
+        let roles = "roles = { agent = [\"agents\"] }\n";
+        let cases = [
+            (format!("[[issuers]]\nid = \"Corp\"\nissuer = \"https://idp\"\n{roles}"), "issuers[0].id"),
+            (format!("[[issuers]]\nid = \"corp\"\nissuer = \"http://idp.example.com\"\n{roles}"), "issuers[0].issuer"),
+            (format!("[[issuers]]\nid = \"corp\"\nissuer = \"https://idp\"\njwks_uri = \"http://keys.example.com/jwks\"\n{roles}"), "issuers[0].jwks_uri"),
+            ("[[issuers]]\nid = \"corp\"\nissuer = \"https://idp\"\nroles = { root = [\"x\"] }\n".to_owned(), "issuers[0].roles"),
+            ("[[issuers]]\nid = \"corp\"\nissuer = \"https://idp\"\n".to_owned(), "issuers[0].roles"),
+            (format!("[[issuers]]\nid = \"corp\"\nissuer = \"https://idp\"\n{roles}rate = \"lots\"\n"), "issuers[0].rate"),
+            (format!("[[issuers]]\nid = \"corp\"\nissuer = \"https://idp\"\n{roles}jwks_ttl = \"a while\"\n"), "issuers[0].jwks_ttl"),
+            (format!("[[issuers]]\nid = \"corp\"\nissuer = \"https://idp\"\n{roles}[[issuers]]\nid = \"corp\"\nissuer = \"https://other\"\n{roles}"), "issuers[1].id"),
+            (format!("[[issuers]]\nid = \"corp\"\nissuer = \"https://idp\"\n{roles}[[issuers]]\nid = \"two\"\nissuer = \"https://idp\"\n{roles}"), "issuers[1].issuer"),
+            ("[[principals]]\nid = \"corp:alice\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\n".to_owned(), "principals"),
+            ("[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"inbox\"\n".to_owned(), "inbox.oidc.issuer"),
+            (format!("[[issuers]]\nid = \"corp\"\nissuer = \"https://idp\"\n{roles}[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"inbox\"\nscopes = [\"profile\"]\n"), "inbox.oidc.scopes"),
+            (format!("[[issuers]]\nid = \"corp\"\nissuer = \"https://idp\"\n{roles}[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"inbox\"\nclient_secret = \"env:AIRLOCK_TEST_UNSET_VAR\"\n"), "inbox.oidc.client_secret"),
+        ];
+        for (text, key) in cases {
+            let e = parse(&text).unwrap_err();
+            assert!(e.key.starts_with(key), "{text}: {e}");
+        }
+        // Loopback may be http (a local provider); the defaults are §16's.
+        let c = parse(&format!("[[issuers]]\nid = \"corp\"\nissuer = \"http://127.0.0.1:9000\"\nroles = {{ approver = [\"sec\"], agent = [\"agents\"] }}\n[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"inbox\"\n")).unwrap();
+        let i = &c.issuers[0];
+        assert_eq!(
+            (i.principal_claim.as_str(), i.groups_claim.as_str()),
+            ("sub", "groups")
+        );
+        assert_eq!(i.jwks_ttl, Duration::from_secs(600));
+        assert_eq!(i.roles[0].0, "approver", "highest role first");
+        let o = c.inbox_oidc.unwrap();
+        assert_eq!(o.scopes, ["openid", "profile", "groups"]);
+        assert!(o.token_sign_in && o.client_secret.is_none());
+    }
+
+    #[test]
     fn the_store_is_fjall_unless_postgres_is_named() {
         assert_eq!(parse("").unwrap().store, StoreKind::Fjall);
         let c = parse("[store]\nkind = \"postgres\"\nurl = \"host=/run/pg user=airlock password=hunter2\"\ninstance = \"gw-1\"\n").unwrap();

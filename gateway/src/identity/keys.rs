@@ -55,6 +55,8 @@ pub enum Lookup {
 }
 
 pub struct IssuerKeys {
+    /// Counts the key sets fetched: a token verified under an older set is checked again.
+    pub generation: std::sync::atomic::AtomicU64,
     config: IssuerConfig,
     client: reqwest::Client,
     cache: Mutex<Cache>,
@@ -83,6 +85,7 @@ impl IssuerKeys {
             .build()
             .map_err(|e| format!("issuers `{}`: cannot build a client: {e}", config.id))?;
         Ok(IssuerKeys {
+            generation: std::sync::atomic::AtomicU64::new(0),
             config,
             client,
             cache: Mutex::new(Cache::default()),
@@ -182,6 +185,8 @@ impl IssuerKeys {
                 tracing::info!(issuer = %self.config.id, keys = keys.len(), "issuer keys fetched");
                 c.endpoints = Some(endpoints);
                 c.keys = Some(Arc::new(keys));
+                self.generation
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
                 c.fetched = Some(Instant::now());
                 Ok(())
             }
