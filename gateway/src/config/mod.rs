@@ -431,7 +431,7 @@ mod tests {
             assert!(e.key.starts_with(key), "{text}: {e}");
         }
         // Loopback may be http (a local provider); the defaults are §16's.
-        let c = parse(&format!("[[issuers]]\nid = \"corp\"\nissuer = \"http://127.0.0.1:9000\"\nroles = {{ approver = [\"sec\"], agent = [\"agents\"] }}\n[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"inbox\"\n")).unwrap();
+        let c = parse("[[issuers]]\nid = \"corp\"\nissuer = \"http://127.0.0.1:9000\"\nroles = { approver = [\"sec\"], agent = [\"agents\"] }\n[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"inbox\"\n").unwrap();
         let i = &c.issuers[0];
         assert_eq!(
             (i.principal_claim.as_str(), i.groups_claim.as_str()),
