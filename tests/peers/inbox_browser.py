@@ -6,6 +6,7 @@ them). Each scenario prints JSON lines with what it saw; the Rust test asserts o
 """
 
 import json
+import re
 import sys
 import tempfile
 import threading
@@ -27,8 +28,10 @@ def out(**kw):
     print(json.dumps(kw), flush=True)
 
 
-def browser(width=1280, height=900):
+def browser(width=1280, height=900, network_log=False):
     o = webdriver.ChromeOptions()
+    if network_log:
+        o.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     o.binary_location = "/usr/bin/chromium"
     for a in [
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -157,8 +160,20 @@ def pending_ids():
 import urllib.parse  # noqa: E402
 
 
+def visited(d, part):
+    """The URLs this browser requested that contain `part` (from its network log)."""
+    urls = []
+    for e in d.get_log("performance"):
+        m = json.loads(e["message"])["message"]
+        if m.get("method") == "Network.requestWillBeSent":
+            url = m["params"]["request"]["url"]
+            if part in url:
+                urls.append(url)
+    return urls
+
+
 def main():
-    d = browser()
+    d = browser(network_log=SCENARIO == "oidc")
     try:
         if SCENARIO == "approve":
             sign_in(d, "dba1")
@@ -479,6 +494,23 @@ def main():
             d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
             status, body = held.wait()
             out(agent_status=status)
+            # The way back from the provider, replayed by another browser: nobody signed in.
+            callback = visited(d, "/inbox/oidc/callback?")[0]
+            thief = browser()
+            try:
+                thief.get(callback)
+                out(replay_page=thief.find_element(By.TAG_NAME, "main").text, replay_cookie=session_cookie(thief))
+                shot(thief, "inbox-oidc-replayed")
+                # A forged state: this browser's own sign-in under way, answered with another's.
+                thief.get(BASE + "/inbox/")
+                WebDriverWait(thief, 10).until(EC.presence_of_element_located((By.ID, "oidc"))).click()
+                WebDriverWait(thief, 15).until(EC.presence_of_element_located((By.NAME, "login")))
+                thief.get(re.sub(r"state=[^&]*", "state=forged", callback))
+                out(forged_page=thief.find_element(By.TAG_NAME, "main").text, forged_cookie=session_cookie(thief))
+                thief.set_window_size(375, 812)
+                shot(thief, "inbox-oidc-forged-375")
+            finally:
+                thief.quit()
             robot = browser()
             try:
                 robot.get(BASE + "/inbox/")

@@ -993,3 +993,62 @@ fn an_issuers_rate_holds_for_each_of_its_principals_on_its_own() {
     assert_eq!(limited["principal"], "corp:agent-svc");
     assert_eq!(limited["auth"]["kind"], "jwt");
 }
+
+#[test]
+fn the_python_sdks_oauth_client_discovers_the_provider_from_the_401_and_calls() {
+    let w = world("");
+    let gw = &w.gw;
+    let out = std::process::Command::new("python3")
+        .arg(support::peers().join("mcp_oauth_client.py"))
+        .args([
+            &format!("{}/mcp", gw.base),
+            &w.idp.issuer,
+            "agent-svc",
+            "agent-svc-secret",
+            "airlock:call",
+            "2026-07-28",
+            "echo.hello",
+            r#"{"x":2}"#,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert!(r["tools"].is_array(), "{r}");
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["args"],
+        json!({"x": 2}),
+        "{r}"
+    );
+    // It found everything itself: the 401, the resource metadata, the provider, its token.
+    let sent: Vec<&str> = r["sent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        sent.iter()
+            .any(|s| s.contains("/.well-known/oauth-protected-resource")),
+        "{sent:?}"
+    );
+    assert!(
+        sent.iter()
+            .any(|s| s.starts_with("POST") && s.contains(&format!("{}/token", w.idp.issuer))),
+        "{sent:?}"
+    );
+    // The call is the provider's principal, audited with its JWT.
+    let records = audit(gw);
+    let decided = records
+        .iter()
+        .find(|r| r["kind"] == "call.decided" && r["tool"] == "echo.hello")
+        .unwrap();
+    assert_eq!(decided["principal"], "corp:agent-svc", "{decided}");
+    assert_eq!(decided["auth"]["kind"], "jwt", "{decided}");
+}
