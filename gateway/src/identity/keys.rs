@@ -135,7 +135,9 @@ impl IssuerKeys {
                     return Lookup::Found(keys, i);
                 }
             }
-            None if !may_try => {}
+            // Too soon for a fetch of our own; one may be under way (the start-up fetch, or
+            // another request's): its result is what this token is checked against.
+            None if !may_try => drop(self.fetching.lock().await),
             None => {
                 if let Err(e) = self.refresh(false).await {
                     return Lookup::Unavailable(REFETCH_AFTER.as_secs(), e);
