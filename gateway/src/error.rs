@@ -80,6 +80,9 @@ airlock_policy::stable_names! {
         UpstreamTimeout = "upstream.timeout",
         UpstreamTooLarge = "upstream.too_large",
         UpstreamInvalidSuspend = "upstream.invalid_suspend",
+        UpstreamInvalidResponse = "upstream.invalid_response",
+        // MCP: an upstream's input request needs a capability the client did not declare.
+        McpMissingCapability = "mcp.missing_capability",
         // The gateway itself.
         GatewayOverloaded = "gateway.overloaded",
         GatewayShuttingDown = "gateway.shutting_down",

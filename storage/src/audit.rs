@@ -49,6 +49,8 @@ airlock_policy::stable_names! {
         PrincipalLimited = "principal.limited",
         InboxSignedIn = "inbox.signed_in",
         InboxSignedOut = "inbox.signed_out",
+        // MCP: an upstream's input request relayed to the client, or the answer relayed back.
+        McpRelayed = "mcp.relayed",
         // The gateway and its log.
         PolicyLoaded = "policy.loaded",
         SecretCreated = "secret.created",

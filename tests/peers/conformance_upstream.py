@@ -7,12 +7,16 @@ Usage: conformance_upstream.py PORT
 
 import asyncio
 import base64
+import hashlib
+import hmac
 import json
+import os
 import sys
 
 import mcp_types as types
 import uvicorn
 from mcp.server.lowlevel.server import Server
+from mcp.shared.exceptions import MCPError
 from mcp.server.transport_security import TransportSecuritySettings
 
 # A 1x1 PNG and a tiny WAV, made here.
@@ -45,6 +49,16 @@ TOOLS = [
     ("test_elicitation", "Asks the user", {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}),
     ("test_elicitation_sep1034_defaults", "Asks the user, with defaults", EMPTY),
     ("test_elicitation_sep1330_enums", "Asks the user to pick from enums", EMPTY),
+    # The 2026-07-28 multi-round-trip tools (SEP-2322): each asks by `input_required`.
+    ("test_input_required_result_elicitation", "Asks a name by input_required", EMPTY),
+    ("test_input_required_result_sampling", "Asks the client's model by input_required", EMPTY),
+    ("test_input_required_result_list_roots", "Asks the client's roots by input_required", EMPTY),
+    ("test_input_required_result_request_state", "Asks with a requestState it checks", EMPTY),
+    ("test_input_required_result_multiple_inputs", "Asks three things at once", EMPTY),
+    ("test_input_required_result_multi_round", "Asks twice, then answers", EMPTY),
+    ("test_input_required_result_tampered_state", "Refuses a requestState that is not its own", EMPTY),
+    ("test_input_required_result_capabilities", "Asks only what the client declared it answers", EMPTY),
+    ("test_missing_capability", "Needs the client's sampling capability", EMPTY),
     (
         "json_schema_2020_12_tool",
         "Tool with JSON Schema 2020-12 features",
@@ -105,6 +119,111 @@ def text(t):
     return types.TextContent(type="text", text=t)
 
 
+# The multi-round-trip tools' state: "<payload>.<hmac>", under a key made at start.
+STATE_KEY = os.urandom(32)
+
+
+def sign(payload):
+    tag = hmac.new(STATE_KEY, payload.encode(), hashlib.sha256).hexdigest()
+    return f"{payload}.{tag}"
+
+
+def opened(state):
+    """The payload of a state this server signed, else None."""
+    if not isinstance(state, str) or "." not in state:
+        return None
+    payload, tag = state.rsplit(".", 1)
+    return payload if hmac.compare_digest(sign(payload), state) else None
+
+
+def form(message, prop, kind="string"):
+    return {"method": "elicitation/create", "params": {"message": message, "requestedSchema": {
+        "type": "object", "properties": {prop: {"type": kind}}, "required": [prop]}}}
+
+
+SAMPLE = {"method": "sampling/createMessage", "params": {"messages": [
+    {"role": "user", "content": {"type": "text", "text": "What is the capital of France?"}}], "maxTokens": 100}}
+GREETING = {"method": "sampling/createMessage", "params": {"messages": [
+    {"role": "user", "content": {"type": "text", "text": "Generate a greeting"}}], "maxTokens": 50}}
+ROOTS = {"method": "roots/list", "params": {}}
+
+
+def ask(requests, state=None):
+    r = {"resultType": "input_required", "inputRequests": requests}
+    if state is not None:
+        r["requestState"] = state
+    return types.InputRequiredResult.model_validate(r)
+
+
+def responses(params):
+    """The client's answers as plain JSON, by key."""
+    given = getattr(params, "input_responses", None) or {}
+    return {k: (v.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(v, "model_dump") else v)
+            for k, v in given.items()}
+
+
+def accepted(answer, prop):
+    if not isinstance(answer, dict) or answer.get("action") != "accept":
+        return None
+    return (answer.get("content") or {}).get(prop)
+
+
+def client_capabilities(params):
+    meta = params.model_dump(mode="json", by_alias=True).get("_meta") or {}
+    return meta.get("io.modelcontextprotocol/clientCapabilities") or {}
+
+
+def mrtr(name, params):
+    """A multi-round-trip tool's next step: an InputRequiredResult, or the final content."""
+    got = responses(params)
+    caps = client_capabilities(params)
+    if name == "test_input_required_result_capabilities":
+        if got:
+            return [text("Answered what this client could")]
+        wanted = {}
+        if "sampling" in caps:
+            wanted["capital_question"] = SAMPLE
+        if "elicitation" in caps:
+            wanted["user_name"] = form("What is your name?", "name")
+        if "roots" in caps:
+            wanted["client_roots"] = ROOTS
+        return ask(wanted) if wanted else [text("This client declared nothing to ask with")]
+    state = getattr(params, "request_state", None)
+    if name == "test_input_required_result_elicitation":
+        who = accepted(got.get("user_name"), "name")
+        return ask({"user_name": form("What is your name?", "name")}) if who is None else [text(f"Hello, {who}!")]
+    if name == "test_input_required_result_sampling":
+        said = got.get("capital_question")
+        if not isinstance(said, dict) or "content" not in said:
+            return ask({"capital_question": SAMPLE})
+        return [text(f"The model said: {(said.get('content') or {}).get('text', '')}")]
+    if name == "test_input_required_result_list_roots":
+        roots = got.get("client_roots")
+        if not isinstance(roots, dict) or not isinstance(roots.get("roots"), list):
+            return ask({"client_roots": ROOTS})
+        return [text("Roots: " + ", ".join(r.get("uri", "") for r in roots["roots"]))]
+    if name in ("test_input_required_result_request_state", "test_input_required_result_tampered_state"):
+        if state is not None and opened(state) is None:
+            raise MCPError(-32602, "requestState failed its integrity check")
+        if opened(state) == "confirm" and accepted(got.get("confirm"), "ok") is not None:
+            return [text("state-ok: the requestState was this server's")]
+        return ask({"confirm": form("Please confirm", "ok", "boolean")}, sign("confirm"))
+    if name == "test_input_required_result_multiple_inputs":
+        keys = {"user_name", "greeting", "client_roots"}
+        if opened(state) == "multiple" and keys <= set(got):
+            return [text(f"Got all three: {', '.join(sorted(keys))}")]
+        return ask({"user_name": form("What is your name?", "name"), "greeting": GREETING, "client_roots": ROOTS},
+                   sign("multiple"))
+    if name == "test_input_required_result_multi_round":
+        step = opened(state)
+        if step == "round-1" and accepted(got.get("step1"), "name") is not None:
+            return ask({"step2": form("Step 2: What is your favorite color?", "color")}, sign("round-2"))
+        if step == "round-2" and accepted(got.get("step2"), "color") is not None:
+            return [text("Both steps answered")]
+        return ask({"step1": form("Step 1: What is your name?", "name")}, sign("round-1"))
+    return None
+
+
 async def list_tools(ctx, params):
     return types.ListToolsResult(
         tools=[types.Tool(name=n, description=d, input_schema=s) for n, d, s in TOOLS]
@@ -113,6 +232,18 @@ async def list_tools(ctx, params):
 
 async def call_tool(ctx, params):
     name = params.name
+    if name == "test_missing_capability":
+        # SEP-2575: a tool that needs sampling, called by a client that did not declare it.
+        if "sampling" not in client_capabilities(params):
+            raise MCPError(-32021, "this tool needs the client's sampling capability",
+                           {"requiredCapabilities": {"sampling": {}}})
+        said = responses(params).get("capital_question")
+        if not isinstance(said, dict):
+            return ask({"capital_question": SAMPLE})
+        return types.CallToolResult(content=[text("sampled")])
+    if name.startswith("test_input_required_result_"):
+        step = mrtr(name, params)
+        return step if isinstance(step, types.InputRequiredResult) else types.CallToolResult(content=step)
     if name == "test_simple_text":
         content = [text("This is a simple text response for testing.")]
     elif name == "test_image_content":
@@ -212,6 +343,7 @@ PROMPTS = [
     types.Prompt(name="test_prompt_with_embedded_resource", description="A prompt with a resource", arguments=[
         types.PromptArgument(name="resourceUri", description="The resource", required=True)]),
     types.Prompt(name="test_prompt_with_image", description="A prompt with an image"),
+    types.Prompt(name="test_input_required_result_prompt", description="A prompt that asks for its context first"),
 ]
 
 
@@ -231,6 +363,11 @@ async def get_prompt(ctx, params):
                 uri=a.get("resourceUri", "test://example-resource"), mime_type="text/plain", text="Embedded resource content for testing."))),
             types.PromptMessage(role="user", content=text("Please process the embedded resource above.")),
         ]
+    elif params.name == "test_input_required_result_prompt":
+        context = accepted(responses(params).get("user_context"), "context")
+        if context is None:
+            return ask({"user_context": form("What context should the prompt use?", "context")})
+        msgs = [types.PromptMessage(role="user", content=text(f"Use this context: {context}"))]
     elif params.name == "test_prompt_with_image":
         msgs = [
             types.PromptMessage(role="user", content=types.ImageContent(type="image", data=PNG, mime_type="image/png")),
@@ -266,6 +403,12 @@ server = Server(
 
 if __name__ == "__main__":
     app = server.streamable_http_app(
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        # DNS rebinding protection as a local server should have it (the suite checks it when
+        # run against this fixture directly; behind the gateway, the gateway checks too).
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
     )
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")

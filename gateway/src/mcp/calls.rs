@@ -33,7 +33,7 @@ use super::seal::{self, State};
 use super::wire::{self, Message, RpcError};
 use super::{rpc_error, Exchange, McpFront};
 use crate::auth::random_hex;
-use crate::backends::mcp::{not_relayed, Ask, CLIENT_ASKS, NOTIFICATIONS};
+use crate::backends::mcp::{not_relayed, Ask, InputRelay, CLIENT_ASKS, INPUT_RELAY, NOTIFICATIONS};
 use crate::body::{json_response, Body};
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
@@ -82,6 +82,30 @@ pub async fn call(
                 return rpc_error(&e, modern);
             }
         };
+        if let Some(relayed) = state.relay {
+            // An upstream's own input request, answered: the same call again, the client's
+            // answers and the upstream's state going back to it (DESIGN §15).
+            let responses = msg
+                .params
+                .get("inputResponses")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            audit_relay(gw, &principal, &call, "to_upstream", &responses).await;
+            let relay = InputRelay {
+                retry: Some((responses, relayed.upstream_state)),
+                ..input_relay(&exchange)
+            };
+            let run = pipeline::run_call(
+                gw,
+                principal.clone(),
+                call.clone(),
+                Hold::Wait(gw.config.hold_timeout),
+                front_tag,
+            );
+            let outcome = INPUT_RELAY.scope(relay, run).await;
+            relayed_out(gw, &principal, &call, &outcome).await;
+            return answer(gw, front, &principal, &exchange, id, &call, outcome);
+        }
         let outcome = if state.suspension.is_some() {
             // A suspended call's input: the form's answer resumes it; after a URL (the
             // inbox's resume form), the call is awaited while someone resumes it there.
@@ -113,20 +137,27 @@ pub async fn call(
         .as_deref()
         .map(|sid| (sid.to_owned(), front.cancellable(sid, &id)));
     match progress_token {
-        token if exchange.accepts_sse && !mrtr => stream_with_progress(
-            gw.clone(),
-            front.clone(),
-            principal,
-            exchange,
-            id,
-            call,
-            hold,
-            front_tag,
-            token,
-            cancel,
-        ),
+        // A 2026-07-28 request streams only for what it asked to hear (progress, logs); else
+        // its answer, or its error with its own HTTP status, is the plain response.
+        token if exchange.accepts_sse && !mrtr && (!modern || token.is_some() || exchange.logs) => {
+            stream_with_progress(
+                gw.clone(),
+                front.clone(),
+                principal,
+                exchange,
+                id,
+                call,
+                hold,
+                front_tag,
+                token,
+                cancel,
+            )
+        }
         _ => {
-            let run = pipeline::run_call(gw, principal.clone(), call.clone(), hold, front_tag);
+            let run = INPUT_RELAY.scope(
+                input_relay(&exchange),
+                pipeline::run_call(gw, principal.clone(), call.clone(), hold, front_tag),
+            );
             let outcome = match &cancel {
                 Some((sid, token)) => {
                     let o = tokio::select! {
@@ -142,6 +173,7 @@ pub async fn call(
                 }
                 None => run.await,
             };
+            relayed_out(gw, &principal, &call, &outcome).await;
             answer(gw, front, &principal, &exchange, id, &call, outcome)
         }
     }
@@ -246,6 +278,13 @@ fn answer(
     call: &ToolCall,
     outcome: Result<Outcome, ApiError>,
 ) -> Response<Body> {
+    if let Err(e) = &outcome {
+        if e.code == Code::McpMissingCapability {
+            let e = RpcError::new(id, wire::MISSING_CAPABILITY, e.message.clone())
+                .with_data(e.details.clone());
+            return rpc_error(&e, exchange.modern());
+        }
+    }
     let result = tool_result(gw, front, principal, exchange, call, outcome);
     json_response(StatusCode::OK, &wire::result(id, result))
 }
@@ -262,6 +301,31 @@ fn tool_result(
     let modern = exchange.modern();
     let refusal = !matches!(outcome, Ok(Outcome::Completed(_)));
     let mut result = match outcome {
+        // An upstream's own input request, relayed (only when the client takes it): its
+        // keys and params unchanged, its state sealed inside ours.
+        Ok(Outcome::Completed(c)) if is_input_required(&c) => {
+            let state = State {
+                v: 1,
+                nonce: String::new(),
+                approval_id: String::new(),
+                call_id: c.call_id.clone(),
+                principal: principal.id.clone(),
+                tool: call.tool.clone(),
+                fingerprint: call.fingerprint.to_string(),
+                expires_at: now_ms() + RELAY_TTL_MS,
+                suspension: None,
+                by_url: false,
+                relay: Some(seal::Relayed {
+                    upstream_state: c.result.get("requestState").cloned(),
+                }),
+            };
+            let mut r = c.result;
+            r["requestState"] = match random_hex(16) {
+                Ok(nonce) => Value::String(seal::seal(&front.state_key, &State { nonce, ..state })),
+                Err(e) => return error_result(e.code.as_str(), &e.message, json!({})),
+            };
+            return r;
+        }
         Ok(Outcome::Completed(c)) => match c.upstream_status {
             // An MCP upstream's result, unchanged.
             None => c.result,
@@ -297,6 +361,7 @@ fn tool_result(
                 expires_at: p.expires_at + 15 * 60 * 1000,
                 suspension: None,
                 by_url: false,
+                relay: None,
             };
             return sealed_input(front, INPUT_KEY, request, state);
         }
@@ -315,6 +380,7 @@ fn tool_result(
                 expires_at: v.expires_at,
                 suspension: Some(v.count),
                 by_url: !form,
+                relay: None,
             };
             return sealed_input(front, SUSPEND_KEY, input_request(gw, &v, form), state);
         }
@@ -385,6 +451,89 @@ fn sealed_input(front: &McpFront, key: &str, request: Value, mut state: State) -
         "inputRequests": {key: request},
         "requestState": seal::seal(&front.state_key, &state),
     })
+}
+
+/// How long a relayed input request's state may be answered.
+const RELAY_TTL_MS: u64 = 60 * 60 * 1000;
+
+/// An MCP upstream's `input_required`, handed back by the backend because the client takes it.
+fn is_input_required(c: &pipeline::Completed) -> bool {
+    c.upstream_status.is_none()
+        && c.result.get("resultType").and_then(Value::as_str) == Some("input_required")
+}
+
+/// What a 2026-07-28 client takes of an upstream's input requests: the methods of the
+/// capabilities it declared. A 2025 session's client gets requests on its stream instead.
+fn input_relay(exchange: &Exchange) -> InputRelay {
+    let mut takes = Vec::new();
+    if exchange.modern() {
+        let caps = &exchange.capabilities;
+        if exchange.form_elicitation() || exchange.url_elicitation() {
+            takes.push("elicitation/create");
+        }
+        if caps.get("sampling").is_some_and(Value::is_object) {
+            takes.push("sampling/createMessage");
+        }
+        if caps.get("roots").is_some_and(Value::is_object) {
+            takes.push("roots/list");
+        }
+    }
+    InputRelay {
+        active: exchange.modern(),
+        takes,
+        retry: None,
+    }
+}
+
+/// Audits an upstream's input requests on their way to the client, if the outcome is one.
+async fn relayed_out(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    call: &ToolCall,
+    outcome: &Result<Outcome, ApiError>,
+) {
+    if let Ok(Outcome::Completed(c)) = outcome {
+        if is_input_required(c) {
+            let requests = c.result.get("inputRequests").cloned().unwrap_or_default();
+            audit_relay(gw, principal, call, "to_client", &requests).await;
+        }
+    }
+}
+
+/// `mcp.relayed`: which keys (and, going to the client, which methods) passed, never what
+/// they carry.
+async fn audit_relay(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    call: &ToolCall,
+    direction: &str,
+    entries: &Value,
+) {
+    let empty = Map::new();
+    let entries = entries.as_object().unwrap_or(&empty);
+    let keys: Vec<&String> = entries.keys().collect();
+    let methods: Vec<&str> = entries
+        .values()
+        .filter_map(|r| r.get("method").and_then(Value::as_str))
+        .collect();
+    let mut fields = audit_fields(json!({
+        "principal": principal.id, "auth": principal.auth_record(), "tool": call.tool,
+        "fingerprint": call.fingerprint.as_str(), "direction": direction, "keys": keys,
+    }));
+    if direction == "to_client" {
+        fields.insert("methods".into(), json!(methods));
+    }
+    let now = now_ms();
+    if let Err(e) = gw
+        .store_op(move |s| s.append_audit(airlock_storage::Kind::McpRelayed, fields, now))
+        .await
+    {
+        tracing::error!(
+            code = e.code.as_str(),
+            "cannot audit a relayed request: {}",
+            e.message
+        );
+    }
 }
 
 /// An `isError` result the model reads: the code and message as text, and in
@@ -482,6 +631,7 @@ fn stream_with_progress(
                 .map(|sid| (front.clone(), sid)),
             max_wait: gw.config.max_hold,
             ask_tx,
+            input: input_relay(&exchange),
         };
         let _done = cancel.map(|(sid, _)| Done {
             front: front.clone(),
@@ -577,6 +727,7 @@ fn stream_with_progress(
                 break;
             }
         }
+        relayed_out(&gw, &principal, &call, &outcome).await;
         let result = tool_result(&gw, &front, &principal, &exchange, &call, outcome);
         let _ = relay.tx.send(sse(&wire::result(id, result))).await;
     });
@@ -601,6 +752,8 @@ struct Relay {
     cancel: Option<tokio_util::sync::CancellationToken>,
     /// Whether the upstream's log messages go to the client ([`Exchange::logs`]).
     logs: bool,
+    /// What the client takes of an upstream's `input_required` (2026-07-28).
+    input: InputRelay,
 }
 
 /// Forgets a request's cancellation handle when its stream ends, however it ends.
@@ -623,7 +776,10 @@ impl Relay {
     where
         F: std::future::Future<Output = Result<Outcome, ApiError>>,
     {
-        let fut = CLIENT_ASKS.scope(self.ask_tx.clone(), fut);
+        let fut = INPUT_RELAY.scope(
+            self.input.clone(),
+            CLIENT_ASKS.scope(self.ask_tx.clone(), fut),
+        );
         tokio::pin!(fut);
         let mut tick = tokio::time::interval(PROGRESS_EVERY);
         tick.tick().await;

@@ -308,7 +308,9 @@ fn http_refusal(status: StatusCode, code: Code, message: &str) -> Response<Body>
 fn status_for(code: i64, modern: bool) -> StatusCode {
     match code {
         wire::PARSE_ERROR | wire::INVALID_REQUEST => StatusCode::BAD_REQUEST,
-        wire::HEADER_MISMATCH | wire::UNSUPPORTED_PROTOCOL_VERSION => StatusCode::BAD_REQUEST,
+        wire::HEADER_MISMATCH | wire::UNSUPPORTED_PROTOCOL_VERSION | wire::MISSING_CAPABILITY => {
+            StatusCode::BAD_REQUEST
+        }
         wire::INVALID_PARAMS if modern => StatusCode::BAD_REQUEST,
         wire::METHOD_NOT_FOUND if modern => StatusCode::NOT_FOUND,
         _ => StatusCode::OK,
@@ -386,7 +388,15 @@ async fn post(
         "initialize" => initialize(front, &principal, &exchange, id),
         "tools/call" => calls::call(gw, front, principal, exchange, msg).await,
         _ => {
-            let answer = answer(gw, &method, &msg).await;
+            // A 2026 client's prompts and resources are asked of the upstream in 2026 too,
+            // so its input requests (`input_required`) reach the client as they are.
+            let relay = crate::backends::mcp::InputRelay {
+                active: exchange.modern(),
+                ..Default::default()
+            };
+            let answer = crate::backends::mcp::INPUT_RELAY
+                .scope(relay, answer(gw, &method, &msg))
+                .await;
             respond(answer, id, &method, exchange.modern())
         }
     }

@@ -31,6 +31,16 @@ pub struct State {
     /// answer carries no data, and the retry waits for someone to resume the call there.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_url: bool,
+    /// Set for an upstream's `input_required` relayed to the client (DESIGN §15): the
+    /// upstream's own `requestState`, sent back to it with the client's answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<Relayed>,
+}
+
+/// What a relayed `input_required` state carries of the upstream's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relayed {
+    pub upstream_state: Option<serde_json::Value>,
 }
 
 /// `base64url(json) "." base64url(hmac)`.
@@ -85,6 +95,7 @@ mod tests {
             expires_at: 99,
             suspension: None,
             by_url: false,
+            relay: None,
         }
     }
 

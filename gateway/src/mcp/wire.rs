@@ -15,6 +15,8 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 pub const INVALID_PARAMS: i64 = -32602;
 pub const HEADER_MISMATCH: i64 = -32020;
+/// A request needs a client capability the client did not declare (SEP-2575).
+pub const MISSING_CAPABILITY: i64 = -32021;
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// A JSON-RPC error, with the id of the message it answers (when it could be read).

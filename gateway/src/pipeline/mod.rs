@@ -29,7 +29,9 @@ mod verdict;
 pub use admit::{intake, Raw};
 pub(crate) use hold::wait_while;
 pub use hold::{call_outcome, cancel};
-pub use outcome::{call_not_found, question_of, tool_call_id, Outcome, Pending, Suspended};
+pub use outcome::{
+    call_not_found, question_of, tool_call_id, Completed, Outcome, Pending, Suspended,
+};
 pub use verdict::decide;
 
 use std::sync::Arc;

@@ -43,6 +43,10 @@ pub struct HttpConn {
     next_id: AtomicU64,
     /// Told when the upstream says one of its lists changed.
     changed: Arc<tokio::sync::Notify>,
+    /// Whether a 2025-11-25 upstream also answers `server/discover` for 2026-07-28: then a
+    /// 2026 client's requests are sent to it in 2026 (DESIGN §15), so what it serves only on
+    /// that path (multi-round-trip input requests) reaches the client.
+    modern_too: tokio::sync::OnceCell<bool>,
 }
 
 fn build_client() -> Result<reqwest::Client, String> {
@@ -76,6 +80,7 @@ impl HttpConn {
             revision: Mutex::new(None),
             next_id: AtomicU64::new(1),
             changed,
+            modern_too: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -104,7 +109,13 @@ impl HttpConn {
         asks: Option<Asks>,
     ) -> Result<Value, Failure> {
         let fut = async {
-            let mode = self.mode(timeout).await?;
+            let mut mode = self.mode(timeout).await?;
+            if matches!(mode, Mode::Legacy { .. })
+                && super::client_is_modern()
+                && self.speaks_modern().await
+            {
+                mode = Mode::Modern;
+            }
             match self
                 .post(&mode, method, params.clone(), notify.clone(), asks.clone())
                 .await
@@ -121,6 +132,24 @@ impl HttpConn {
         tokio::time::timeout(timeout, fut)
             .await
             .map_err(|_| Failure::Timeout)?
+    }
+
+    /// Whether the upstream answers `server/discover` listing 2026-07-28 (asked once).
+    async fn speaks_modern(&self) -> bool {
+        *self
+            .modern_too
+            .get_or_init(|| async {
+                self.send(&Mode::Modern, "server/discover", json!({}), None)
+                    .await
+                    .ok()
+                    .and_then(|f| {
+                        f.get("supportedVersions")
+                            .and_then(Value::as_array)
+                            .cloned()
+                    })
+                    .is_some_and(|v| v.iter().any(|x| x == MODERN))
+            })
+            .await
     }
 
     async fn mode(&self, timeout: Duration) -> Result<Mode, Failure> {

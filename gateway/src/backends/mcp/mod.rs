@@ -110,6 +110,36 @@ tokio::task_local! {
     pub static CLIENT_ASKS: Asks;
 }
 
+/// What the client of the call being run takes of a 2026-07-28 upstream's `input_required`
+/// (DESIGN §15), and a retry's answers to send back.
+#[derive(Clone, Debug, Default)]
+pub struct InputRelay {
+    /// The call is a 2026-07-28 client's: what it cannot take of sampling or roots is
+    /// refused with -32021 rather than suspended.
+    pub active: bool,
+    /// The methods of input requests the client declared it answers (`elicitation/create`,
+    /// `sampling/createMessage`, `roots/list`).
+    pub takes: Vec<&'static str>,
+    /// A retry: the client's `inputResponses`, and the upstream's own `requestState`.
+    pub retry: Option<(Value, Option<Value>)>,
+}
+
+tokio::task_local! {
+    /// Set by the MCP front end around a 2026-07-28 client's call. An upstream's
+    /// `input_required` whose every request the client takes is handed back unchanged (the
+    /// front end seals the upstream's state into its own); without it, or when the client
+    /// cannot take one of them, a form elicitation suspends the call as before.
+    pub static INPUT_RELAY: InputRelay;
+}
+
+/// Whether the request being run is a 2026-07-28 client's (the front end set [`INPUT_RELAY`]).
+pub fn client_is_modern() -> bool {
+    INPUT_RELAY.try_with(|r| r.active).unwrap_or(false)
+}
+
+/// The key of the gateway's own approval request; an upstream may not use it.
+pub const APPROVAL_KEY: &str = "airlock_approval";
+
 /// The answer to an ask airlock does not relay.
 pub fn not_relayed(method: &str) -> Value {
     json!({"error": {"code": -32601, "message": format!("airlock does not relay `{method}` to its client")}})
@@ -539,7 +569,14 @@ impl Registry {
         meta: Map<String, Value>,
         notify: Option<Notifications>,
     ) -> Result<ToolAnswer, ApiError> {
-        let params = tool_params(tool, canonical_args, meta, notify.is_some());
+        let mut params = tool_params(tool, canonical_args, meta, notify.is_some());
+        // A relayed retry: the client's answers, under the upstream's keys, and its state.
+        if let Ok(Some((responses, state))) = INPUT_RELAY.try_with(|r| r.retry.clone()) {
+            params["inputResponses"] = responses;
+            if let Some(s) = state.filter(|s| !s.is_null()) {
+                params["requestState"] = s;
+            }
+        }
         self.start_call(tool, params, notify).await
     }
 
@@ -622,12 +659,14 @@ impl Registry {
     ) -> Result<ToolAnswer, ApiError> {
         let (asks, ask_rx) = mpsc::unbounded_channel();
         let server = tool.server.clone();
-        let task = AbortOnDrop(tokio::spawn(async move {
+        // The request runs in a task of its own: it carries the client's revision along.
+        let relay = INPUT_RELAY.try_with(Clone::clone).unwrap_or_default();
+        let task = AbortOnDrop(tokio::spawn(INPUT_RELAY.scope(relay, async move {
             server
                 .conn
                 .request("tools/call", params, LIVE_LIMIT, notify, Some(asks))
                 .await
-        }));
+        })));
         drive(tool, task, ask_rx).await
     }
 }
@@ -737,6 +776,54 @@ fn input_required(server: &str, result: Value) -> Result<ToolAnswer, ApiError> {
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
+    if requests.contains_key(APPROVAL_KEY) {
+        return Err(ApiError::new(
+            Code::UpstreamInvalidResponse,
+            format!("MCP server `{server}` asked for input under `{APPROVAL_KEY}`, the gateway's own key"),
+        ));
+    }
+    // A client that takes every one of these requests gets them as the upstream asked.
+    let takes = INPUT_RELAY
+        .try_with(|r| r.takes.clone())
+        .unwrap_or_default();
+    let relayable = !requests.is_empty()
+        && requests.values().all(|r| {
+            r.get("method")
+                .and_then(Value::as_str)
+                .is_some_and(|m| takes.contains(&m))
+        });
+    if relayable {
+        return Ok(ToolAnswer::Result(result));
+    }
+    // Sampling and roots have no suspension to fall back on: a 2026 client that cannot
+    // answer them is told which capability the upstream needs (SEP-2575, -32021).
+    let (active, takes) = INPUT_RELAY
+        .try_with(|r| (r.active, r.takes.clone()))
+        .unwrap_or_default();
+    if active {
+        let needs: Vec<&str> = requests
+            .values()
+            .filter_map(|r| r.get("method").and_then(Value::as_str))
+            .filter(|m| !takes.contains(m))
+            .filter_map(|m| match m {
+                "sampling/createMessage" => Some("sampling"),
+                "roots/list" => Some("roots"),
+                _ => None,
+            })
+            .collect();
+        if !needs.is_empty() {
+            let required: Map<String, Value> =
+                needs.iter().map(|c| (c.to_string(), json!({}))).collect();
+            return Err(ApiError::new(
+                Code::McpMissingCapability,
+                format!(
+                    "MCP server `{server}` needs the client's {} capability for this call, which the client did not declare",
+                    needs.join(" and ")
+                ),
+            )
+            .with_details(json!({"requiredCapabilities": required})));
+        }
+    }
     let form = match requests.iter().collect::<Vec<_>>().as_slice() {
         [(key, r)] => r
             .get("method")
