@@ -59,6 +59,7 @@ TOOLS = [
     ("test_input_required_result_tampered_state", "Refuses a requestState that is not its own", EMPTY),
     ("test_input_required_result_capabilities", "Asks only what the client declared it answers", EMPTY),
     ("test_missing_capability", "Needs the client's sampling capability", EMPTY),
+    ("test_streaming_elicitation", "Asks a name by input_required, never by a request on the stream", EMPTY),
     (
         "json_schema_2020_12_tool",
         "Tool with JSON Schema 2020-12 features",
@@ -189,7 +190,7 @@ def mrtr(name, params):
             wanted["client_roots"] = ROOTS
         return ask(wanted) if wanted else [text("This client declared nothing to ask with")]
     state = getattr(params, "request_state", None)
-    if name == "test_input_required_result_elicitation":
+    if name in ("test_input_required_result_elicitation", "test_streaming_elicitation"):
         who = accepted(got.get("user_name"), "name")
         return ask({"user_name": form("What is your name?", "name")}) if who is None else [text(f"Hello, {who}!")]
     if name == "test_input_required_result_sampling":
@@ -241,7 +242,7 @@ async def call_tool(ctx, params):
         if not isinstance(said, dict):
             return ask({"capital_question": SAMPLE})
         return types.CallToolResult(content=[text("sampled")])
-    if name.startswith("test_input_required_result_"):
+    if name.startswith("test_input_required_result_") or name == "test_streaming_elicitation":
         step = mrtr(name, params)
         return step if isinstance(step, types.InputRequiredResult) else types.CallToolResult(content=step)
     if name == "test_simple_text":
@@ -326,7 +327,7 @@ async def read_resource(ctx, params):
         c = types.TextResourceContents(uri=uri, mime_type="application/json", text=json.dumps(
             {"id": id_, "templateTest": True, "data": f"Data for ID: {id_}"}))
     else:
-        raise ValueError(f"no resource {uri}")
+        raise MCPError(-32602, "Resource not found", {"uri": uri})
     return types.ReadResourceResult(contents=[c])
 
 

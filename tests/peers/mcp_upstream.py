@@ -84,6 +84,23 @@ async def deploy(service: str, ctx: Context) -> dict:
     """Deploy a service; asks which environment mid-call."""
     calls["n"] += 1
     calls["log"].append({"deploy": service})
+    if ctx.protocol_version == "2026-07-28":
+        # In 2026 a tool asks by `input_required` and is called again with the answer.
+        import mcp_types as types
+
+        got = (ctx.input_responses or {}).get("env")
+        got = got.model_dump(mode="json", by_alias=True) if hasattr(got, "model_dump") else got
+        if not isinstance(got, dict) or ctx.request_state != f"asked:{service}":
+            return types.InputRequiredResult.model_validate({
+                "resultType": "input_required",
+                "inputRequests": {"env": {"method": "elicitation/create", "params": {
+                    "mode": "form", "message": "which environment?",
+                    "requestedSchema": Environment.model_json_schema()}}},
+                "requestState": f"asked:{service}",
+            })
+        if got.get("action") != "accept":
+            return {"deployed": False, "action": got.get("action")}
+        return {"deployed": True, "service": service, "environment": (got.get("content") or {}).get("environment")}
     answer = await ctx.elicit("which environment?", schema=Environment)
     if answer.action != "accept":
         return {"deployed": False, "action": answer.action}

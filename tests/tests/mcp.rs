@@ -1008,23 +1008,41 @@ fn an_mcp_client_answers_a_suspended_calls_form_and_the_tool_continues() {
             assert_eq!(answer["environment"], "staging");
         }
     }
-    // Each went through suspension and resume, audited.
+    // The 2025 sessions, and the 2026 client of the stdio upstream (a 2025 session behind
+    // the gateway), went through suspension and resume, audited. The 2026 client of the HTTP
+    // upstream, which speaks 2026 too, got the upstream's own `input_required` relayed under
+    // its key (`env`), and its answer went back the same way (DESIGN §15): audited as
+    // `mcp.relayed` both ways, keys and methods only.
     let (s, b) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
     assert_eq!(s, 200);
-    let kinds: Vec<&str> = b["records"]
-        .as_array()
-        .unwrap()
+    let records = b["records"].as_array().unwrap();
+    let kinds: Vec<&str> = records
         .iter()
         .map(|r| r["kind"].as_str().unwrap())
         .collect();
     assert_eq!(
         kinds.iter().filter(|k| **k == "call.suspended").count(),
-        4,
+        3,
         "{kinds:?}"
     );
-    assert_eq!(kinds.iter().filter(|k| **k == "call.resumed").count(), 4);
+    assert_eq!(kinds.iter().filter(|k| **k == "call.resumed").count(), 3);
+    let relayed: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "mcp.relayed")
+        .collect();
+    assert_eq!(relayed.len(), 2, "{relayed:?}");
+    assert_eq!(relayed[0]["direction"], "to_client");
+    assert_eq!(relayed[0]["keys"], json!(["env"]));
+    assert_eq!(relayed[0]["methods"], json!(["elicitation/create"]));
+    assert_eq!(relayed[1]["direction"], "to_upstream");
+    assert_eq!(relayed[1]["keys"], json!(["env"]));
+    assert!(
+        relayed.iter().all(|r| !r.to_string().contains("staging")),
+        "no payload in the audit"
+    );
 
-    // A declined form cancels the call: the model reads why.
+    // A declined form cancels a suspended call: the model reads why. A relayed one goes to
+    // the upstream, which says what it makes of it.
     for mode in MODES {
         let lines = client(
             &gw,
@@ -1038,7 +1056,13 @@ fn an_mcp_client_answers_a_suspended_calls_form_and_the_tool_continues() {
             ],
         );
         let result = lines.last().unwrap();
-        assert_eq!(error_code(result), "call.cancelled", "{mode}: {result}");
+        if mode == "legacy" {
+            assert_eq!(error_code(result), "call.cancelled", "{mode}: {result}");
+        } else {
+            // Relayed, the decline is the upstream's to answer.
+            assert_eq!(structured(result)["deployed"], false, "{mode}: {result}");
+            assert_eq!(structured(result)["action"], "decline", "{mode}: {result}");
+        }
     }
 }
 

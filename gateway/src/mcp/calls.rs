@@ -67,6 +67,31 @@ pub async fn call(
         }
     };
 
+    // Answers to input requests are objects by key (SEP-2322); anything else is refused
+    // here, before it reaches an upstream.
+    if let Some(r) = msg.params.get("inputResponses") {
+        if !r
+            .as_object()
+            .is_some_and(|m| m.values().all(Value::is_object))
+        {
+            pipeline::admit::reject(
+                gw,
+                &principal,
+                Code::RequestInvalidField,
+                &front_tag,
+                Some(&call.tool),
+            )
+            .await;
+            let e = RpcError::new(
+                id,
+                wire::INVALID_PARAMS,
+                "`inputResponses` must map each input request's key to its answer, an object",
+            )
+            .with_data(json!({"code": Code::RequestInvalidField}));
+            return rpc_error(&e, modern);
+        }
+    }
+
     // A 2026 retry that carries the state of an earlier `input_required`.
     if let Some(state) = msg.params.get("requestState") {
         let opened = redeem(gw, front, &front_tag, &principal, &call, state).await;
@@ -93,6 +118,7 @@ pub async fn call(
             audit_relay(gw, &principal, &call, "to_upstream", &responses).await;
             let relay = InputRelay {
                 retry: Some((responses, relayed.upstream_state)),
+                log_level: log_level(&msg),
                 ..input_relay(&exchange)
             };
             let run = pipeline::run_call(
@@ -125,6 +151,18 @@ pub async fn call(
         return answer(gw, front, &principal, &exchange, id, &call, outcome);
     }
 
+    // Answers a 2026 client sends without a state of ours (an upstream's ephemeral input
+    // request, answered up front) go to the upstream as they are, audited.
+    let mut relay = input_relay(&exchange);
+    relay.log_level = log_level(&msg);
+    if let Some(responses) = msg
+        .params
+        .get("inputResponses")
+        .filter(|r| modern && r.is_object())
+    {
+        audit_relay(gw, &principal, &call, "to_upstream", responses).await;
+        relay.retry = Some((responses.clone(), None));
+    }
     let mrtr = modern && exchange.url_elicitation();
     let hold = if mrtr {
         Hold::Async
@@ -151,11 +189,12 @@ pub async fn call(
                 front_tag,
                 token,
                 cancel,
+                relay,
             )
         }
         _ => {
             let run = INPUT_RELAY.scope(
-                input_relay(&exchange),
+                relay,
                 pipeline::run_call(gw, principal.clone(), call.clone(), hold, front_tag),
             );
             let outcome = match &cancel {
@@ -280,8 +319,21 @@ fn answer(
 ) -> Response<Body> {
     if let Err(e) = &outcome {
         if e.code == Code::McpMissingCapability {
+            // The stored outcome keeps the code and message; the message names the
+            // capabilities (it is the backend's own words).
+            let named = e
+                .message
+                .split("the client's ")
+                .nth(1)
+                .and_then(|rest| rest.split(" capability").next())
+                .unwrap_or("");
+            let required: Map<String, Value> = named
+                .split(" and ")
+                .filter(|c| !c.is_empty())
+                .map(|c| (c.to_owned(), json!({})))
+                .collect();
             let e = RpcError::new(id, wire::MISSING_CAPABILITY, e.message.clone())
-                .with_data(e.details.clone());
+                .with_data(json!({"requiredCapabilities": required}));
             return rpc_error(&e, exchange.modern());
         }
     }
@@ -462,6 +514,13 @@ fn is_input_required(c: &pipeline::Completed) -> bool {
         && c.result.get("resultType").and_then(Value::as_str) == Some("input_required")
 }
 
+/// The log level a 2026-07-28 request's `_meta` asks for.
+fn log_level(msg: &Message) -> Option<Value> {
+    msg.params
+        .pointer("/_meta/io.modelcontextprotocol~1logLevel")
+        .cloned()
+}
+
 /// What a 2026-07-28 client takes of an upstream's input requests: the methods of the
 /// capabilities it declared. A 2025 session's client gets requests on its stream instead.
 fn input_relay(exchange: &Exchange) -> InputRelay {
@@ -482,6 +541,8 @@ fn input_relay(exchange: &Exchange) -> InputRelay {
         active: exchange.modern(),
         takes,
         retry: None,
+        capabilities: exchange.modern().then(|| exchange.capabilities.clone()),
+        log_level: None,
     }
 }
 
@@ -605,6 +666,7 @@ fn stream_with_progress(
     front_tag: Front,
     token: Option<Value>,
     cancel: Option<(String, tokio_util::sync::CancellationToken)>,
+    input: InputRelay,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
@@ -631,7 +693,7 @@ fn stream_with_progress(
                 .map(|sid| (front.clone(), sid)),
             max_wait: gw.config.max_hold,
             ask_tx,
-            input: input_relay(&exchange),
+            input,
         };
         let _done = cancel.map(|(sid, _)| Done {
             front: front.clone(),

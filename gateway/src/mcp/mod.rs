@@ -392,6 +392,7 @@ async fn post(
             // so its input requests (`input_required`) reach the client as they are.
             let relay = crate::backends::mcp::InputRelay {
                 active: exchange.modern(),
+                capabilities: exchange.modern().then(|| exchange.capabilities.clone()),
                 ..Default::default()
             };
             let answer = crate::backends::mcp::INPUT_RELAY

@@ -122,6 +122,11 @@ pub struct InputRelay {
     pub takes: Vec<&'static str>,
     /// A retry: the client's `inputResponses`, and the upstream's own `requestState`.
     pub retry: Option<(Value, Option<Value>)>,
+    /// The client's declared capabilities, sent to the upstream in the request's `_meta`
+    /// instead of the gateway's: an upstream asks only what this client can answer.
+    pub capabilities: Option<Value>,
+    /// The log level the client's request asked for (`_meta`), passed on to the upstream.
+    pub log_level: Option<Value>,
 }
 
 tokio::task_local! {
@@ -725,6 +730,17 @@ async fn drive(
                     .map_err(|e| Failure::Unavailable(format!("the request task ended: {e}")))
                     .and_then(|r| r)
                     .map_err(|f| match f {
+                        // The upstream needs a capability the (2026) client did not declare:
+                        // the client is told so, as the upstream said it (SEP-2575).
+                        Failure::Rpc(e) if e.code == -32021 => missing_capability(
+                            name,
+                            e.data
+                                .as_ref()
+                                .and_then(|d| d.get("requiredCapabilities"))
+                                .and_then(Value::as_object)
+                                .map(|m| m.keys().map(String::as_str).collect())
+                                .unwrap_or_default(),
+                        ),
                         // A tool's own JSON-RPC error is data for the model, like a backend's 4xx.
                         Failure::Rpc(e) => ApiError::new(
                             Code::UpstreamUnavailable,
@@ -812,16 +828,7 @@ fn input_required(server: &str, result: Value) -> Result<ToolAnswer, ApiError> {
             })
             .collect();
         if !needs.is_empty() {
-            let required: Map<String, Value> =
-                needs.iter().map(|c| (c.to_string(), json!({}))).collect();
-            return Err(ApiError::new(
-                Code::McpMissingCapability,
-                format!(
-                    "MCP server `{server}` needs the client's {} capability for this call, which the client did not declare",
-                    needs.join(" and ")
-                ),
-            )
-            .with_details(json!({"requiredCapabilities": required})));
+            return Err(missing_capability(server, needs));
         }
     }
     let form = match requests.iter().collect::<Vec<_>>().as_slice() {
@@ -846,6 +853,20 @@ fn input_required(server: &str, result: Value) -> Result<ToolAnswer, ApiError> {
     }))
 }
 
+/// `mcp.missing_capability`: the upstream needs client capabilities `needs` (`sampling`,
+/// `roots`, …). The front end reads them back from this message's words.
+fn missing_capability(server: &str, needs: Vec<&str>) -> ApiError {
+    let required: Map<String, Value> = needs.iter().map(|c| (c.to_string(), json!({}))).collect();
+    ApiError::new(
+        Code::McpMissingCapability,
+        format!(
+            "MCP server `{server}` needs the client's {} capability for this call, which the client did not declare",
+            needs.join(" and ")
+        ),
+    )
+    .with_details(json!({"requiredCapabilities": required}))
+}
+
 /// Adds a 2026-07-28 request's `_meta` envelope to `params`.
 pub fn with_modern_meta(mut params: Value) -> Value {
     if !params.is_object() {
@@ -859,10 +880,15 @@ pub fn with_modern_meta(mut params: Value) -> Value {
             "io.modelcontextprotocol/protocolVersion".into(),
             Value::String(MODERN.into()),
         );
-        m.insert(
-            "io.modelcontextprotocol/clientCapabilities".into(),
-            client_capabilities(),
-        );
+        let caps = INPUT_RELAY
+            .try_with(|r| r.capabilities.clone())
+            .ok()
+            .flatten()
+            .unwrap_or_else(client_capabilities);
+        m.insert("io.modelcontextprotocol/clientCapabilities".into(), caps);
+        if let Ok(Some(level)) = INPUT_RELAY.try_with(|r| r.log_level.clone()) {
+            m.insert("io.modelcontextprotocol/logLevel".into(), level);
+        }
         m.insert("io.modelcontextprotocol/clientInfo".into(), client_info());
     }
     params
