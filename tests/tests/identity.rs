@@ -50,12 +50,17 @@ struct World {
 /// A gateway on a port chosen first (its URL is the tokens' audience and the inbox's redirect
 /// URI), in front of the test backend, trusting the provider as issuer `corp`.
 fn world(extra: &str) -> World {
+    world_with(extra, "")
+}
+
+/// [`world`] with more keys for `[inbox.oidc]`.
+fn world_with(extra: &str, inbox_extra: &str) -> World {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let idp = Idp::start(&format!("{base}/inbox/oidc/callback"));
     let backend = Backend::start();
     let config = format!(
-        "{}\n[[issuers]]\nid = \"corp\"\nissuer = \"{}\"\nroles = {{ agent = [\"agents\"], approver = [\"sec-approvers\"], admin = [\"airlock-admins\"] }}\nscopes = [\"airlock:call\"]\nclaims = [\"client_id\"]\n{extra}\n[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"airlock-inbox\"\nclient_secret = \"inbox-secret\"\n",
+        "{}\n[[issuers]]\nid = \"corp\"\nissuer = \"{}\"\nroles = {{ agent = [\"agents\"], approver = [\"sec-approvers\"], admin = [\"airlock-admins\"] }}\nscopes = [\"airlock:call\"]\nclaims = [\"client_id\"]\n{extra}\n[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"airlock-inbox\"\nclient_secret = \"inbox-secret\"\n{inbox_extra}\n",
         config_text(&backend, ""),
         idp.issuer
     );
@@ -1051,4 +1056,50 @@ fn the_python_sdks_oauth_client_discovers_the_provider_from_the_401_and_calls() 
         .unwrap();
     assert_eq!(decided["principal"], "corp:agent-svc", "{decided}");
     assert_eq!(decided["auth"]["kind"], "jwt", "{decided}");
+}
+
+#[test]
+fn an_issuers_pending_limit_holds_per_principal_and_the_token_form_can_be_turned_off() {
+    let w = world_with("max_pending = 1", "token_sign_in = false");
+    let gw = &w.gw;
+    let agent = w.idp.token("agent-svc", &gw.base, Some("airlock:call"));
+    held(gw, &agent, "db.query", json!({"sql": "select 1"}));
+    let resp = gw
+        .client
+        .post(format!("{}/v1/calls", gw.base))
+        .bearer_auth(&agent)
+        .header("prefer", "respond-async")
+        .header("content-type", "application/json")
+        .body(json!({"tool": "db.query", "args": {"sql": "select 2"}}).to_string())
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    let body: Value = resp.json().unwrap();
+    assert_eq!(code(&body), "principal.too_many_pending", "{body}");
+    // Another principal of the issuer has its own count.
+    let other = w.idp.mint(
+        json!({"sub": "other-agent", "aud": gw.base, "groups": ["agents"], "scope": "airlock:call"}),
+        json!({}),
+        true,
+    );
+    held(gw, &other, "db.query", json!({"sql": "select 3"}));
+
+    // With `token_sign_in = false` the inbox offers the provider only, and refuses a token.
+    let mut b = Browser::new();
+    let (s, _, page) = b.go("GET", &format!("{}/inbox/login", gw.base), None);
+    assert_eq!(s, 200);
+    assert!(
+        page.contains("Sign in with corp") && !page.contains("name=\"token\""),
+        "{page}"
+    );
+    let (s, _, page) = b.go(
+        "POST",
+        &format!("{}/inbox/login", gw.base),
+        Some("token=token-dba1&next=%2Finbox%2F"),
+    );
+    assert_eq!(s, 403, "{page}");
+    assert!(
+        page.contains("takes no tokens") && !b.jar.contains_key("airlock_session"),
+        "{page}"
+    );
 }
