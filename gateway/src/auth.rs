@@ -26,32 +26,7 @@ pub enum Need {
     Any,
 }
 
-/// Who may call what.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    Agent,
-    Approver,
-    Admin,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Agent => "agent",
-            Role::Approver => "approver",
-            Role::Admin => "admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "agent" => Some(Role::Agent),
-            "approver" => Some(Role::Approver),
-            "admin" => Some(Role::Admin),
-            _ => None,
-        }
-    }
-}
+pub use crate::identity::Role;
 
 /// The principals tokens stand for.
 pub struct Auth {

@@ -7,7 +7,8 @@
 //! - [`challenge`]: the `WWW-Authenticate` values and the RFC 9728 metadata.
 //!
 //! It never stores or logs a token. Static tokens stay in `crate::auth`, which calls this for
-//! a bearer that looks like a JWS; what a role may do is each route's business.
+//! a bearer that looks like a JWS (and re-exports [`Role`], defined here so the two name roles
+//! without importing each other); what a role may do is each route's business.
 
 pub mod keys;
 pub mod oidc;
@@ -22,10 +23,36 @@ use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::auth::Role;
 use crate::config::{Config, IssuerConfig};
 use crate::error::{ApiError, Code};
 use keys::{IssuerKeys, Lookup};
+
+/// Who may call what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Agent,
+    Approver,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Approver => "approver",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "agent" => Some(Role::Agent),
+            "approver" => Some(Role::Approver),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+}
 
 /// The leeway on `exp`, `nbf` and a future `iat`, in seconds.
 pub const LEEWAY: u64 = 60;
