@@ -100,28 +100,7 @@ impl Auth {
             if let Some(v) = self.issuers.authenticate(token, audience).await {
                 let v = v?;
                 if need != Need::Any {
-                    let missing: Vec<&String> = v
-                        .required
-                        .iter()
-                        .filter(|s| !v.scopes.contains(s))
-                        .collect();
-                    if !missing.is_empty() {
-                        let mut e = ApiError::new(
-                            Code::AuthInsufficientScope,
-                            format!(
-                                "the token lacks the scope {} that issuer `{}` requires here",
-                                missing
-                                    .iter()
-                                    .map(|s| format!("`{s}`"))
-                                    .collect::<Vec<_>>()
-                                    .join(", "),
-                                v.principal.issuer.as_deref().unwrap_or("")
-                            ),
-                        );
-                        e.challenge =
-                            Some(challenge::insufficient_scope(&self.issuers, &v.required));
-                        return Err(e);
-                    }
+                    v.has_required_scopes(&self.issuers)?;
                 }
                 return Ok((v.principal, v.role));
             }
@@ -136,15 +115,7 @@ impl Auth {
             }
         }
         let (p, role) = found.ok_or_else(unauthenticated)?;
-        Ok((
-            Principal {
-                id: p.id.clone(),
-                role: p.role.clone(),
-                groups: p.groups.clone(),
-                ..Default::default()
-            },
-            role,
-        ))
+        Ok((static_principal(p), role))
     }
 }
 
@@ -154,17 +125,17 @@ impl Auth {
         self.principals
             .iter()
             .find(|(p, _)| p.id == id)
-            .map(|(p, role)| {
-                (
-                    Principal {
-                        id: p.id.clone(),
-                        role: p.role.clone(),
-                        groups: p.groups.clone(),
-                        ..Default::default()
-                    },
-                    *role,
-                )
-            })
+            .map(|(p, role)| (static_principal(p), *role))
+    }
+}
+
+/// The principal a configured static token stands for.
+fn static_principal(p: &PrincipalConfig) -> Principal {
+    Principal {
+        id: p.id.clone(),
+        role: p.role.clone(),
+        groups: p.groups.clone(),
+        ..Default::default()
     }
 }
 

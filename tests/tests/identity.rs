@@ -132,6 +132,34 @@ fn held(gw: &Gateway, token: &str, tool: &str, args: Value) -> String {
     b["approval"]["id"].as_str().unwrap().to_owned()
 }
 
+/// Approves `approval` with a raw bearer.
+fn approve(gw: &Gateway, token: &str, approval: &str) -> (u16, String, Value) {
+    send(
+        gw,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        Some(token),
+        Some(json!({})),
+    )
+}
+
+/// Runs a peer program to its end: it must succeed; its stdout's JSON lines.
+fn peer_lines(cmd: &mut std::process::Command) -> Vec<Value> {
+    let out = cmd
+        .output()
+        .expect("a peer program installed by scripts/test.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 fn audit(gw: &Gateway) -> Vec<Value> {
     let (s, _, page) = send(gw, "GET", "/v1/audit?limit=1000", Some("token-admin"), None);
     assert_eq!(s, 200, "{page}");
@@ -168,13 +196,7 @@ fn jwts_from_the_provider_call_tools_and_approve_through_the_api() {
     );
     assert_eq!(s, 200, "{a}");
     assert_eq!(a["requester"]["principal"], "corp:agent-svc");
-    let (s, _, decided) = send(
-        gw,
-        "POST",
-        &format!("/v1/approvals/{approval}/approve"),
-        Some(&approver),
-        Some(json!({})),
-    );
+    let (s, _, decided) = approve(gw, &approver, &approval);
     assert_eq!(s, 200, "{decided}");
     assert_eq!(decided["status"], "approved", "{decided}");
     assert_eq!(decided["decisions"][0]["by"], "corp:approver-svc");
@@ -205,13 +227,7 @@ fn jwts_from_the_provider_call_tools_and_approve_through_the_api() {
     }
 
     // An agent's token cannot approve; a token of no mapped group is refused in words.
-    let (s, _, body) = send(
-        gw,
-        "POST",
-        &format!("/v1/approvals/{approval}/approve"),
-        Some(&agent),
-        Some(json!({})),
-    );
+    let (s, _, body) = approve(gw, &agent, &approval);
     assert_eq!((s, code(&body)), (403, "approval.forbidden"), "{body}");
     let nobody = w.idp.token("nobody-svc", &gw.base, Some("airlock:call"));
     let (s, _, body) = call(gw, &nobody, "echo.hello", json!({}));
@@ -457,13 +473,7 @@ fn an_act_token_calls_for_its_user_and_nobody_of_the_two_decides_it() {
     assert_eq!(a["requester"]["principal"], "corp:alice", "{a}");
     assert_eq!(a["requester"]["actor"], "corp:robot", "{a}");
     // The act token is an agent's: it never decides.
-    let (s, _, body) = send(
-        gw,
-        "POST",
-        &format!("/v1/approvals/{approval}/approve"),
-        Some(&act),
-        Some(json!({})),
-    );
+    let (s, _, body) = approve(gw, &act, &approval);
     assert_eq!((s, code(&body)), (403, "approval.forbidden"), "{body}");
     // Alice, with her own approver token, may not approve what was asked in her name.
     let alice = w.idp.mint(
@@ -471,13 +481,7 @@ fn an_act_token_calls_for_its_user_and_nobody_of_the_two_decides_it() {
         json!({}),
         true,
     );
-    let (s, _, body) = send(
-        gw,
-        "POST",
-        &format!("/v1/approvals/{approval}/approve"),
-        Some(&alice),
-        Some(json!({})),
-    );
+    let (s, _, body) = approve(gw, &alice, &approval);
     assert_eq!((s, code(&body)), (403, "approval.self_approval"), "{body}");
     // Bob may.
     let bob = w.idp.mint(
@@ -485,13 +489,7 @@ fn an_act_token_calls_for_its_user_and_nobody_of_the_two_decides_it() {
         json!({}),
         true,
     );
-    let (s, _, body) = send(
-        gw,
-        "POST",
-        &format!("/v1/approvals/{approval}/approve"),
-        Some(&bob),
-        Some(json!({})),
-    );
+    let (s, _, body) = approve(gw, &bob, &approval);
     assert_eq!(s, 200, "{body}");
     let records = audit(gw);
     let opened = records
@@ -604,27 +602,22 @@ fn mcp_is_an_oauth_resource_server_and_the_official_python_client_calls_it_with_
     let (s, _, body) = call(gw, &for_mcp, "echo.hello", json!({}));
     assert_eq!((s, code(&body)), (401, "auth.invalid_token"), "{body}");
     // The official MCP Python SDK, with that token, lists and calls through the gateway.
-    let out = std::process::Command::new("python3")
-        .arg(support::peers().join("mcp_client.py"))
-        .args([
-            &format!("{}/mcp", gw.base),
-            &for_mcp,
-            "2026-07-28",
-            "call",
-            "echo.hello",
-            r#"{"x":1}"#,
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let lines = peer_lines(
+        std::process::Command::new("python3")
+            .arg(support::peers().join("mcp_client.py"))
+            .args([
+                &format!("{}/mcp", gw.base),
+                &for_mcp,
+                "2026-07-28",
+                "call",
+                "echo.hello",
+                r#"{"x":1}"#,
+            ]),
     );
-    assert!(
-        stdout.contains("\"isError\": false") || stdout.contains("\"isError\":false"),
-        "{stdout}"
+    assert_eq!(
+        lines.last().unwrap()["result"]["isError"],
+        false,
+        "{lines:?}"
     );
 }
 
@@ -635,13 +628,7 @@ fn no_token_is_kept_in_the_logs_or_the_store() {
     let agent = w.idp.token("agent-svc", &gw.base, Some("airlock:call"));
     let approver = w.idp.token("approver-svc", &gw.base, None);
     let approval = held(gw, &agent, "db.query", json!({"sql": "select 3"}));
-    send(
-        gw,
-        "POST",
-        &format!("/v1/approvals/{approval}/approve"),
-        Some(&approver),
-        Some(json!({})),
-    );
+    approve(gw, &approver, &approval);
     let expired = w.idp.mint(
         json!({"sub": "agent-svc", "aud": gw.base, "exp": 1}),
         json!({}),
@@ -930,20 +917,13 @@ fn a_browser_signs_in_with_the_provider_and_approves_and_an_agent_account_is_ref
     let shots =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/inbox-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
-    let out = std::process::Command::new("python3")
-        .arg(support::peers().join("inbox_browser.py"))
-        .args([w.gw.base.as_str(), shots.to_str().unwrap(), "oidc"])
-        .output()
-        .expect("python3 with selenium (installed by scripts/test.sh)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let mut r = serde_json::Map::new();
-    for line in stdout.lines() {
-        if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line) {
+    for line in peer_lines(
+        std::process::Command::new("python3")
+            .arg(support::peers().join("inbox_browser.py"))
+            .args([w.gw.base.as_str(), shots.to_str().unwrap(), "oidc"]),
+    ) {
+        if let Value::Object(m) = line {
             r.extend(m);
         }
     }
@@ -1003,27 +983,21 @@ fn an_issuers_rate_holds_for_each_of_its_principals_on_its_own() {
 fn the_python_sdks_oauth_client_discovers_the_provider_from_the_401_and_calls() {
     let w = world("");
     let gw = &w.gw;
-    let out = std::process::Command::new("python3")
-        .arg(support::peers().join("mcp_oauth_client.py"))
-        .args([
-            &format!("{}/mcp", gw.base),
-            &w.idp.issuer,
-            "agent-svc",
-            "agent-svc-secret",
-            "airlock:call",
-            "2026-07-28",
-            "echo.hello",
-            r#"{"x":2}"#,
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let lines = peer_lines(
+        std::process::Command::new("python3")
+            .arg(support::peers().join("mcp_oauth_client.py"))
+            .args([
+                &format!("{}/mcp", gw.base),
+                &w.idp.issuer,
+                "agent-svc",
+                "agent-svc-secret",
+                "airlock:call",
+                "2026-07-28",
+                "echo.hello",
+                r#"{"x":2}"#,
+            ]),
     );
-    let r: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let r = lines.last().unwrap();
     assert!(r["tools"].is_array(), "{r}");
     assert_eq!(r["result"]["isError"], false, "{r}");
     assert_eq!(

@@ -90,6 +90,32 @@ pub struct Verified {
     pub required: Vec<String>,
 }
 
+impl Verified {
+    /// `403 auth.insufficient_scope`, with its challenge, unless the token carries every scope
+    /// its issuer requires.
+    pub fn has_required_scopes(&self, issuers: &Issuers) -> Result<(), ApiError> {
+        let missing: Vec<String> = self
+            .required
+            .iter()
+            .filter(|s| !self.scopes.contains(s))
+            .map(|s| format!("`{s}`"))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut e = ApiError::new(
+            Code::AuthInsufficientScope,
+            format!(
+                "the token lacks the scope {} that issuer `{}` requires here",
+                missing.join(", "),
+                self.principal.issuer.as_deref().unwrap_or("")
+            ),
+        );
+        e.challenge = Some(challenge::insufficient_scope(issuers, &self.required));
+        Err(e)
+    }
+}
+
 /// A verified token, remembered until it expires: an agent sends the same access token on
 /// every call, and an ES256 check costs about 100 µs here (README, Speed).
 struct Remembered {

@@ -33,7 +33,9 @@ use super::seal::{self, State};
 use super::wire::{self, Message, RpcError};
 use super::{rpc_error, Exchange, McpFront};
 use crate::auth::random_hex;
-use crate::backends::mcp::{not_relayed, Ask, InputRelay, CLIENT_ASKS, INPUT_RELAY, NOTIFICATIONS};
+use crate::backends::mcp::{
+    not_relayed, required_capabilities, Ask, InputRelay, CLIENT_ASKS, INPUT_RELAY, NOTIFICATIONS,
+};
 use crate::body::{json_response, Body};
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
@@ -67,29 +69,8 @@ pub async fn call(
         }
     };
 
-    // Answers to input requests are objects by key (SEP-2322); anything else is refused
-    // here, before it reaches an upstream.
-    if let Some(r) = msg.params.get("inputResponses") {
-        if !r
-            .as_object()
-            .is_some_and(|m| m.values().all(Value::is_object))
-        {
-            pipeline::admit::reject(
-                gw,
-                &principal,
-                Code::RequestInvalidField,
-                &front_tag,
-                Some(&call.tool),
-            )
-            .await;
-            let e = RpcError::new(
-                id,
-                wire::INVALID_PARAMS,
-                "`inputResponses` must map each input request's key to its answer, an object",
-            )
-            .with_data(json!({"code": Code::RequestInvalidField}));
-            return rpc_error(&e, modern);
-        }
+    if let Err(e) = input_responses_shape(gw, &principal, &msg, &front_tag, &call).await {
+        return rpc_error(&e, modern);
     }
 
     // A 2026 retry that carries the state of an earlier `input_required`.
@@ -118,8 +99,7 @@ pub async fn call(
             audit_relay(gw, &principal, &call, "to_upstream", &responses).await;
             let relay = InputRelay {
                 retry: Some((responses, relayed.upstream_state)),
-                log_level: log_level(&msg),
-                ..input_relay(&exchange)
+                ..input_relay(&exchange, &msg)
             };
             let run = pipeline::run_call(
                 gw,
@@ -153,8 +133,7 @@ pub async fn call(
 
     // Answers a 2026 client sends without a state of ours (an upstream's ephemeral input
     // request, answered up front) go to the upstream as they are, audited.
-    let mut relay = input_relay(&exchange);
-    relay.log_level = log_level(&msg);
+    let mut relay = input_relay(&exchange, &msg);
     if let Some(responses) = msg
         .params
         .get("inputResponses")
@@ -319,19 +298,7 @@ fn answer(
 ) -> Response<Body> {
     if let Err(e) = &outcome {
         if e.code == Code::McpMissingCapability {
-            // The stored outcome keeps the code and message; the message names the
-            // capabilities (it is the backend's own words).
-            let named = e
-                .message
-                .split("the client's ")
-                .nth(1)
-                .and_then(|rest| rest.split(" capability").next())
-                .unwrap_or("");
-            let required: Map<String, Value> = named
-                .split(" and ")
-                .filter(|c| !c.is_empty())
-                .map(|c| (c.to_owned(), json!({})))
-                .collect();
+            let required = required_capabilities(&e.message);
             let e = RpcError::new(id, wire::MISSING_CAPABILITY, e.message.clone())
                 .with_data(json!({"requiredCapabilities": required}));
             return rpc_error(&e, exchange.modern());
@@ -514,6 +481,39 @@ fn is_input_required(c: &pipeline::Completed) -> bool {
         && c.result.get("resultType").and_then(Value::as_str) == Some("input_required")
 }
 
+/// Answers to input requests are objects by key (SEP-2322); anything else is refused, and
+/// audited as a rejected call, before it reaches an upstream.
+async fn input_responses_shape(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    msg: &Message,
+    front: &Front,
+    call: &ToolCall,
+) -> Result<(), RpcError> {
+    let Some(r) = msg.params.get("inputResponses") else {
+        return Ok(());
+    };
+    if r.as_object()
+        .is_some_and(|m| m.values().all(Value::is_object))
+    {
+        return Ok(());
+    }
+    pipeline::admit::reject(
+        gw,
+        principal,
+        Code::RequestInvalidField,
+        front,
+        Some(&call.tool),
+    )
+    .await;
+    Err(RpcError::new(
+        msg.id(),
+        wire::INVALID_PARAMS,
+        "`inputResponses` must map each input request's key to its answer, an object",
+    )
+    .with_data(json!({"code": Code::RequestInvalidField})))
+}
+
 /// The log level a 2026-07-28 request's `_meta` asks for.
 fn log_level(msg: &Message) -> Option<Value> {
     msg.params
@@ -521,9 +521,10 @@ fn log_level(msg: &Message) -> Option<Value> {
         .cloned()
 }
 
-/// What a 2026-07-28 client takes of an upstream's input requests: the methods of the
-/// capabilities it declared. A 2025 session's client gets requests on its stream instead.
-fn input_relay(exchange: &Exchange) -> InputRelay {
+/// What a 2026-07-28 client's request carries to the upstream and takes back of its input
+/// requests: its capabilities and log level, and the methods of the capabilities it declared.
+/// A 2025 session's client gets requests on its stream instead.
+pub(super) fn input_relay(exchange: &Exchange, msg: &Message) -> InputRelay {
     let mut takes = Vec::new();
     if exchange.modern() {
         let caps = &exchange.capabilities;
@@ -542,7 +543,7 @@ fn input_relay(exchange: &Exchange) -> InputRelay {
         takes,
         retry: None,
         capabilities: exchange.modern().then(|| exchange.capabilities.clone()),
-        log_level: None,
+        log_level: log_level(msg),
     }
 }
 

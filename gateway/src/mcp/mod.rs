@@ -390,11 +390,7 @@ async fn post(
         _ => {
             // A 2026 client's prompts and resources are asked of the upstream in 2026 too,
             // so its input requests (`input_required`) reach the client as they are.
-            let relay = crate::backends::mcp::InputRelay {
-                active: exchange.modern(),
-                capabilities: exchange.modern().then(|| exchange.capabilities.clone()),
-                ..Default::default()
-            };
+            let relay = calls::input_relay(&exchange, &msg);
             let answer = crate::backends::mcp::INPUT_RELAY
                 .scope(relay, answer(gw, &method, &msg))
                 .await;

@@ -854,9 +854,9 @@ fn input_required(server: &str, result: Value) -> Result<ToolAnswer, ApiError> {
 }
 
 /// `mcp.missing_capability`: the upstream needs client capabilities `needs` (`sampling`,
-/// `roots`, …). The front end reads them back from this message's words.
+/// `roots`, …), named in the message, which is all a call's stored outcome keeps of it
+/// ([`required_capabilities`] reads them back).
 fn missing_capability(server: &str, needs: Vec<&str>) -> ApiError {
-    let required: Map<String, Value> = needs.iter().map(|c| (c.to_string(), json!({}))).collect();
     ApiError::new(
         Code::McpMissingCapability,
         format!(
@@ -864,7 +864,20 @@ fn missing_capability(server: &str, needs: Vec<&str>) -> ApiError {
             needs.join(" and ")
         ),
     )
-    .with_details(json!({"requiredCapabilities": required}))
+}
+
+/// The capabilities a [`missing_capability`] message names, as a `ClientCapabilities`
+/// object (`{"sampling": {}}`).
+pub fn required_capabilities(message: &str) -> Map<String, Value> {
+    message
+        .split("the client's ")
+        .nth(1)
+        .and_then(|rest| rest.split(" capability").next())
+        .unwrap_or("")
+        .split(" and ")
+        .filter(|c| !c.is_empty())
+        .map(|c| (c.to_owned(), json!({})))
+        .collect()
 }
 
 /// Adds a 2026-07-28 request's `_meta` envelope to `params`.
