@@ -45,6 +45,7 @@ impl ApiError {
         let status = self.status();
         let retry_after = self.retry_after;
         let challenge = self.challenge.clone();
+        let allow = self.allow.clone();
         let mut r = json_response(
             status,
             &json!({"error": {"code": self.code, "message": self.message, "details": self.details}}),
@@ -56,6 +57,9 @@ impl ApiError {
         }
         if let Some(v) = challenge.and_then(|c| hyper::header::HeaderValue::from_str(&c).ok()) {
             r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, v);
+        }
+        if let Some(v) = allow.and_then(|a| hyper::header::HeaderValue::from_str(&a).ok()) {
+            r.headers_mut().insert(hyper::header::ALLOW, v);
         }
         r
     }

@@ -128,6 +128,8 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// A `WWW-Authenticate` challenge (DESIGN §16), on a 401 or an insufficient scope.
     pub challenge: Option<String>,
+    /// The methods a known path takes, for `Allow` on a `405`.
+    pub allow: Option<String>,
 }
 
 impl ApiError {
@@ -138,6 +140,7 @@ impl ApiError {
             details: json!({}),
             retry_after: None,
             challenge: None,
+            allow: None,
         }
     }
 

@@ -10,6 +10,8 @@
 //! tools and MCP upstreams, behind one interface). [`state`] holds what requests share;
 //! [`config`] reads `airlock.toml`; [`cli`] is the command line, a file per subcommand,
 //! including the client of a running gateway.
+// The OpenAPI document's schemas are one `json!` literal, deeper than the default allows.
+#![recursion_limit = "512"]
 
 pub(crate) mod approvals;
 pub(crate) mod auth;

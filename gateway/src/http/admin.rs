@@ -13,7 +13,7 @@ use crate::clock::{now_ms, to_system_time};
 use crate::error::{ApiError, Code};
 use crate::state::Gateway;
 
-use super::{body_json, query_param, Ctx};
+use super::{body_json, only_fields, query_int, Ctx};
 
 /// `GET /v1/policy`: the policy in force, rule by rule.
 pub(super) fn policy(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
@@ -41,6 +41,10 @@ pub(super) async fn evaluate_policy(
     } = cx;
     require(role, &[Role::Admin])?;
     let body = body_json(req, limit).await?;
+    only_fields(
+        &body,
+        &["tool", "args", "context", "principal", "classifier", "resume"],
+    )?;
     let tool = body
         .get("tool")
         .and_then(Value::as_str)
@@ -48,10 +52,16 @@ pub(super) async fn evaluate_policy(
         .to_owned();
     let args = body.get("args").cloned().unwrap_or(Value::Null);
     let call = ToolCall::new(&tool, args, body.get("context").cloned())?;
-    let principal = body
-        .get("principal")
-        .cloned()
-        .unwrap_or_else(airlock_policy::cases::default_principal);
+    let principal = match body.get("principal") {
+        None => airlock_policy::cases::default_principal(),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => {
+            return Err(ApiError::new(
+                Code::RequestInvalidField,
+                "`principal` must be an object (`id`, `role`, `groups`, …)",
+            ))
+        }
+    };
     let classifiers = match body.get("classifier") {
         Some(c) => {
             fixed_classifiers(c).map_err(|e| ApiError::new(Code::RequestInvalidClassifier, e))?
@@ -144,9 +154,7 @@ pub(super) async fn export(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     // The online `airlock audit export`: JSONL of the records after `after`; once it
     // is all written, the store notes how far the log is exported (what a prune may
     // drop).
-    let after = query_param(query, "after")
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(0u64);
+    let after = query_int(query, "after")?.unwrap_or(0);
     let bytes = gw
         .store_op(move |s| {
             let mut out = Vec::new();
@@ -169,6 +177,7 @@ pub(super) async fn prune(cx: Ctx<'_>, req: Request<Incoming>) -> Result<Respons
     } = cx;
     require(role, &[Role::Admin])?;
     let body = body_json(req, limit).await?;
+    only_fields(&body, &["before"])?;
     let before = body.get("before").and_then(Value::as_u64).ok_or_else(|| {
         ApiError::new(
             Code::RequestInvalidField,
@@ -189,13 +198,8 @@ pub(super) async fn audit(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
         gw, role, query, ..
     } = cx;
     require(role, &[Role::Admin])?;
-    let after = query_param(query, "after")
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(0u64);
-    let n = query_param(query, "limit")
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(100usize)
-        .clamp(1, 1000);
+    let after = query_int(query, "after")?.unwrap_or(0);
+    let n = query_int(query, "limit")?.unwrap_or(100).clamp(1, 1000) as usize;
     let records = gw.store_op(move |s| s.audit_after(after, n)).await?;
     let next = records
         .last()

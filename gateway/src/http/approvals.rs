@@ -16,7 +16,7 @@ use crate::pipeline;
 use crate::state::Gateway;
 use crate::urlencoded::decode_component;
 
-use super::{body_json, optional_string, query_param, Ctx};
+use super::{body_json, only_fields, optional_string, query_int, query_param, Ctx};
 
 /// `GET /v1/approvals`: filtered by status, tool, run and principal, newest first, by page.
 pub(super) async fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
@@ -45,10 +45,7 @@ pub(super) async fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
         principal: text("principal"),
     };
     let cursor = text("cursor");
-    let n = query_param(query, "limit")
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(50usize)
-        .clamp(1, 500);
+    let n = query_int(query, "limit")?.unwrap_or(50).clamp(1, 500) as usize;
     let (list, next) = gw
         .store_op(move |s| s.list_approvals(&filter, cursor.as_deref(), n))
         .await?;
@@ -77,7 +74,7 @@ pub(super) async fn get(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiErro
 pub(super) async fn decide(
     cx: Ctx<'_>,
     id: &str,
-    verb: &str,
+    approve: bool,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let Ctx {
@@ -87,7 +84,8 @@ pub(super) async fn decide(
         limit,
         ..
     } = cx;
-    let (body, approve, reason) = verdict(role, verb, req, limit).await?;
+    let fields: &[&str] = if approve { &["reason", "args"] } else { &["reason"] };
+    let (body, reason) = verdict(role, approve, fields, req, limit).await?;
     let edit = if approve {
         body.get("args").cloned()
     } else {
@@ -102,7 +100,7 @@ pub(super) async fn decide(
 pub(super) async fn decide_run(
     cx: Ctx<'_>,
     run_id: &str,
-    verb: &str,
+    approve: bool,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let Ctx {
@@ -112,7 +110,7 @@ pub(super) async fn decide_run(
         limit,
         ..
     } = cx;
-    let (body, approve, reason) = verdict(role, verb, req, limit).await?;
+    let (body, reason) = verdict(role, approve, &["reason", "tool_call_id"], req, limit).await?;
     let tool_call_id = optional_string(&body, "tool_call_id")?;
     let filter = ApprovalFilter {
         status: Some(ApprovalStatus::Pending),
@@ -157,10 +155,11 @@ pub(super) fn events(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
 /// `approval.forbidden`, as DESIGN §6 orders refusals), and a decline's required reason.
 async fn verdict(
     role: Role,
-    verb: &str,
+    approve: bool,
+    fields: &[&str],
     req: Request<Incoming>,
     limit: BodyLimits,
-) -> Result<(Value, bool, Option<String>), ApiError> {
+) -> Result<(Value, Option<String>), ApiError> {
     if role == Role::Agent {
         return Err(ApiError::new(
             Code::ApprovalForbidden,
@@ -168,15 +167,15 @@ async fn verdict(
         ));
     }
     let body = body_json(req, limit).await?;
+    only_fields(&body, fields)?;
     let reason = optional_string(&body, "reason")?;
-    let approve = verb == "approve";
     if !approve && reason.as_deref().is_none_or(str::is_empty) {
         return Err(ApiError::new(
             Code::RequestMissingReason,
             "a decline needs a `reason`: the agent reads it",
         ));
     }
-    Ok((body, approve, reason))
+    Ok((body, reason))
 }
 
 /// `GET /v1/events`: server-sent events of approvals and completed calls.

@@ -14,7 +14,7 @@ use crate::pipeline::{self, parse_prefer, Outcome};
 use crate::state::Gateway;
 use crate::urlencoded::decode_component;
 
-use super::{body_json, optional_string, query_param, wait, Ctx};
+use super::{body_json, only_fields, optional_string, query_param, wait, Ctx};
 
 /// `POST /v1/calls`: a tool call, through the whole pipeline.
 pub(super) async fn create(
@@ -85,7 +85,7 @@ pub(super) async fn get(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiErro
         ..
     } = cx;
     require(role, &[Role::Agent, Role::Admin])?;
-    pipeline::call_outcome(gw, &principal, id, wait(gw, query), false)
+    pipeline::call_outcome(gw, &principal, id, wait(gw, query)?, false)
         .await
         .map(|o| outcome_response(gw, o))
 }
@@ -118,7 +118,7 @@ pub(super) async fn resume(
         .map(|o| outcome_response(gw, o));
     }
     require(role, &[Role::Agent, Role::Admin])?;
-    pipeline::call_outcome(gw, &principal, id, wait(gw, query), true)
+    pipeline::call_outcome(gw, &principal, id, wait(gw, query)?, true)
         .await
         .map(|o| outcome_response(gw, o))
 }
@@ -242,23 +242,7 @@ fn suspended_json(gw: &Gateway, v: &pipeline::Suspended) -> Value {
     })
 }
 
-/// The `resume_data` of a resume body, if it has one (`null` counts as data). A field the
-/// route does not take is refused, so a misspelt `resume_data` is not read as no data.
+/// The `resume_data` of a resume body, if it has one (`null` counts as data).
 fn resume_data(body: &Value, allowed: &[&str]) -> Result<Option<Value>, ApiError> {
-    let Some(fields) = body.as_object() else {
-        return Err(ApiError::new(
-            Code::RequestInvalidJson,
-            "the body must be a JSON object",
-        ));
-    };
-    if let Some(k) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(ApiError::new(
-            Code::RequestUnknownField,
-            format!(
-                "unknown field `{k}`; this route takes {}",
-                allowed.join(", ")
-            ),
-        ));
-    }
-    Ok(fields.get("resume_data").cloned())
+    Ok(only_fields(body, allowed)?.get("resume_data").cloned())
 }

@@ -9,6 +9,8 @@
 mod admin;
 mod approvals;
 mod calls;
+pub(crate) mod openapi;
+pub(crate) mod routes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +18,8 @@ use std::time::Duration;
 use airlock_policy::json as strict_json;
 use airlock_storage::Principal;
 use hyper::body::Incoming;
-use hyper::{Method, Request, Response, StatusCode};
-use serde_json::{json, Value};
+use hyper::{Request, Response, StatusCode};
+use serde_json::{json, Map, Value};
 
 use crate::auth::{Need, Role};
 use crate::body::{full, json_response, read_body, Body, BodyLimits};
@@ -25,6 +27,8 @@ use crate::error::{ApiError, Code};
 use crate::pipeline::admit;
 use crate::serve::guards::CloseReason;
 use crate::state::Gateway;
+
+use routes::{Access, Found, Op};
 
 /// What every authenticated route is handed: who asks, in which role, the query string and
 /// the body limits.
@@ -77,14 +81,42 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
 
-    if let Some(open) = open_route(gw, &method, &segments) {
-        return Ok(open);
+    let (route, params) = match routes::find(&method, &path, !gw.auth.issuers.is_empty()) {
+        Found::Route(r, params) => (r, params),
+        Found::WrongMethod(allow) => {
+            let mut e = ApiError::new(
+                Code::RouteMethodNotAllowed,
+                format!("`{path}` takes {allow}, not {method}"),
+            );
+            e.allow = Some(allow);
+            return Err(e);
+        }
+        Found::NotFound => {
+            return Err(ApiError::new(
+                Code::RouteNotFound,
+                format!("no route `{path}`"),
+            ))
+        }
+    };
+    if let Some(k) = route.unknown_query(&query) {
+        return Err(ApiError::new(
+            Code::RequestUnknownField,
+            match route.query {
+                [] => format!("`{path}` takes no query parameters (got `{k}`)"),
+                names => format!(
+                    "unknown query parameter `{k}`; `{path}` takes {}",
+                    names.join(", ")
+                ),
+            },
+        ));
+    }
+    if route.access != Access::Token {
+        return Ok(open_route(gw, route.op));
     }
 
-    let need = match segments.as_slice() {
-        ["v1", "calls" | "runs", ..] => Need::Call,
+    let need = match route.path.split('/').nth(2) {
+        Some("calls" | "runs") => Need::Call,
         _ => Need::Any,
     };
     let (principal, role) = admit::authenticate(gw, req.headers(), need).await?;
@@ -98,49 +130,48 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             timeout: gw.config.connections.body_timeout,
         },
     };
-    match (method, segments.as_slice()) {
-        (Method::POST, ["v1", "calls"]) => calls::create(cx, req).await,
-        (Method::GET, ["v1", "calls"]) => calls::list(cx).await,
-        (Method::GET, ["v1", "calls", id]) => calls::get(cx, id).await,
-        (Method::POST, ["v1", "calls", id, "resume"]) => calls::resume(cx, id, req).await,
-        (Method::POST, ["v1", "calls", id, "cancel"]) => calls::cancel(cx, id).await,
-        (Method::POST, ["v1", "runs", run, "resume"]) => calls::resume_run(cx, run, req).await,
-        (Method::GET, ["v1", "runs", run, "stream"]) => calls::stream_run(cx, run, &req),
-        (Method::GET, ["v1", "approvals"]) => approvals::list(cx).await,
-        (Method::GET, ["v1", "approvals", id]) => approvals::get(cx, id).await,
-        (Method::POST, ["v1", "approvals", id, verb @ ("approve" | "decline")]) => {
-            approvals::decide(cx, id, verb, req).await
-        }
-        (Method::POST, ["v1", "runs", run, verb @ ("approve" | "decline")]) => {
-            approvals::decide_run(cx, run, verb, req).await
-        }
-        (Method::GET, ["v1", "events"]) => approvals::events(cx),
-        (Method::GET, ["v1", "policy"]) => admin::policy(cx),
-        (Method::POST, ["v1", "policy", "evaluate"]) => admin::evaluate_policy(cx, req).await,
-        (Method::POST, ["v1", "policy", "reload"]) => admin::reload(cx),
-        (Method::GET, ["v1", "webhooks"]) => admin::webhooks(cx).await,
-        (Method::POST, ["v1", "webhooks", id, "enable"]) => admin::enable_webhook(cx, id).await,
-        (Method::POST, ["v1", "webhooks", id, "test"]) => admin::test_webhook(cx, id).await,
-        (Method::GET, ["v1", "audit"]) => admin::audit(cx).await,
-        (Method::GET, ["v1", "audit", "export"]) => admin::export(cx).await,
-        (Method::POST, ["v1", "audit", "prune"]) => admin::prune(cx, req).await,
-        _ if is_known_path(&segments) => Err(ApiError::new(
-            Code::RouteMethodNotAllowed,
-            "this route does not take that method",
-        )),
-        _ => Err(ApiError::new(
-            Code::RouteNotFound,
-            format!("no route `{path}`"),
-        )),
+    let id = params.first().copied().unwrap_or("");
+    match route.op {
+        Op::CreateCall => calls::create(cx, req).await,
+        Op::ListCalls => calls::list(cx).await,
+        Op::GetCall => calls::get(cx, id).await,
+        Op::ResumeCall => calls::resume(cx, id, req).await,
+        Op::CancelCall => calls::cancel(cx, id).await,
+        Op::ResumeRun => calls::resume_run(cx, id, req).await,
+        Op::StreamRun => calls::stream_run(cx, id, &req),
+        Op::ListApprovals => approvals::list(cx).await,
+        Op::GetApproval => approvals::get(cx, id).await,
+        Op::Approve => approvals::decide(cx, id, true, req).await,
+        Op::Decline => approvals::decide(cx, id, false, req).await,
+        Op::ApproveRun => approvals::decide_run(cx, id, true, req).await,
+        Op::DeclineRun => approvals::decide_run(cx, id, false, req).await,
+        Op::Events => approvals::events(cx),
+        Op::GetPolicy => admin::policy(cx),
+        Op::EvaluatePolicy => admin::evaluate_policy(cx, req).await,
+        Op::ReloadPolicy => admin::reload(cx),
+        Op::ListWebhooks => admin::webhooks(cx).await,
+        Op::EnableWebhook => admin::enable_webhook(cx, id).await,
+        Op::TestWebhook => admin::test_webhook(cx, id).await,
+        Op::ListAudit => admin::audit(cx).await,
+        Op::ExportAudit => admin::export(cx).await,
+        Op::PruneAudit => admin::prune(cx, req).await,
+        Op::Root
+        | Op::Favicon
+        | Op::Healthz
+        | Op::Readyz
+        | Op::Metrics
+        | Op::OpenApi
+        | Op::ProtectedResource
+        | Op::ProtectedResourceMcp => Ok(open_route(gw, route.op)),
     }
 }
 
-/// The routes that take no token: liveness, readiness, metrics, and `/` and `/favicon.ico`
-/// for browsers.
-fn open_route(gw: &Gateway, method: &Method, segments: &[&str]) -> Option<Response<Body>> {
-    match (method, segments) {
+/// The routes that take no token: the banner's redirect, the favicon, liveness, readiness,
+/// metrics, this API's document and the RFC 9728 metadata.
+fn open_route(gw: &Gateway, op: Op) -> Response<Body> {
+    match op {
         // The banner's URL, opened in a browser: the approvers' inbox is where a person goes.
-        (&Method::GET, [""]) => {
+        Op::Root => {
             let mut r = Response::new(full(
                 "airlock: approvers sign in at /inbox/; the JSON API is under /v1 (with a token)\n",
             ));
@@ -149,19 +180,21 @@ fn open_route(gw: &Gateway, method: &Method, segments: &[&str]) -> Option<Respon
                 hyper::header::LOCATION,
                 hyper::header::HeaderValue::from_static("/inbox/"),
             );
-            Some(r)
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            r
         }
         // Browsers ask for it on every page; there is none, and that needs no token.
-        (&Method::GET, ["favicon.ico"]) => {
+        Op::Favicon => {
             let mut r = Response::new(full(""));
             *r.status_mut() = StatusCode::NO_CONTENT;
-            Some(r)
+            r
         }
         // RFC 9728: where an OAuth client learns which issuers' tokens `/mcp` takes (DESIGN
-        // §16). Without issuers there is nothing to discover.
-        (&Method::GET, [".well-known", "oauth-protected-resource", rest @ ..])
-            if !gw.auth.issuers.is_empty() && matches!(rest, [] | ["mcp"]) =>
-        {
+        // §16). The table has these routes only while issuers are configured.
+        Op::ProtectedResource | Op::ProtectedResourceMcp => {
             let mut r = json_response(
                 StatusCode::OK,
                 &crate::identity::challenge::metadata(&gw.auth.issuers),
@@ -170,43 +203,52 @@ fn open_route(gw: &Gateway, method: &Method, segments: &[&str]) -> Option<Respon
                 hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN,
                 hyper::header::HeaderValue::from_static("*"),
             );
-            Some(r)
+            r
         }
-        (&Method::GET, ["healthz"]) => {
-            Some(json_response(StatusCode::OK, &json!({"status": "ok"})))
-        }
-        (&Method::GET, ["readyz"]) => Some(if gw.is_ready() {
-            json_response(
-                StatusCode::OK,
-                &json!({"status": "ready", "policy_version": gw.policy.load().version()}),
-            )
-        } else {
-            ApiError::new(
-                Code::StoreUnavailable,
-                "not ready: the store is unavailable or no policy has loaded",
-            )
-            .into_response()
-        }),
-        (&Method::GET, ["metrics"]) => {
+        Op::OpenApi => json_response(StatusCode::OK, &openapi::document(gw)),
+        Op::Readyz if !gw.is_ready() => ApiError::new(
+            Code::StoreUnavailable,
+            "not ready: the store is unavailable or no policy has loaded",
+        )
+        .into_response(),
+        Op::Readyz => json_response(
+            StatusCode::OK,
+            &json!({"status": "ready", "policy_version": gw.policy.load().version()}),
+        ),
+        Op::Metrics => {
             let mut r = Response::new(full(gw.metrics.render()));
             r.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
                 hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
             );
-            Some(r)
+            r
         }
-        _ => None,
+        Op::Healthz => json_response(StatusCode::OK, &json!({"status": "ok"})),
+        token => ApiError::new(Code::Internal, format!("{token:?} is served with a token"))
+            .into_response(),
     }
 }
 
-/// `?wait=` in seconds, at most `max_hold`.
-fn wait(gw: &Gateway, query: &str) -> Duration {
-    Duration::from_secs(
-        query_param(query, "wait")
-            .and_then(|w| w.parse().ok())
-            .unwrap_or(0),
-    )
-    .min(gw.config.max_hold)
+/// `?wait=` in seconds, at most `max_hold`; not an integer is `400 request.invalid_field`.
+fn wait(gw: &Gateway, query: &str) -> Result<Duration, ApiError> {
+    Ok(Duration::from_secs(query_int(query, "wait")?.unwrap_or(0)).min(gw.config.max_hold))
+}
+
+/// A query parameter that must be an integer in 0..=2^53−1 when it is there.
+fn query_int(query: &str, name: &str) -> Result<Option<u64>, ApiError> {
+    query_param(query, name)
+        .map(|v| {
+            v.parse::<u64>()
+                .ok()
+                .filter(|n| *n <= strict_json::MAX_SAFE_INTEGER)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        Code::RequestInvalidField,
+                        format!("`{name}` must be an integer from 0 to 2^53 - 1"),
+                    )
+                })
+        })
+        .transpose()
 }
 
 fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
@@ -229,6 +271,27 @@ async fn body_json(req: Request<Incoming>, limit: BodyLimits) -> Result<Value, A
     )?)
 }
 
+/// The body's fields, when it is an object of only the `allowed` ones; a field the route does
+/// not take is refused, so a misspelt one is not read as left out.
+fn only_fields<'a>(body: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>, ApiError> {
+    let Some(fields) = body.as_object() else {
+        return Err(ApiError::new(
+            Code::RequestInvalidJson,
+            "the body must be a JSON object",
+        ));
+    };
+    if let Some(k) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(ApiError::new(
+            Code::RequestUnknownField,
+            format!(
+                "unknown field `{k}`; this route takes {}",
+                allowed.join(", ")
+            ),
+        ));
+    }
+    Ok(fields)
+}
+
 fn optional_string(v: &Value, key: &str) -> Result<Option<String>, ApiError> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(None),
@@ -238,25 +301,4 @@ fn optional_string(v: &Value, key: &str) -> Result<Option<String>, ApiError> {
             format!("`{key}` must be a string"),
         )),
     }
-}
-
-fn is_known_path(segments: &[&str]) -> bool {
-    matches!(
-        segments,
-        ["v1", "calls"]
-            | ["v1", "calls", _]
-            | ["v1", "calls", _, "resume" | "cancel"]
-            | ["v1", "approvals"]
-            | ["v1", "approvals", _]
-            | ["v1", "approvals", _, "approve" | "decline"]
-            | ["v1", "runs", _, "approve" | "decline" | "resume" | "stream"]
-            | ["v1", "events"]
-            | ["v1", "webhooks"]
-            | ["v1", "webhooks", _, "enable" | "test"]
-            | ["v1", "policy"]
-            | ["v1", "policy", "evaluate" | "reload"]
-            | ["v1", "audit"]
-            | ["v1", "audit", "prune" | "export"]
-            | ["healthz" | "readyz" | "metrics"]
-    )
 }

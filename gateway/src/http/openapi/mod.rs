@@ -1,0 +1,574 @@
+//! `GET /v1/openapi.json`: the OpenAPI 3.1 document of the JSON API (DESIGN §18).
+//!
+//! What is generated and what is written:
+//! - **generated**: the paths and methods (from [`super::routes::ROUTES`], the table the router
+//!   dispatches from), which operations need a token, every error response's status and the
+//!   codes listed for it (each [`Code`] through `crate::body::status_for`, the one map the
+//!   gateway answers with), the servers and security schemes (from the config);
+//! - **written**: each operation's words, parameters and its list of codes (the exhaustive
+//!   [`operation`] match, so a new route does not compile without them), and the body schemas
+//!   ([`schemas`]).
+//!
+//! It does not serve `/mcp` or `/inbox/`: those are other front ends with protocols of their own.
+
+mod schemas;
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::routes::{Access, Op, ROUTES};
+use crate::body::status_for;
+use crate::error::Code;
+use crate::state::Gateway;
+use schemas::r;
+
+/// What the document says of one operation, beyond its method and path.
+struct Operation {
+    id: &'static str,
+    tag: &'static str,
+    summary: &'static str,
+    description: &'static str,
+    params: Vec<Value>,
+    /// The request body's component schema, and whether a body is required.
+    body: Option<(&'static str, bool)>,
+    /// Success statuses: (status, media type, schema, description).
+    ok: Vec<(u16, &'static str, Value, &'static str)>,
+    /// The refusals particular to the operation; those of every route, every token route and
+    /// every body are added by [`document`].
+    codes: Vec<Code>,
+    /// OpenAPI links from a success status: (status, target operation, its parameter, the
+    /// runtime expression that fills it). Fuzzers follow them from a call to its approval.
+    links: &'static [(u16, &'static str, &'static str, &'static str)],
+}
+
+/// The document as this gateway serves it.
+pub(crate) fn document(gw: &Gateway) -> Value {
+    let mut paths: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
+    let with_issuers = !gw.auth.issuers.is_empty();
+    for route in ROUTES {
+        if route.access == Access::OpenWithIssuers && !with_issuers {
+            continue;
+        }
+        let op = operation(route.op);
+        let mut codes: Vec<Code> = op.codes.clone();
+        codes.extend(EVERY_ROUTE);
+        if route.access == Access::Token {
+            codes.extend(TOKEN_ROUTES);
+        }
+        if op.body.is_some() {
+            codes.extend(BODY_ROUTES);
+        }
+        let mut responses = Map::new();
+        for (status, media, schema, description) in &op.ok {
+            let mut answer = json!({"description": description});
+            if !media.is_empty() {
+                answer["content"] = json!({*media: {"schema": schema}});
+            }
+            let links: Map<String, Value> = op
+                .links
+                .iter()
+                .filter(|(from, ..)| from == status)
+                .map(|(_, target, param, expr)| {
+                    (
+                        (*target).to_owned(),
+                        json!({"operationId": target, "parameters": {*param: expr}}),
+                    )
+                })
+                .collect();
+            if !links.is_empty() {
+                answer["links"] = Value::Object(links);
+            }
+            responses.insert(status.to_string(), answer);
+        }
+        for (status, codes) in by_status(&codes) {
+            responses.insert(status.to_string(), refusal(status, &codes));
+        }
+        let mut o = json!({
+            "operationId": op.id,
+            "tags": [op.tag],
+            "summary": op.summary,
+            "description": op.description,
+            "responses": responses,
+        });
+        let mut params = op.params;
+        params.extend(route.path.split('/').filter_map(|seg| {
+            let name = seg.strip_prefix('{')?.strip_suffix('}')?;
+            Some(json!({"name": name, "in": "path", "required": true,
+                "schema": {"type": "string", "minLength": 1}}))
+        }));
+        if !params.is_empty() {
+            o["parameters"] = Value::Array(params);
+        }
+        if let Some((schema, required)) = op.body {
+            o["requestBody"] = json!({"required": required,
+                "content": {"application/json": {"schema": r(schema)}}});
+        }
+        o["security"] = match route.access {
+            Access::Token => security_requirements(gw),
+            _ => json!([]),
+        };
+        paths
+            .entry(route.path)
+            .or_default()
+            .insert(route.method.as_str().to_ascii_lowercase(), o);
+    }
+    let server = gw
+        .config
+        .public_url
+        .clone()
+        .map(|u| u.trim_end_matches('/').to_owned())
+        .unwrap_or_else(|| "/".into());
+    let mut components = schemas::components();
+    components["CallRequest"]["examples"] = Value::Array(call_examples(gw));
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "airlock",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The JSON API of the airlock gateway: tool calls through policy and \
+                approval, approvers' decisions, and operations. Every refusal is \
+                `{\"error\":{\"code\",\"message\",\"details\"}}` with a stable code; each \
+                response lists the codes it can carry.",
+        },
+        "servers": [{"url": server}],
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": security_schemes(gw),
+            "headers": {
+                "Retry-After": {"description": "Seconds to wait before trying again.",
+                    "schema": {"type": "integer", "minimum": 0}},
+                "WWW-Authenticate": {"description": "The bearer challenge (RFC 6750; with `resource_metadata` of RFC 9728 when issuers are configured).",
+                    "schema": {"type": "string"}},
+            },
+        },
+    })
+}
+
+/// A call to each configured tool pattern (`*` read as `example`), so a generated client's
+/// users and a fuzzer start from calls that reach the policy.
+fn call_examples(gw: &Gateway) -> Vec<Value> {
+    gw.config
+        .tools
+        .iter()
+        .map(|t| t.pattern.as_str().replace('*', "example").replace('?', "x"))
+        .filter(|name| airlock_policy::ToolCall::new(name, json!({}), None).is_ok())
+        .map(|tool| json!({"tool": tool, "args": {"text": "hello"}, "context": {"run_id": "run-1"}}))
+        .collect()
+}
+
+/// Refusals any route can give: overload before any work, oversized headers, a query
+/// parameter it does not take.
+const EVERY_ROUTE: [Code; 3] = [
+    Code::GatewayOverloaded,
+    Code::RequestHeadersTooLarge,
+    Code::RequestUnknownField,
+];
+
+/// Refusals of any route that takes a token.
+const TOKEN_ROUTES: [Code; 8] = [
+    Code::AuthUnauthenticated,
+    Code::AuthInvalidToken,
+    Code::AuthForbidden,
+    Code::AuthInsufficientScope,
+    Code::AuthIssuerUnavailable,
+    Code::PrincipalRateLimited,
+    Code::StoreUnavailable,
+    Code::Internal,
+];
+
+/// Refusals of any route that reads a JSON body.
+const BODY_ROUTES: [Code; 7] = [
+    Code::RequestInvalidJson,
+    Code::RequestDuplicateKey,
+    Code::RequestUnsafeNumber,
+    Code::RequestTooDeep,
+    Code::RequestTooLarge,
+    Code::RequestBodyTimeout,
+    Code::RequestUnknownField,
+];
+
+fn by_status(codes: &[Code]) -> BTreeMap<u16, Vec<Code>> {
+    let mut out: BTreeMap<u16, Vec<Code>> = BTreeMap::new();
+    for c in codes {
+        let list = out.entry(status_for(*c).as_u16()).or_default();
+        if !list.contains(c) {
+            list.push(*c);
+        }
+    }
+    out
+}
+
+/// One error response: the envelope with its codes as an enum, and the headers that come
+/// with that status.
+fn refusal(status: u16, codes: &[Code]) -> Value {
+    let names: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
+    let description = names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut v = json!({
+        "description": description,
+        "content": {"application/json": {"schema": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {"error": {
+                "type": "object",
+                "required": ["code", "message", "details"],
+                "properties": {
+                    "code": {"type": "string", "enum": names},
+                    "message": {"type": "string"},
+                    "details": {"type": "object"},
+                },
+            }},
+        }}},
+    });
+    let mut headers = Map::new();
+    if matches!(status, 429 | 503) {
+        headers.insert(
+            "Retry-After".into(),
+            json!({"$ref": "#/components/headers/Retry-After"}),
+        );
+    }
+    if matches!(status, 401 | 403) {
+        headers.insert(
+            "WWW-Authenticate".into(),
+            json!({"$ref": "#/components/headers/WWW-Authenticate"}),
+        );
+    }
+    if !headers.is_empty() {
+        v["headers"] = Value::Object(headers);
+    }
+    v
+}
+
+fn security_schemes(gw: &Gateway) -> Value {
+    let mut schemes = Map::new();
+    schemes.insert(
+        "bearer".into(),
+        json!({"type": "http", "scheme": "bearer",
+            "description": "A static token of `[[principals]]`, or a JWT of a configured issuer."}),
+    );
+    for issuer in &gw.config.issuers {
+        schemes.insert(
+            format!("oidc-{}", issuer.id),
+            json!({"type": "openIdConnect",
+                "openIdConnectUrl": format!("{}/.well-known/openid-configuration", issuer.issuer.trim_end_matches('/')),
+                "description": format!("Access tokens of the issuer `{}` (DESIGN §16); the gateway's metadata is at /.well-known/oauth-protected-resource.", issuer.id)}),
+        );
+    }
+    Value::Object(schemes)
+}
+
+fn security_requirements(gw: &Gateway) -> Value {
+    let mut any = vec![json!({"bearer": []})];
+    for issuer in &gw.config.issuers {
+        any.push(json!({format!("oidc-{}", issuer.id): []}));
+    }
+    Value::Array(any)
+}
+
+/// The largest integer a query parameter takes (2^53 − 1, as JSON numbers).
+const MAX_SAFE: u64 = airlock_policy::json::MAX_SAFE_INTEGER;
+
+fn query(name: &str, schema: Value, description: &str) -> Value {
+    json!({"name": name, "in": "query", "required": false, "schema": schema, "description": description})
+}
+
+fn wait_param() -> Value {
+    query(
+        "wait",
+        json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}),
+        "Seconds to hold the request for a decision (capped at `server.max_hold`).",
+    )
+}
+
+fn json_ok(status: u16, schema: &str, description: &'static str) -> (u16, &'static str, Value, &'static str) {
+    (status, "application/json", r(schema), description)
+}
+
+/// The codes of reading a call's outcome: what the policy, the approvers and the backend said.
+const OUTCOME: [Code; 14] = [
+    Code::CallNotFound,
+    Code::PolicyDenied,
+    Code::ApprovalDeclined,
+    Code::ApprovalExpired,
+    Code::CallCancelled,
+    Code::CallExpired,
+    Code::CallInProgress,
+    Code::CallInterrupted,
+    Code::UpstreamUnavailable,
+    Code::UpstreamTimeout,
+    Code::UpstreamTooLarge,
+    Code::UpstreamInvalidSuspend,
+    Code::UpstreamInvalidResponse,
+    Code::GatewayShuttingDown,
+];
+
+/// Resuming a call, beyond reading its outcome.
+const RESUME: [Code; 6] = [
+    Code::RequestInvalidResumeData,
+    Code::RequestInvalidField,
+    Code::RequestMissingField,
+    Code::CallNotSuspended,
+    Code::CallAmbiguous,
+    Code::CallFingerprintMismatch,
+];
+
+/// Deciding one approval (DESIGN §6's refusals, and an edit's).
+const DECIDE: [Code; 10] = [
+    Code::RequestInvalidField,
+    Code::RequestMissingReason,
+    Code::RequestInvalidArgs,
+    Code::ApprovalForbidden,
+    Code::ApprovalSelfApproval,
+    Code::ApprovalAlreadyDecided,
+    Code::ApprovalNotPending,
+    Code::ApprovalNotFound,
+    Code::ApprovalEditDenied,
+    Code::ApprovalInvalidState,
+];
+
+/// Every code of a policy set that does not load (DESIGN §4).
+fn policy_load() -> Vec<Code> {
+    Code::ALL
+        .iter()
+        .copied()
+        .filter(|c| c.as_str().starts_with("policy.") && status_for(*c).as_u16() == 422)
+        .collect()
+}
+
+fn operation(op: Op) -> Operation {
+    let o = |id, tag, summary, description, codes: &[Code]| Operation {
+        id,
+        tag,
+        summary,
+        description,
+        params: vec![],
+        body: None,
+        ok: vec![],
+        codes: codes.to_vec(),
+        links: &[],
+    };
+    match op {
+        Op::Root => Operation {
+            ok: vec![(303, "text/plain", json!({"type": "string"}), "To the approvers' inbox.")],
+            ..o("root", "operations", "Where a browser goes", "Redirects to `/inbox/`.", &[])
+        },
+        Op::Favicon => Operation {
+            ok: vec![(204, "", Value::Null, "No content.")],
+            ..o("favicon", "operations", "No icon", "Answers 204, so browsers stop asking.", &[])
+        },
+        Op::Healthz => Operation {
+            ok: vec![json_ok(200, "Health", "The process is up.")],
+            ..o("healthz", "operations", "Liveness", "No token. Bind it to a private address in production.", &[])
+        },
+        Op::Readyz => Operation {
+            ok: vec![json_ok(200, "Ready", "The store is open and a policy is loaded.")],
+            ..o("readyz", "operations", "Readiness", "No token.", &[Code::StoreUnavailable])
+        },
+        Op::Metrics => Operation {
+            ok: vec![(200, "text/plain", json!({"type": "string"}), "Prometheus text format.")],
+            ..o("metrics", "operations", "Prometheus metrics", "No token. Bind it to a private address in production.", &[])
+        },
+        Op::OpenApi => Operation {
+            ok: vec![json_ok(200, "OpenApiDocument", "This document.")],
+            ..o("openapi", "operations", "This document", "No token.", &[])
+        },
+        Op::ProtectedResource | Op::ProtectedResourceMcp => Operation {
+            ok: vec![json_ok(200, "ProtectedResourceMetadata", "RFC 9728 metadata.")],
+            ..o(
+                if op == Op::ProtectedResource { "protectedResource" } else { "protectedResourceMcp" },
+                "identity",
+                "OAuth protected resource metadata",
+                "Only while `[[issuers]]` are configured (DESIGN §16).",
+                &[],
+            )
+        },
+        Op::CreateCall => Operation {
+            params: vec![json!({"name": "Prefer", "in": "header", "required": false,
+                "schema": {"type": "string"},
+                "description": "`wait=N`: hold up to N seconds for a decision (capped at `server.max_hold`); `respond-async`: answer 202 at once. Only calls that must wait for a decision are held."})],
+            body: Some(("CallRequest", true)),
+            ok: vec![
+                json_ok(200, "CallCompleted", "The call ran."),
+                json_ok(202, "CallWaiting", "The call waits for approvers, or the tool suspended it."),
+            ],
+            links: &[
+                (200, "getCall", "call_id", "$response.body#/call_id"),
+                (202, "getCall", "call_id", "$response.body#/call_id"),
+                (202, "approve", "id", "$response.body#/approval/id"),
+                (202, "decline", "id", "$response.body#/approval/id"),
+                (202, "getApproval", "id", "$response.body#/approval/id"),
+                (202, "cancelCall", "call_id", "$response.body#/call_id"),
+                (202, "resumeCall", "call_id", "$response.body#/call_id"),
+            ],
+            ..o("createCall", "agents", "Make a tool call",
+                "Through the whole pipeline: parse, fingerprint, policy, approval, backend (DESIGN §6). Roles: agent, admin.",
+                &[Code::RequestInvalidArgs, Code::RequestInvalidTool, Code::RequestInvalidContext,
+                  Code::ToolUnknown, Code::PolicyDenied, Code::PolicyUnavailable, Code::ApprovalDeclined,
+                  Code::ApprovalExpired, Code::CallCancelled, Code::CallInterrupted,
+                  Code::CallFingerprintMismatch, Code::UpstreamUnavailable, Code::UpstreamTimeout,
+                  Code::UpstreamTooLarge, Code::UpstreamInvalidSuspend, Code::UpstreamInvalidResponse,
+                  Code::PrincipalTooManyPending, Code::GatewayTooManyHeld, Code::GatewayShuttingDown,
+                  Code::StoreCorrupt])
+        },
+        Op::ListCalls => Operation {
+            params: vec![json!({"name": "status", "in": "query", "required": true,
+                "schema": {"const": "suspended"}, "description": "The only listing there is."})],
+            ok: vec![json_ok(200, "SuspendedCalls", "Suspended calls: all for approvers and admins, its own for an agent.")],
+            ..o("listSuspendedCalls", "agents", "Suspended calls", "Calls waiting for resume data (DESIGN §11).",
+                &[Code::RequestInvalidField])
+        },
+        Op::GetCall => Operation {
+            params: vec![wait_param()],
+            ok: vec![
+                json_ok(200, "CallCompleted", "The call ran."),
+                json_ok(202, "CallWaiting", "Still waiting."),
+            ],
+            ..o("getCall", "agents", "A call's outcome",
+                "Waits up to `wait` seconds for it; runs an approved call at most once. Roles: agent (its own), admin.",
+                &[&OUTCOME[..], &[Code::RequestInvalidField]].concat())
+        },
+        Op::ResumeCall => Operation {
+            params: vec![wait_param()],
+            body: Some(("ResumeRequest", false)),
+            ok: vec![
+                json_ok(200, "CallCompleted", "The call ran."),
+                json_ok(202, "CallWaiting", "Still waiting, or suspended again."),
+            ],
+            ..o("resumeCall", "agents", "Resume a call",
+                "With `resume_data`, a suspended call continues; without, the outcome of an approved call, executed at most once.",
+                &[&OUTCOME[..], &RESUME[..]].concat())
+        },
+        Op::CancelCall => Operation {
+            ok: vec![json_ok(200, "CallCancelled", "Cancelled.")],
+            ..o("cancelCall", "agents", "Cancel a call", "A call still pending approval or suspended.",
+                &[Code::CallNotFound, Code::CallInvalidState, Code::CallCancelled, Code::CallInProgress])
+        },
+        Op::ResumeRun => Operation {
+            body: Some(("RunResumeRequest", true)),
+            ok: vec![
+                json_ok(200, "CallCompleted", "The call ran."),
+                json_ok(202, "CallWaiting", "Waiting again."),
+            ],
+            ..o("resumeRun", "agents", "Resume a run's suspended call", "Mastra's resume by run (DESIGN §11).",
+                &[&OUTCOME[..], &RESUME[..]].concat())
+        },
+        Op::StreamRun => Operation {
+            params: vec![json!({"name": "Last-Event-ID", "in": "header", "required": false,
+                "schema": {"type": "string", "pattern": "^\\s*[0-9]+\\s*$"},
+                "description": "Resume after this event id."})],
+            ok: vec![(200, "text/event-stream", json!({"type": "string"}), "The run's events, as server-sent events.")],
+            ..o("streamRun", "agents", "A run's event stream", "Server-sent events of the run's calls (DESIGN §11).",
+                &[Code::RequestInvalidHeader])
+        },
+        Op::ListApprovals => Operation {
+            params: vec![
+                query("status", json!({"enum": ["pending", "approved", "declined", "expired", "cancelled"]}), "Only approvals in this status."),
+                query("tool", json!({"type": "string"}), "Only approvals of this tool."),
+                query("run_id", json!({"type": "string"}), "Only approvals of this run."),
+                query("principal", json!({"type": "string"}), "Only approvals requested by this principal."),
+                query("cursor", json!({"type": "string"}), "`next_cursor` of the previous page."),
+                query("limit", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Page size: 50 unless given, at least 1, at most 500."),
+            ],
+            ok: vec![json_ok(200, "ApprovalPage", "Newest first.")],
+            links: &[
+                (200, "getApproval", "id", "$response.body#/approvals/0/id"),
+                (200, "approve", "id", "$response.body#/approvals/0/id"),
+                (200, "decline", "id", "$response.body#/approvals/0/id"),
+            ],
+            ..o("listApprovals", "approvers", "List approvals", "Roles: approver, admin.",
+                &[Code::RequestInvalidField])
+        },
+        Op::GetApproval => Operation {
+            ok: vec![json_ok(200, "Approval", "The approval.")],
+            ..o("getApproval", "approvers", "One approval", "Roles: approver, admin.", &[Code::ApprovalNotFound])
+        },
+        Op::Approve => Operation {
+            body: Some(("ApproveRequest", false)),
+            ok: vec![json_ok(200, "Approval", "The approval after the decision.")],
+            links: &[
+                (200, "getApproval", "id", "$response.body#/id"),
+                (200, "getCall", "call_id", "$response.body#/call_id"),
+                (200, "resumeCall", "call_id", "$response.body#/call_id"),
+            ],
+            ..o("approve", "approvers", "Approve", "Bound to the call's fingerprint; `args` edits the call where the rule allows it.",
+                &DECIDE)
+        },
+        Op::Decline => Operation {
+            body: Some(("DeclineRequest", true)),
+            ok: vec![json_ok(200, "Approval", "The approval after the decision.")],
+            ..o("decline", "approvers", "Decline", "The reason is fed back to the agent.", &DECIDE)
+        },
+        Op::ApproveRun | Op::DeclineRun => Operation {
+            body: Some(if op == Op::ApproveRun { ("RunApproveRequest", false) } else { ("RunDeclineRequest", true) }),
+            ok: vec![json_ok(200, "RunDecisions", "Each pending approval of the run, decided on its own.")],
+            ..o(
+                if op == Op::ApproveRun { "approveRun" } else { "declineRun" },
+                "approvers",
+                if op == Op::ApproveRun { "Approve a run's pending calls" } else { "Decline a run's pending calls" },
+                "Mastra's approveToolCall / declineToolCall by run (DESIGN §6).",
+                &[Code::ApprovalForbidden, Code::ApprovalNotFound, Code::RequestMissingReason, Code::RequestInvalidField],
+            )
+        },
+        Op::Events => Operation {
+            ok: vec![(200, "text/event-stream", json!({"type": "string"}), "`approval.requested`, `approval.decided`, `approval.expired`, `call.completed`.")],
+            ..o("events", "approvers", "Approvers' event stream", "Server-sent events. Roles: approver, admin.", &[])
+        },
+        Op::GetPolicy => Operation {
+            ok: vec![json_ok(200, "Policy", "The policy in force.")],
+            ..o("getPolicy", "admin", "The policy in force", "Role: admin.", &[])
+        },
+        Op::EvaluatePolicy => Operation {
+            body: Some(("EvaluateRequest", true)),
+            ok: vec![json_ok(200, "PolicyDecision", "What the policy would decide.")],
+            ..o("evaluatePolicy", "admin", "Dry-run the policy", "No side effects. Role: admin.",
+                &[Code::RequestInvalidTool, Code::RequestInvalidArgs, Code::RequestInvalidContext,
+                  Code::RequestInvalidClassifier, Code::RequestInvalidField])
+        },
+        Op::ReloadPolicy => Operation {
+            ok: vec![json_ok(200, "PolicyVersion", "The new policy is in force.")],
+            ..o("reloadPolicy", "admin", "Reload the policy", "A policy that does not load leaves the current one in force. Role: admin.",
+                &policy_load())
+        },
+        Op::ListWebhooks => Operation {
+            ok: vec![json_ok(200, "Webhooks", "The configured webhooks.")],
+            links: &[
+                (200, "enableWebhook", "id", "$response.body#/webhooks/0/id"),
+                (200, "testWebhook", "id", "$response.body#/webhooks/0/id"),
+            ],
+            ..o("listWebhooks", "admin", "Webhooks", "Role: admin.", &[])
+        },
+        Op::EnableWebhook => Operation {
+            ok: vec![json_ok(200, "WebhookEnabled", "Its parked deliveries go out again.")],
+            ..o("enableWebhook", "admin", "Re-enable a webhook", "Role: admin.", &[Code::WebhookNotFound])
+        },
+        Op::TestWebhook => Operation {
+            ok: vec![json_ok(202, "WebhookTestQueued", "A test event, queued in the outbox.")],
+            ..o("testWebhook", "admin", "Send a test event", "Role: admin.", &[Code::WebhookNotFound])
+        },
+        Op::ListAudit => Operation {
+            params: vec![
+                query("after", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Records with a larger seq."),
+                query("limit", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Page size: 100 unless given, at least 1, at most 1000."),
+            ],
+            ok: vec![json_ok(200, "AuditPage", "Records in seq order.")],
+            ..o("listAudit", "admin", "Read the audit log", "Role: admin.", &[Code::RequestInvalidField])
+        },
+        Op::ExportAudit => Operation {
+            params: vec![query("after", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Records with a larger seq.")],
+            ok: vec![(200, "application/x-ndjson", json!({"type": "string"}), "One record per line, as `airlock audit verify` reads them.")],
+            ..o("exportAudit", "admin", "Export the audit log", "Notes how far the log is exported, which is what a prune may drop. Role: admin.",
+                &[Code::RequestInvalidField])
+        },
+        Op::PruneAudit => Operation {
+            body: Some(("PruneRequest", true)),
+            ok: vec![json_ok(200, "Pruned", "Dropped, with a checkpoint that keeps the chain verifiable.")],
+            ..o("pruneAudit", "admin", "Prune exported audit records", "Role: admin.",
+                &[Code::RequestInvalidField, Code::AuditNotExported])
+        },
+    }
+}

@@ -1,0 +1,369 @@
+//! The written half of the OpenAPI document: the JSON Schemas of the API's request and
+//! response bodies, as `components/schemas`. The handlers build their answers as JSON values,
+//! not typed structs, so there is no type to derive these from; what keeps them honest is the
+//! fuzzer run in CI (`tests/tests/openapi.rs`), which checks every answer the gateway gives
+//! against them.
+
+use serde_json::{json, Value};
+
+/// `$ref` to a component schema.
+pub(super) fn r(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+/// Every component schema, by name.
+pub(super) fn components() -> Value {
+    let string = json!({"type": "string"});
+    let nullable_string = json!({"type": ["string", "null"]});
+    let time = json!({"type": "string", "format": "date-time"});
+    json!({
+        "Json": {
+            "description": "Any JSON value whose numbers survive a double unchanged: integers \
+                within ±(2^53−1) (larger ones are refused as `request.unsafe_number`), nested at \
+                most 64 deep (`request.too_deep`), with no duplicate keys \
+                (`request.duplicate_key`).",
+            "anyOf": [
+                {"type": "null"}, {"type": "boolean"}, {"type": "string"},
+                {"type": "integer", "minimum": -9007199254740991_i64, "maximum": 9007199254740991_i64},
+                {"type": "number", "minimum": -9007199254740991_i64, "maximum": 9007199254740991_i64},
+                {"type": "array", "items": r("Json")},
+                {"type": "object", "additionalProperties": r("Json")},
+            ],
+        },
+        "Args": {
+            "description": "The tool's arguments: a JSON object. Its RFC 8785 form, with the \
+                tool name, is what is fingerprinted and what the backend receives.",
+            "type": "object",
+            "additionalProperties": r("Json"),
+        },
+        "EditedArgs": {
+            "description": "Edited args to run instead of the requested ones, where the rule \
+                allows edits.",
+            "type": "object",
+            "additionalProperties": r("Json"),
+        },
+        "ToolName": {
+            "type": "string",
+            "pattern": "^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$",
+            "description": "1 to 128 bytes: an ASCII letter or digit, then letters, digits and \
+                `_ . : / -` (`request.invalid_tool` otherwise).",
+        },
+        "Context": {
+            "description": "Who the call is for, as the agent framework knows it; policy reads \
+                it as `context`.",
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "agent_id": string, "run_id": string, "thread_id": string,
+                "tool_call_id": string,
+                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        },
+        "CallRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["tool", "args"],
+            "properties": {"tool": r("ToolName"), "args": r("Args"), "context": r("Context")},
+        },
+        "CallCompleted": {
+            "description": "The backend answered. Any HTTP answer from it, 4xx and 5xx \
+                included, is a completed call: the tool's own error is data for the model.",
+            "type": "object",
+            "required": ["call_id", "status", "decision", "fingerprint", "upstream_status", "result"],
+            "properties": {
+                "call_id": string,
+                "status": {"const": "completed"},
+                "decision": {"enum": ["allow", "require_approval"]},
+                "fingerprint": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+                "upstream_status": {"type": "integer"},
+                "result": {"description": "The backend's body: JSON, or a string when it is not JSON."},
+                "edited": {"const": true},
+                "args": {"type": "object", "description": "The args that ran, when an approver edited them."},
+            },
+        },
+        "CallPending": {
+            "description": "The call waits for approvers; poll `GET /v1/calls/{call_id}` or \
+                resume it after the decision.",
+            "type": "object",
+            "required": ["call_id", "status", "approval"],
+            "properties": {
+                "call_id": string,
+                "status": {"const": "pending_approval"},
+                "approval": {
+                    "type": "object",
+                    "required": ["id", "expires_at", "approvers", "quorum", "link"],
+                    "properties": {
+                        "id": string, "expires_at": time,
+                        "approvers": {"type": "array", "items": string},
+                        "quorum": {"type": "integer", "minimum": 1},
+                        "link": {"type": "string", "description": "The approval's inbox page."},
+                    },
+                },
+            },
+        },
+        "CallSuspended": {
+            "description": "The tool suspended itself and waits for `resume_data` that fits \
+                `suspend.resume_schema` (DESIGN §11).",
+            "type": "object",
+            "required": ["call_id", "status", "tool", "suspend", "expires_at", "suspensions", "link"],
+            "properties": {
+                "call_id": string,
+                "status": {"const": "suspended"},
+                "tool": string,
+                "tool_call_id": nullable_string,
+                "run_id": nullable_string,
+                "suspend": {
+                    "type": "object",
+                    "required": ["payload"],
+                    "properties": {"payload": {}, "resume_schema": {}},
+                },
+                "expires_at": time,
+                "suspensions": {"type": "integer", "minimum": 1},
+                "link": string,
+            },
+        },
+        "CallAnswer": {
+            "oneOf": [r("CallCompleted"), r("CallPending"), r("CallSuspended")],
+        },
+        "CallWaiting": {"oneOf": [r("CallPending"), r("CallSuspended")]},
+        "CallCancelled": {
+            "type": "object",
+            "required": ["call_id", "status"],
+            "properties": {"call_id": string, "status": {"const": "cancelled"}},
+        },
+        "SuspendedCalls": {
+            "type": "object",
+            "required": ["calls"],
+            "properties": {"calls": {"type": "array", "items": r("CallSuspended")}},
+        },
+        "ResumeRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "resume_data": {"$ref": "#/components/schemas/Json", "description": "For a suspended call: the data it resumes with. \
+                    Without it, the call's outcome (DESIGN §6's resume)."},
+            },
+        },
+        "RunResumeRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["resume_data"],
+            "properties": {"resume_data": r("Json"), "tool_call_id": nullable_string},
+        },
+        "Approval": {
+            "type": "object",
+            "required": ["id", "call_id", "tool", "args", "fingerprint", "requester",
+                "policy_version", "rules", "approvers", "quorum", "status", "decisions",
+                "created_at", "expires_at", "grant"],
+            "properties": {
+                "id": string, "call_id": string, "tool": string,
+                "args": {"type": "object"},
+                "fingerprint": string,
+                "requester": {
+                    "type": "object",
+                    "required": ["principal"],
+                    "properties": {"principal": string, "actor": nullable_string, "context": {"type": "object"}},
+                },
+                "policy_version": string,
+                "rules": {"type": "array", "items": string},
+                "explanation": {},
+                "approvers": {"type": "array", "items": string},
+                "quorum": {"type": "integer", "minimum": 1},
+                "status": {"enum": ["pending", "approved", "declined", "expired", "cancelled"]},
+                "decisions": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["by", "decision", "at"],
+                    "properties": {
+                        "by": string, "decision": string, "reason": nullable_string,
+                        "at": time, "fingerprint": nullable_string, "auth": {},
+                    },
+                }},
+                "created_at": time,
+                "expires_at": time,
+                "decided_at": {"type": ["string", "null"], "format": "date-time"},
+                "grant": {
+                    "type": "object",
+                    "properties": {"uses": {"type": "integer"}, "ttl": string, "scope": string},
+                },
+                "edited_args": {"type": ["object", "null"]},
+                "edited_fingerprint": nullable_string,
+            },
+        },
+        "ApprovalPage": {
+            "type": "object",
+            "required": ["approvals", "next_cursor"],
+            "properties": {
+                "approvals": {"type": "array", "items": r("Approval")},
+                "next_cursor": {"type": ["string", "null"], "description": "Pass as `cursor` for the next page; null on the last."},
+            },
+        },
+        "ApproveRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "reason": nullable_string,
+                "args": r("EditedArgs"),
+            },
+        },
+        "DeclineRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["reason"],
+            "properties": {"reason": {"type": "string", "minLength": 1, "description": "Fed back to the agent."}},
+        },
+        "RunApproveRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {"reason": nullable_string, "tool_call_id": nullable_string},
+        },
+        "RunDeclineRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["reason"],
+            "properties": {"reason": {"type": "string", "minLength": 1}, "tool_call_id": nullable_string},
+        },
+        "RunDecisions": {
+            "type": "object",
+            "required": ["results"],
+            "properties": {"results": {"type": "array", "items": {
+                "type": "object",
+                "required": ["approval_id", "call_id"],
+                "properties": {
+                    "approval_id": string, "call_id": string, "status": string,
+                    "error": {"type": "object", "properties": {"code": string, "message": string}},
+                },
+            }}},
+        },
+        "Policy": {
+            "type": "object",
+            "required": ["version", "sources", "rules"],
+            "properties": {
+                "version": string,
+                "sources": {"type": "array"},
+                "rules": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["id", "tools", "decision", "location"],
+                    "properties": {
+                        "id": string, "tools": {"type": "array", "items": string},
+                        "when": nullable_string, "decision": string,
+                        "message": nullable_string, "classifiers": {}, "location": string,
+                    },
+                }},
+            },
+        },
+        "EvaluateRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["tool", "args"],
+            "properties": {
+                "tool": r("ToolName"),
+                "args": r("Args"),
+                "context": r("Context"),
+                "principal": {"type": "object", "additionalProperties": r("Json"),
+                    "description": "The principal policy sees (`id`, `role`, `groups`, …); a default agent when left out."},
+                "classifier": {"type": "object", "additionalProperties": r("FixedClassifier"),
+                    "description": "Fixed classifier results by name, instead of running them."},
+                "resume": {"$ref": "#/components/schemas/Json", "description": "Evaluate a resume with this resume data."},
+            },
+        },
+        "FixedClassifier": {
+            "oneOf": [
+                {"type": "object", "additionalProperties": false, "required": ["score"], "properties": {
+                    "score": {"type": "number", "minimum": 0, "maximum": 1},
+                    "labels": {"type": "array", "items": string},
+                    "detail": r("Json"),
+                }},
+                {"type": "object", "additionalProperties": false, "required": ["error"], "properties": {
+                    "error": string,
+                    "on_error": {"enum": ["deny", "require_approval", null]},
+                }},
+            ],
+        },
+        "PolicyDecision": {
+            "type": "object",
+            "required": ["decision", "rules", "errors", "messages", "policy_version", "fingerprint", "tool"],
+            "properties": {
+                "decision": {"enum": ["allow", "deny", "require_approval"]},
+                "rules": {"type": "array", "items": string},
+                "errors": {"type": "array"},
+                "messages": {"type": "array"},
+                "policy_version": string,
+                "fingerprint": string,
+                "tool": string,
+            },
+        },
+        "PolicyVersion": {
+            "type": "object",
+            "required": ["version"],
+            "properties": {"version": string},
+        },
+        "Webhooks": {
+            "type": "object",
+            "required": ["webhooks"],
+            "properties": {"webhooks": {"type": "array", "items": {
+                "type": "object",
+                "required": ["id", "url", "events", "disabled"],
+                "properties": {
+                    "id": string, "url": string,
+                    "events": {"type": "array", "items": string},
+                    "principal": nullable_string, "disabled": {"type": "boolean"},
+                },
+            }}},
+        },
+        "WebhookEnabled": {
+            "type": "object",
+            "required": ["enabled", "requeued"],
+            "properties": {"enabled": {"const": true}, "requeued": {"type": "integer", "minimum": 0}},
+        },
+        "WebhookTestQueued": {
+            "type": "object",
+            "required": ["delivery_id"],
+            "properties": {"delivery_id": nullable_string},
+        },
+        "AuditPage": {
+            "type": "object",
+            "required": ["records", "next_after"],
+            "properties": {
+                "records": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["seq", "kind", "hash"],
+                    "properties": {"seq": {"type": "integer"}, "kind": string, "hash": string},
+                }},
+                "next_after": {"type": ["integer", "null"]},
+            },
+        },
+        "PruneRequest": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["before"],
+            "properties": {"before": {"type": "integer", "minimum": 0, "maximum": 9007199254740991_i64, "description": "Drop exported records with a smaller seq."}},
+        },
+        "Pruned": {
+            "type": "object",
+            "required": ["dropped"],
+            "properties": {"dropped": {"type": "integer", "minimum": 0}, "checkpoint_seq": {"type": ["integer", "null"]}},
+        },
+        "Health": {
+            "type": "object",
+            "required": ["status"],
+            "properties": {"status": {"const": "ok"}},
+        },
+        "Ready": {
+            "type": "object",
+            "required": ["status", "policy_version"],
+            "properties": {"status": {"const": "ready"}, "policy_version": string},
+        },
+        "ProtectedResourceMetadata": {
+            "description": "RFC 9728 metadata: the issuers whose tokens this gateway takes.",
+            "type": "object",
+            "required": ["resource", "authorization_servers"],
+            "properties": {
+                "resource": string,
+                "authorization_servers": {"type": "array", "items": string},
+                "scopes_supported": {"type": "array", "items": string},
+                "bearer_methods_supported": {"type": "array", "items": string},
+            },
+        },
+        "OpenApiDocument": {"type": "object", "required": ["openapi", "paths"]},
+    })
+}

@@ -1,0 +1,280 @@
+//! The JSON API's route table: every method and path the HTTP front end answers, each named by
+//! an [`Op`]. The router dispatches only what this table finds, the `405` of a known path lists
+//! its methods in `Allow` from it, and the OpenAPI document (`super::openapi`) is written from
+//! it, so a route cannot be served without being documented, nor documented without being
+//! served.
+//!
+//! It holds no handlers and knows no roles: those are the router's and the handlers'.
+
+use hyper::Method;
+
+/// One operation of the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
+    Root,
+    Favicon,
+    Healthz,
+    Readyz,
+    Metrics,
+    OpenApi,
+    ProtectedResource,
+    ProtectedResourceMcp,
+    CreateCall,
+    ListCalls,
+    GetCall,
+    ResumeCall,
+    CancelCall,
+    ResumeRun,
+    StreamRun,
+    ListApprovals,
+    GetApproval,
+    Approve,
+    Decline,
+    ApproveRun,
+    DeclineRun,
+    Events,
+    GetPolicy,
+    EvaluatePolicy,
+    ReloadPolicy,
+    ListWebhooks,
+    EnableWebhook,
+    TestWebhook,
+    ListAudit,
+    ExportAudit,
+    PruneAudit,
+}
+
+/// Which requests a route is served to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// No token: liveness, metrics, the document itself, browsers' conveniences.
+    Open,
+    /// No token, and only while `[[issuers]]` are configured (RFC 9728 metadata, DESIGN §16).
+    OpenWithIssuers,
+    /// A bearer token (static or from an issuer).
+    Token,
+}
+
+pub(crate) struct Route {
+    pub method: Method,
+    /// The path, with `{name}` for a segment the handler is given.
+    pub path: &'static str,
+    pub op: Op,
+    pub access: Access,
+    /// The query parameters it takes; any other is refused (`request.unknown_field`), so a
+    /// misspelt one is not read as left out.
+    pub query: &'static [&'static str],
+}
+
+const fn route(method: Method, path: &'static str, op: Op, access: Access) -> Route {
+    Route {
+        method,
+        path,
+        op,
+        access,
+        query: &[],
+    }
+}
+
+impl Route {
+    const fn query(mut self, names: &'static [&'static str]) -> Route {
+        self.query = names;
+        self
+    }
+
+    /// The first query parameter this route does not take, if any.
+    pub(crate) fn unknown_query<'q>(&self, query: &'q str) -> Option<&'q str> {
+        query
+            .split('&')
+            .filter(|kv| !kv.is_empty())
+            .map(|kv| kv.split_once('=').map_or(kv, |(k, _)| k))
+            .find(|k| !self.query.contains(k))
+    }
+}
+
+use Access::{Open, OpenWithIssuers, Token};
+
+/// Every route, in the order the document lists them.
+pub(crate) const ROUTES: &[Route] = &[
+    route(Method::GET, "/", Op::Root, Open),
+    route(Method::GET, "/favicon.ico", Op::Favicon, Open),
+    route(Method::GET, "/healthz", Op::Healthz, Open),
+    route(Method::GET, "/readyz", Op::Readyz, Open),
+    route(Method::GET, "/metrics", Op::Metrics, Open),
+    route(Method::GET, "/v1/openapi.json", Op::OpenApi, Open),
+    route(
+        Method::GET,
+        "/.well-known/oauth-protected-resource",
+        Op::ProtectedResource,
+        OpenWithIssuers,
+    ),
+    route(
+        Method::GET,
+        "/.well-known/oauth-protected-resource/mcp",
+        Op::ProtectedResourceMcp,
+        OpenWithIssuers,
+    ),
+    route(Method::POST, "/v1/calls", Op::CreateCall, Token),
+    route(Method::GET, "/v1/calls", Op::ListCalls, Token).query(&["status"]),
+    route(Method::GET, "/v1/calls/{call_id}", Op::GetCall, Token).query(&["wait"]),
+    route(
+        Method::POST,
+        "/v1/calls/{call_id}/resume",
+        Op::ResumeCall,
+        Token,
+    )
+    .query(&["wait"]),
+    route(
+        Method::POST,
+        "/v1/calls/{call_id}/cancel",
+        Op::CancelCall,
+        Token,
+    ),
+    route(Method::POST, "/v1/runs/{run_id}/resume", Op::ResumeRun, Token),
+    route(Method::GET, "/v1/runs/{run_id}/stream", Op::StreamRun, Token),
+    route(
+        Method::POST,
+        "/v1/runs/{run_id}/approve",
+        Op::ApproveRun,
+        Token,
+    ),
+    route(
+        Method::POST,
+        "/v1/runs/{run_id}/decline",
+        Op::DeclineRun,
+        Token,
+    ),
+    route(Method::GET, "/v1/approvals", Op::ListApprovals, Token).query(&[
+        "status",
+        "tool",
+        "run_id",
+        "principal",
+        "cursor",
+        "limit",
+    ]),
+    route(Method::GET, "/v1/approvals/{id}", Op::GetApproval, Token),
+    route(Method::POST, "/v1/approvals/{id}/approve", Op::Approve, Token),
+    route(Method::POST, "/v1/approvals/{id}/decline", Op::Decline, Token),
+    route(Method::GET, "/v1/events", Op::Events, Token),
+    route(Method::GET, "/v1/policy", Op::GetPolicy, Token),
+    route(
+        Method::POST,
+        "/v1/policy/evaluate",
+        Op::EvaluatePolicy,
+        Token,
+    ),
+    route(Method::POST, "/v1/policy/reload", Op::ReloadPolicy, Token),
+    route(Method::GET, "/v1/webhooks", Op::ListWebhooks, Token),
+    route(
+        Method::POST,
+        "/v1/webhooks/{id}/enable",
+        Op::EnableWebhook,
+        Token,
+    ),
+    route(Method::POST, "/v1/webhooks/{id}/test", Op::TestWebhook, Token),
+    route(Method::GET, "/v1/audit", Op::ListAudit, Token).query(&["after", "limit"]),
+    route(Method::GET, "/v1/audit/export", Op::ExportAudit, Token).query(&["after"]),
+    route(Method::POST, "/v1/audit/prune", Op::PruneAudit, Token),
+];
+
+/// What the table says of a request's method and path.
+pub(crate) enum Found<'p> {
+    /// The route, and its `{name}` segments in order (as sent, still percent-encoded).
+    Route(&'static Route, Vec<&'p str>),
+    /// A known path that does not take this method; the methods it takes, for `Allow`.
+    WrongMethod(String),
+    NotFound,
+}
+
+/// Looks a request up. `with_issuers` says whether the [`Access::OpenWithIssuers`] routes exist.
+pub(crate) fn find<'p>(method: &Method, path: &'p str, with_issuers: bool) -> Found<'p> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let mut allowed: Vec<&str> = Vec::new();
+    for r in ROUTES {
+        if r.access == OpenWithIssuers && !with_issuers {
+            continue;
+        }
+        let Some(params) = matches(r.path, &segments) else {
+            continue;
+        };
+        if r.method == *method {
+            return Found::Route(r, params);
+        }
+        if !allowed.contains(&r.method.as_str()) {
+            allowed.push(r.method.as_str());
+        }
+    }
+    if allowed.is_empty() {
+        Found::NotFound
+    } else {
+        Found::WrongMethod(allowed.join(", "))
+    }
+}
+
+/// The `{name}` segments of `segments` if they fit the template.
+fn matches<'p>(template: &str, segments: &[&'p str]) -> Option<Vec<&'p str>> {
+    let parts: Vec<&str> = template.trim_matches('/').split('/').collect();
+    if parts.len() != segments.len() {
+        return None;
+    }
+    let mut params = Vec::new();
+    for (part, seg) in parts.iter().zip(segments) {
+        if part.starts_with('{') {
+            if seg.is_empty() {
+                return None;
+            }
+            params.push(*seg);
+        } else if part != seg {
+            return None;
+        }
+    }
+    Some(params)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_has_exactly_one_route_and_paths_do_not_shadow_each_other() {
+        let mut seen = std::collections::HashSet::new();
+        for r in ROUTES {
+            assert!(seen.insert(r.op), "{:?} twice", r.op);
+            // A request for the route's own path finds that route, not an earlier one.
+            let concrete = r.path.replace("{call_id}", "c1").replace("{run_id}", "r1");
+            let concrete = concrete.replace("{id}", "x1");
+            match find(&r.method, &concrete, true) {
+                Found::Route(found, _) => assert_eq!(found.op, r.op, "{}", r.path),
+                _ => panic!("{} {} not found", r.method, r.path),
+            }
+        }
+    }
+
+    #[test]
+    fn a_known_path_with_another_method_lists_its_methods_and_unknown_paths_are_not_found() {
+        assert!(matches!(
+            find(&Method::DELETE, "/v1/calls", false),
+            Found::WrongMethod(m) if m == "POST, GET"
+        ));
+        match find(&Method::GET, "/v1/calls/abc%2F1", false) {
+            Found::Route(r, p) => {
+                assert_eq!(r.op, Op::GetCall);
+                assert_eq!(p, ["abc%2F1"]);
+            }
+            _ => panic!("not found"),
+        }
+        assert!(matches!(
+            find(&Method::GET, "/v1/nothing", false),
+            Found::NotFound
+        ));
+        assert!(matches!(
+            find(&Method::GET, "/.well-known/oauth-protected-resource", false),
+            Found::NotFound
+        ));
+        // A trailing slash is the same path, as it always was.
+        assert!(matches!(
+            find(&Method::GET, "/v1/approvals/", false),
+            Found::Route(r, _) if r.op == Op::ListApprovals
+        ));
+    }
+}
