@@ -129,7 +129,7 @@ pub struct ApiError {
     /// A `WWW-Authenticate` challenge (DESIGN §16), on a 401 or an insufficient scope.
     pub challenge: Option<String>,
     /// The methods a known path takes, for `Allow` on a `405`.
-    pub allow: Option<String>,
+    pub allow: Option<Box<str>>,
 }
 
 impl ApiError {

@@ -43,7 +43,14 @@ pub(super) async fn evaluate_policy(
     let body = body_json(req, limit).await?;
     only_fields(
         &body,
-        &["tool", "args", "context", "principal", "classifier", "resume"],
+        &[
+            "tool",
+            "args",
+            "context",
+            "principal",
+            "classifier",
+            "resume",
+        ],
     )?;
     let tool = body
         .get("tool")

@@ -84,7 +84,11 @@ pub(super) async fn decide(
         limit,
         ..
     } = cx;
-    let fields: &[&str] = if approve { &["reason", "args"] } else { &["reason"] };
+    let fields: &[&str] = if approve {
+        &["reason", "args"]
+    } else {
+        &["reason"]
+    };
     let (body, reason) = verdict(role, approve, fields, req, limit).await?;
     let edit = if approve {
         body.get("args").cloned()

@@ -28,7 +28,7 @@ use crate::pipeline::admit;
 use crate::serve::guards::CloseReason;
 use crate::state::Gateway;
 
-use routes::{Access, Found, Op};
+use routes::{Access, Lookup, Op};
 
 /// What every authenticated route is handed: who asks, in which role, the query string and
 /// the body limits.
@@ -83,16 +83,16 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
     let query = req.uri().query().unwrap_or("").to_owned();
 
     let (route, params) = match routes::find(&method, &path, !gw.auth.issuers.is_empty()) {
-        Found::Route(r, params) => (r, params),
-        Found::WrongMethod(allow) => {
+        Lookup::Route(r, params) => (r, params),
+        Lookup::WrongMethod(allow) => {
             let mut e = ApiError::new(
                 Code::RouteMethodNotAllowed,
                 format!("`{path}` takes {allow}, not {method}"),
             );
-            e.allow = Some(allow);
+            e.allow = Some(allow.into());
             return Err(e);
         }
-        Found::NotFound => {
+        Lookup::NotFound => {
             return Err(ApiError::new(
                 Code::RouteNotFound,
                 format!("no route `{path}`"),
@@ -205,7 +205,7 @@ fn open_route(gw: &Gateway, op: Op) -> Response<Body> {
             );
             r
         }
-        Op::OpenApi => json_response(StatusCode::OK, &openapi::document(gw)),
+        Op::OpenApi => json_response(StatusCode::OK, &openapi::document(&gw.config)),
         Op::Readyz if !gw.is_ready() => ApiError::new(
             Code::StoreUnavailable,
             "not ready: the store is unavailable or no policy has loaded",

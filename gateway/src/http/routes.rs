@@ -130,8 +130,18 @@ pub(crate) const ROUTES: &[Route] = &[
         Op::CancelCall,
         Token,
     ),
-    route(Method::POST, "/v1/runs/{run_id}/resume", Op::ResumeRun, Token),
-    route(Method::GET, "/v1/runs/{run_id}/stream", Op::StreamRun, Token),
+    route(
+        Method::POST,
+        "/v1/runs/{run_id}/resume",
+        Op::ResumeRun,
+        Token,
+    ),
+    route(
+        Method::GET,
+        "/v1/runs/{run_id}/stream",
+        Op::StreamRun,
+        Token,
+    ),
     route(
         Method::POST,
         "/v1/runs/{run_id}/approve",
@@ -153,8 +163,18 @@ pub(crate) const ROUTES: &[Route] = &[
         "limit",
     ]),
     route(Method::GET, "/v1/approvals/{id}", Op::GetApproval, Token),
-    route(Method::POST, "/v1/approvals/{id}/approve", Op::Approve, Token),
-    route(Method::POST, "/v1/approvals/{id}/decline", Op::Decline, Token),
+    route(
+        Method::POST,
+        "/v1/approvals/{id}/approve",
+        Op::Approve,
+        Token,
+    ),
+    route(
+        Method::POST,
+        "/v1/approvals/{id}/decline",
+        Op::Decline,
+        Token,
+    ),
     route(Method::GET, "/v1/events", Op::Events, Token),
     route(Method::GET, "/v1/policy", Op::GetPolicy, Token),
     route(
@@ -171,14 +191,19 @@ pub(crate) const ROUTES: &[Route] = &[
         Op::EnableWebhook,
         Token,
     ),
-    route(Method::POST, "/v1/webhooks/{id}/test", Op::TestWebhook, Token),
+    route(
+        Method::POST,
+        "/v1/webhooks/{id}/test",
+        Op::TestWebhook,
+        Token,
+    ),
     route(Method::GET, "/v1/audit", Op::ListAudit, Token).query(&["after", "limit"]),
     route(Method::GET, "/v1/audit/export", Op::ExportAudit, Token).query(&["after"]),
     route(Method::POST, "/v1/audit/prune", Op::PruneAudit, Token),
 ];
 
 /// What the table says of a request's method and path.
-pub(crate) enum Found<'p> {
+pub(crate) enum Lookup<'p> {
     /// The route, and its `{name}` segments in order (as sent, still percent-encoded).
     Route(&'static Route, Vec<&'p str>),
     /// A known path that does not take this method; the methods it takes, for `Allow`.
@@ -187,7 +212,7 @@ pub(crate) enum Found<'p> {
 }
 
 /// Looks a request up. `with_issuers` says whether the [`Access::OpenWithIssuers`] routes exist.
-pub(crate) fn find<'p>(method: &Method, path: &'p str, with_issuers: bool) -> Found<'p> {
+pub(crate) fn find<'p>(method: &Method, path: &'p str, with_issuers: bool) -> Lookup<'p> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let mut allowed: Vec<&str> = Vec::new();
     for r in ROUTES {
@@ -198,16 +223,16 @@ pub(crate) fn find<'p>(method: &Method, path: &'p str, with_issuers: bool) -> Fo
             continue;
         };
         if r.method == *method {
-            return Found::Route(r, params);
+            return Lookup::Route(r, params);
         }
         if !allowed.contains(&r.method.as_str()) {
             allowed.push(r.method.as_str());
         }
     }
     if allowed.is_empty() {
-        Found::NotFound
+        Lookup::NotFound
     } else {
-        Found::WrongMethod(allowed.join(", "))
+        Lookup::WrongMethod(allowed.join(", "))
     }
 }
 
@@ -244,7 +269,7 @@ mod tests {
             let concrete = r.path.replace("{call_id}", "c1").replace("{run_id}", "r1");
             let concrete = concrete.replace("{id}", "x1");
             match find(&r.method, &concrete, true) {
-                Found::Route(found, _) => assert_eq!(found.op, r.op, "{}", r.path),
+                Lookup::Route(found, _) => assert_eq!(found.op, r.op, "{}", r.path),
                 _ => panic!("{} {} not found", r.method, r.path),
             }
         }
@@ -254,10 +279,10 @@ mod tests {
     fn a_known_path_with_another_method_lists_its_methods_and_unknown_paths_are_not_found() {
         assert!(matches!(
             find(&Method::DELETE, "/v1/calls", false),
-            Found::WrongMethod(m) if m == "POST, GET"
+            Lookup::WrongMethod(m) if m == "POST, GET"
         ));
         match find(&Method::GET, "/v1/calls/abc%2F1", false) {
-            Found::Route(r, p) => {
+            Lookup::Route(r, p) => {
                 assert_eq!(r.op, Op::GetCall);
                 assert_eq!(p, ["abc%2F1"]);
             }
@@ -265,16 +290,16 @@ mod tests {
         }
         assert!(matches!(
             find(&Method::GET, "/v1/nothing", false),
-            Found::NotFound
+            Lookup::NotFound
         ));
         assert!(matches!(
             find(&Method::GET, "/.well-known/oauth-protected-resource", false),
-            Found::NotFound
+            Lookup::NotFound
         ));
         // A trailing slash is the same path, as it always was.
         assert!(matches!(
             find(&Method::GET, "/v1/approvals/", false),
-            Found::Route(r, _) if r.op == Op::ListApprovals
+            Lookup::Route(r, _) if r.op == Op::ListApprovals
         ));
     }
 }

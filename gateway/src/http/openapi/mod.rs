@@ -19,8 +19,8 @@ use serde_json::{json, Map, Value};
 
 use super::routes::{Access, Op, ROUTES};
 use crate::body::status_for;
+use crate::config::Config;
 use crate::error::Code;
-use crate::state::Gateway;
 use schemas::r;
 
 /// What the document says of one operation, beyond its method and path.
@@ -42,10 +42,10 @@ struct Operation {
     links: &'static [(u16, &'static str, &'static str, &'static str)],
 }
 
-/// The document as this gateway serves it.
-pub(crate) fn document(gw: &Gateway) -> Value {
+/// The document as a gateway with `config` serves it.
+pub(crate) fn document(config: &Config) -> Value {
     let mut paths: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
-    let with_issuers = !gw.auth.issuers.is_empty();
+    let with_issuers = !config.issuers.is_empty();
     for route in ROUTES {
         if route.access == Access::OpenWithIssuers && !with_issuers {
             continue;
@@ -105,7 +105,7 @@ pub(crate) fn document(gw: &Gateway) -> Value {
                 "content": {"application/json": {"schema": r(schema)}}});
         }
         o["security"] = match route.access {
-            Access::Token => security_requirements(gw),
+            Access::Token => security_requirements(config),
             _ => json!([]),
         };
         paths
@@ -113,14 +113,13 @@ pub(crate) fn document(gw: &Gateway) -> Value {
             .or_default()
             .insert(route.method.as_str().to_ascii_lowercase(), o);
     }
-    let server = gw
-        .config
+    let server = config
         .public_url
         .clone()
         .map(|u| u.trim_end_matches('/').to_owned())
         .unwrap_or_else(|| "/".into());
     let mut components = schemas::components();
-    components["CallRequest"]["examples"] = Value::Array(call_examples(gw));
+    components["CallRequest"]["examples"] = Value::Array(call_examples(config));
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -135,7 +134,7 @@ pub(crate) fn document(gw: &Gateway) -> Value {
         "paths": paths,
         "components": {
             "schemas": components,
-            "securitySchemes": security_schemes(gw),
+            "securitySchemes": security_schemes(config),
             "headers": {
                 "Retry-After": {"description": "Seconds to wait before trying again.",
                     "schema": {"type": "integer", "minimum": 0}},
@@ -148,13 +147,15 @@ pub(crate) fn document(gw: &Gateway) -> Value {
 
 /// A call to each configured tool pattern (`*` read as `example`), so a generated client's
 /// users and a fuzzer start from calls that reach the policy.
-fn call_examples(gw: &Gateway) -> Vec<Value> {
-    gw.config
+fn call_examples(config: &Config) -> Vec<Value> {
+    config
         .tools
         .iter()
         .map(|t| t.pattern.as_str().replace('*', "example").replace('?', "x"))
         .filter(|name| airlock_policy::ToolCall::new(name, json!({}), None).is_ok())
-        .map(|tool| json!({"tool": tool, "args": {"text": "hello"}, "context": {"run_id": "run-1"}}))
+        .map(
+            |tool| json!({"tool": tool, "args": {"text": "hello"}, "context": {"run_id": "run-1"}}),
+        )
         .collect()
 }
 
@@ -244,14 +245,14 @@ fn refusal(status: u16, codes: &[Code]) -> Value {
     v
 }
 
-fn security_schemes(gw: &Gateway) -> Value {
+fn security_schemes(config: &Config) -> Value {
     let mut schemes = Map::new();
     schemes.insert(
         "bearer".into(),
         json!({"type": "http", "scheme": "bearer",
             "description": "A static token of `[[principals]]`, or a JWT of a configured issuer."}),
     );
-    for issuer in &gw.config.issuers {
+    for issuer in &config.issuers {
         schemes.insert(
             format!("oidc-{}", issuer.id),
             json!({"type": "openIdConnect",
@@ -262,9 +263,9 @@ fn security_schemes(gw: &Gateway) -> Value {
     Value::Object(schemes)
 }
 
-fn security_requirements(gw: &Gateway) -> Value {
+fn security_requirements(config: &Config) -> Value {
     let mut any = vec![json!({"bearer": []})];
-    for issuer in &gw.config.issuers {
+    for issuer in &config.issuers {
         any.push(json!({format!("oidc-{}", issuer.id): []}));
     }
     Value::Array(any)
@@ -285,7 +286,11 @@ fn wait_param() -> Value {
     )
 }
 
-fn json_ok(status: u16, schema: &str, description: &'static str) -> (u16, &'static str, Value, &'static str) {
+fn json_ok(
+    status: u16,
+    schema: &str,
+    description: &'static str,
+) -> (u16, &'static str, Value, &'static str) {
     (status, "application/json", r(schema), description)
 }
 
@@ -570,5 +575,113 @@ fn operation(op: Op) -> Operation {
             ..o("pruneAudit", "admin", "Prune exported audit records", "Role: admin.",
                 &[Code::RequestInvalidField, Code::AuditNotExported])
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn operations(doc: &Value) -> Vec<(String, String, Value)> {
+        let mut out = Vec::new();
+        for (path, ops) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, op) in ops.as_object().into_iter().flatten() {
+                out.push((method.to_uppercase(), path.clone(), op.clone()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn every_route_is_one_operation_with_the_query_parameters_the_router_takes() {
+        let doc = document(&Config::demo());
+        let ops = operations(&doc);
+        let expected: Vec<&super::super::routes::Route> = ROUTES
+            .iter()
+            .filter(|r| r.access != Access::OpenWithIssuers)
+            .collect();
+        assert_eq!(ops.len(), expected.len());
+        let mut ids = std::collections::HashSet::new();
+        for route in expected {
+            let (_, _, op) = ops
+                .iter()
+                .find(|(m, p, _)| m == route.method.as_str() && p == route.path)
+                .unwrap_or_else(|| panic!("{} {} is not documented", route.method, route.path));
+            assert!(ids.insert(op["operationId"].to_string()), "{op}");
+            let documented: Vec<&str> = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "query")
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            assert_eq!(documented, route.query, "{}", route.path);
+            // A success answer, and a token route documents its refusals of authentication.
+            let responses = op["responses"].as_object().unwrap();
+            assert!(responses
+                .keys()
+                .any(|s| s.starts_with('2') || s.starts_with('3')));
+            if route.access == Access::Token {
+                let codes = &responses["401"]["content"]["application/json"]["schema"]
+                    ["properties"]["error"]["properties"]["code"]["enum"];
+                assert!(codes
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!("auth.unauthenticated")));
+                assert_eq!(op["security"][0], json!({"bearer": []}));
+            } else {
+                assert_eq!(op["security"], json!([]));
+            }
+        }
+    }
+
+    #[test]
+    fn each_code_is_listed_under_the_status_the_gateway_answers_it_with() {
+        let doc = document(&Config::demo());
+        for (method, path, op) in operations(&doc) {
+            for (status, answer) in op["responses"].as_object().unwrap() {
+                let codes = &answer["content"]["application/json"]["schema"]["properties"]["error"]
+                    ["properties"]["code"]["enum"];
+                for c in codes.as_array().into_iter().flatten() {
+                    let code = Code::parse(c.as_str().unwrap()).unwrap();
+                    assert_eq!(
+                        status_for(code).as_u16().to_string(),
+                        *status,
+                        "{method} {path} {code}"
+                    );
+                }
+            }
+        }
+        // The decline of §6 lists every refusal DESIGN orders, and a reload every load error.
+        let decline = &doc["paths"]["/v1/approvals/{id}/decline"]["post"]["responses"];
+        for (status, code) in [
+            ("403", "approval.forbidden"),
+            ("403", "approval.self_approval"),
+            ("409", "approval.already_decided"),
+            ("409", "approval.not_pending"),
+            ("404", "approval.not_found"),
+            ("400", "request.missing_reason"),
+        ] {
+            let codes = &decline[status]["content"]["application/json"]["schema"]["properties"]
+                ["error"]["properties"]["code"]["enum"];
+            assert!(codes.as_array().unwrap().contains(&json!(code)), "{code}");
+        }
+        let reload = &doc["paths"]["/v1/policy/reload"]["post"]["responses"]["422"];
+        assert!(reload["description"]
+            .as_str()
+            .unwrap()
+            .contains("`policy.cel_syntax`"));
+    }
+
+    #[test]
+    fn overload_and_rate_refusals_document_retry_after() {
+        let doc = document(&Config::demo());
+        let create = &doc["paths"]["/v1/calls"]["post"];
+        assert!(create["responses"]["429"]["headers"]["Retry-After"].is_object());
+        assert!(create["responses"]["503"]["headers"]["Retry-After"].is_object());
+        assert!(create["responses"]["401"]["headers"]["WWW-Authenticate"].is_object());
+        assert_eq!(create["parameters"][0]["name"], "Prefer");
+        let stream = &doc["paths"]["/v1/events"]["get"]["responses"]["200"]["content"];
+        assert!(stream["text/event-stream"].is_object());
     }
 }

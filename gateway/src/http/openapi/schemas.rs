@@ -11,25 +11,49 @@ pub(super) fn r(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
 
+/// How many levels of `Json` the document spells out; below them any JSON is shown. The
+/// gateway's rules hold at every depth (64 at most); the document stops short because
+/// generators built on JSON Schema recurse forever on a schema that refers to itself.
+const JSON_LEVELS: usize = 1;
+
+/// `Json`, `Json1`, … : JSON values whose numbers survive a double unchanged.
+fn json_levels() -> Vec<(String, Value)> {
+    (0..JSON_LEVELS)
+        .map(|level| {
+            let name = |l: usize| if l == 0 { "Json".to_owned() } else { format!("Json{l}") };
+            let inner = if level + 1 == JSON_LEVELS { r("Json") } else { r(&name(level + 1)) };
+            let schema = json!({
+                "description": "Any JSON value whose numbers survive a double unchanged: \
+                    integers within ±(2^53−1) (larger ones are refused as \
+                    `request.unsafe_number`), nested at most 64 deep (`request.too_deep`), \
+                    with no duplicate keys (`request.duplicate_key`), at every depth.",
+                "anyOf": [
+                    {"type": "null"}, {"type": "boolean"}, {"type": "string"},
+                    {"type": "integer", "minimum": -9007199254740991_i64, "maximum": 9007199254740991_i64},
+                    {"type": "number", "minimum": -9007199254740991_i64, "maximum": 9007199254740991_i64},
+                    {"type": "array", "items": inner},
+                    {"type": "object", "additionalProperties": inner},
+                ],
+            });
+            (name(level), schema)
+        })
+        .collect()
+}
+
 /// Every component schema, by name.
 pub(super) fn components() -> Value {
+    let mut all = written();
+    for (name, schema) in json_levels() {
+        all[name] = schema;
+    }
+    all
+}
+
+fn written() -> Value {
     let string = json!({"type": "string"});
     let nullable_string = json!({"type": ["string", "null"]});
     let time = json!({"type": "string", "format": "date-time"});
     json!({
-        "Json": {
-            "description": "Any JSON value whose numbers survive a double unchanged: integers \
-                within ±(2^53−1) (larger ones are refused as `request.unsafe_number`), nested at \
-                most 64 deep (`request.too_deep`), with no duplicate keys \
-                (`request.duplicate_key`).",
-            "anyOf": [
-                {"type": "null"}, {"type": "boolean"}, {"type": "string"},
-                {"type": "integer", "minimum": -9007199254740991_i64, "maximum": 9007199254740991_i64},
-                {"type": "number", "minimum": -9007199254740991_i64, "maximum": 9007199254740991_i64},
-                {"type": "array", "items": r("Json")},
-                {"type": "object", "additionalProperties": r("Json")},
-            ],
-        },
         "Args": {
             "description": "The tool's arguments: a JSON object. Its RFC 8785 form, with the \
                 tool name, is what is fingerprinted and what the backend receives.",
@@ -306,7 +330,13 @@ pub(super) fn components() -> Value {
                 "properties": {
                     "id": string, "url": string,
                     "events": {"type": "array", "items": string},
-                    "principal": nullable_string, "disabled": {"type": "boolean"},
+                    "principal": nullable_string,
+                    "disabled": {
+                        "description": "Null while enabled; why and when (ms since the epoch) it was disabled.",
+                        "type": ["object", "null"],
+                        "required": ["webhook", "reason", "at"],
+                        "properties": {"webhook": string, "reason": string, "at": {"type": "integer"}},
+                    },
                 },
             }}},
         },
