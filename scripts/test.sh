@@ -8,15 +8,17 @@
 #   revisions and as the upstream MCP servers (HTTP and stdio) behind it;
 # - `selenium` (PyPI) with Debian's `chromium` and `chromium-driver`: the inbox in a real
 #   browser (headless);
-# - `schemathesis` (PyPI): a fuzzer that tests the gateway against its own OpenAPI document.
+# - `schemathesis` (PyPI): a fuzzer that tests the gateway against its own OpenAPI document;
+# - `openapi-python-client` (PyPI): generates a Python client from that document, as the
+#   README tells readers to.
 # PostgreSQL (Debian's `postgresql`) runs as a throwaway cluster for the run (scripts/postgres.sh):
 # several gateways on one database, and the store's conformance suite run a second time on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="$PWD/target/peers/venv"
-peers="standardwebhooks==1.1.0 mcp==2.3.0 selenium==4.38.0 schemathesis==4.32.5"
-if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client, selenium, schemathesis' 2>/dev/null; then
+peers="standardwebhooks==1.1.0 mcp==2.3.0 selenium==4.38.0 schemathesis==4.32.5 openapi-python-client==0.29.1"
+if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client, selenium, schemathesis, openapi_python_client' 2>/dev/null; then
   [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check $peers
 fi

@@ -580,6 +580,24 @@ fn mcp_is_an_oauth_resource_server_and_the_official_python_client_calls_it_with_
         assert_eq!(meta["scopes_supported"], json!(["airlock:call"]));
         assert_eq!(meta["bearer_methods_supported"], json!(["header"]));
     }
+    // The API's document (DESIGN §18) has these routes too, and the issuer as a scheme.
+    let (s, _, doc) = send(gw, "GET", "/v1/openapi.json", None, None);
+    assert_eq!(s, 200);
+    assert!(doc["paths"]["/.well-known/oauth-protected-resource/mcp"]["get"].is_object());
+    let scheme = doc["components"]["securitySchemes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|s| s["type"] == "openIdConnect")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        scheme["openIdConnectUrl"],
+        format!(
+            "{}/.well-known/openid-configuration",
+            w.idp.issuer.trim_end_matches('/')
+        )
+    );
     // A 401 on /mcp names it.
     let (s, challenge, _) = send(
         gw,

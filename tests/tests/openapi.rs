@@ -299,20 +299,126 @@ fn schemathesis_finds_nothing_with_every_role_and_the_backend_sees_only_calls_th
         seen > 0,
         "the fuzzer made no call that reached the backend: it tested only refusals"
     );
-    let approved = gw.req(
-        "GET",
-        "/v1/approvals?status=approved",
-        Some("admin"),
-        None,
-        None,
-    );
-    eprintln!(
-        "backend saw {seen} calls; {} approvals approved",
-        approved.1["approvals"].as_array().map_or(0, Vec::len)
-    );
+    eprintln!("the backend saw {seen} calls, each one an audited execution");
 
     // Last, the admin's run, prune included; the backend still sees only what the gateway
     // forwarded.
     schemathesis(dir.path(), &gw, ["token-admin"; 3], &[]);
     assert_eq!(backend.count(), forwarded(&gw));
+}
+
+#[test]
+fn the_readmes_python_approver_approves_reads_and_declines_the_rest() {
+    // The snippet as the README shows it: what a reader copies works, with plain HTTP.
+    let readme = std::fs::read_to_string(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+    )
+    .unwrap();
+    let start = readme
+        .find("```python\n# approve_reads.py")
+        .expect("the approver's snippet in the README")
+        + 10;
+    let end = start + readme[start..].find("```").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("approve_reads.py");
+    std::fs::write(&script, &readme[start..end]).unwrap();
+
+    let backend = Backend::start();
+    let gw = Gateway::start(&backend);
+    let (read, _) = gw.call_async("agent1", "db.query", serde_json::json!({"sql": "SELECT 1"}));
+    let (write, _) = gw.call_async(
+        "agent1",
+        "db.query",
+        serde_json::json!({"sql": "DELETE FROM t"}),
+    );
+    let out = Command::new("python3")
+        .arg(&script)
+        .env("AIRLOCK_URL", &gw.base)
+        .env("AIRLOCK_APPROVER_TOKEN", "token-dba1")
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        printed.contains("db.query SELECT 1 -> approved"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("db.query DELETE FROM t -> declined"),
+        "{printed}"
+    );
+    // The read runs for the agent; the write is declined with the approver's words.
+    let (status, body) = gw.resume("agent1", &read);
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("completed")),
+        "{body}"
+    );
+    let (status, body) = gw.resume("agent1", &write);
+    assert_eq!((status, code(&body)), (403, "approval.declined"), "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("reads only today"));
+    assert_eq!(backend.count(), 1);
+}
+
+#[test]
+fn a_client_generated_from_the_document_lists_and_approves_a_call() {
+    // The README's one line, then the generated package used as its users would.
+    let backend = Backend::start();
+    let gw = Gateway::start(&backend);
+    let (call_id, approval_id) =
+        gw.call_async("agent1", "db.query", serde_json::json!({"sql": "SELECT 1"}));
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("openapi-python-client")
+        .current_dir(dir.path())
+        .args(["generate", "--url", &format!("{}/v1/openapi.json", gw.base)])
+        .output()
+        .expect("openapi-python-client (installed in target/peers/venv by scripts/test.sh)");
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    // The only part it leaves out is the NDJSON export, a media type it does not speak.
+    for line in said.lines().filter(|l| l.starts_with("WARNING parsing")) {
+        assert!(line.contains("/v1/audit/export"), "{said}");
+    }
+    let script = r#"
+import sys
+sys.path.insert(0, "airlock-client")
+from airlock_client import AuthenticatedClient
+from airlock_client.api.approvers import list_approvals, approve
+from airlock_client.models import ApproveRequest, ListApprovalsStatus
+
+client = AuthenticatedClient(base_url=sys.argv[1], token="token-dba1")
+page = list_approvals.sync(client=client, status=ListApprovalsStatus.PENDING)
+for a in page.approvals:
+    done = approve.sync(client=client, id=a.id, body=ApproveRequest(reason="generated"))
+    print(a.id, a.tool, done.status)
+"#;
+    let out = Command::new("python3")
+        .current_dir(dir.path())
+        .args(["-c", script, &gw.base])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(printed.trim(), format!("{approval_id} db.query approved"));
+    let (status, body) = gw.resume("agent1", &call_id);
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (200, Some("completed")),
+        "{body}"
+    );
 }

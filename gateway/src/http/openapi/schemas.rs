@@ -11,41 +11,22 @@ pub(super) fn r(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})
 }
 
-/// How many levels of `Json` the document spells out; below them any JSON is shown. The
-/// gateway's rules hold at every depth (64 at most); the document stops short because
-/// generators built on JSON Schema recurse forever on a schema that refers to itself.
-const JSON_LEVELS: usize = 1;
-
-/// `Json`, `Json1`, … : JSON values whose numbers survive a double unchanged.
-fn json_levels() -> Vec<(String, Value)> {
-    (0..JSON_LEVELS)
-        .map(|level| {
-            let name = |l: usize| if l == 0 { "Json".to_owned() } else { format!("Json{l}") };
-            let inner = if level + 1 == JSON_LEVELS { r("Json") } else { r(&name(level + 1)) };
-            let schema = json!({
-                "description": "Any JSON value whose numbers survive a double unchanged: \
-                    integers within ±(2^53−1) (larger ones are refused as \
-                    `request.unsafe_number`), nested at most 64 deep (`request.too_deep`), \
-                    with no duplicate keys (`request.duplicate_key`), at every depth.",
-                "anyOf": [
-                    {"type": "null"}, {"type": "boolean"}, {"type": "string"},
-                    {"type": "integer", "minimum": -9007199254740991_i64, "maximum": 9007199254740991_i64},
-                    {"type": "number", "minimum": -9007199254740991_i64, "maximum": 9007199254740991_i64},
-                    {"type": "array", "items": inner},
-                    {"type": "object", "additionalProperties": inner},
-                ],
-            });
-            (name(level), schema)
-        })
-        .collect()
-}
-
 /// Every component schema, by name.
 pub(super) fn components() -> Value {
     let mut all = written();
-    for (name, schema) in json_levels() {
-        all[name] = schema;
-    }
+    // Any JSON value whose numbers survive a double unchanged. Written without `anyOf` and
+    // without `type`: each keyword applies to its own kind of value (numbers, arrays,
+    // objects), which is the same set of values, in a form both generators of clients and
+    // generators of test data read.
+    all["Json"] = json!({
+        "description": "Any JSON value whose numbers survive a double unchanged: within \
+            ±(2^53−1) (larger integers are refused as `request.unsafe_number`), nested at most \
+            64 deep (`request.too_deep`), with no duplicate keys (`request.duplicate_key`).",
+        "minimum": -9007199254740991_i64,
+        "maximum": 9007199254740991_i64,
+        "items": r("Json"),
+        "additionalProperties": r("Json"),
+    });
     all
 }
 
@@ -101,7 +82,7 @@ fn written() -> Value {
                 "fingerprint": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
                 "upstream_status": {"type": "integer"},
                 "result": {"description": "The backend's body: JSON, or a string when it is not JSON."},
-                "edited": {"const": true},
+                "edited": {"type": "boolean", "description": "Present, and true, when an approver edited the args."},
                 "args": {"type": "object", "description": "The args that ran, when an approver edited them."},
             },
         },
@@ -263,7 +244,7 @@ fn written() -> Value {
             "required": ["version", "sources", "rules"],
             "properties": {
                 "version": string,
-                "sources": {"type": "array"},
+                "sources": {"type": "array", "items": {}},
                 "rules": {"type": "array", "items": {
                     "type": "object",
                     "required": ["id", "tools", "decision", "location"],
@@ -309,8 +290,8 @@ fn written() -> Value {
             "properties": {
                 "decision": {"enum": ["allow", "deny", "require_approval"]},
                 "rules": {"type": "array", "items": string},
-                "errors": {"type": "array"},
-                "messages": {"type": "array"},
+                "errors": {"type": "array", "items": {"type": "object"}},
+                "messages": {"type": "array", "items": {"type": "object"}},
                 "policy_version": string,
                 "fingerprint": string,
                 "tool": string,
@@ -343,7 +324,7 @@ fn written() -> Value {
         "WebhookEnabled": {
             "type": "object",
             "required": ["enabled", "requeued"],
-            "properties": {"enabled": {"const": true}, "requeued": {"type": "integer", "minimum": 0}},
+            "properties": {"enabled": {"type": "boolean"}, "requeued": {"type": "integer", "minimum": 0}},
         },
         "WebhookTestQueued": {
             "type": "object",
