@@ -4,7 +4,11 @@
 //! - allowed calls per second through three gateways on one database (32 clients spread over
 //!   them), against one gateway on fjall and one on PostgreSQL (32 clients each);
 //! - decision -> answer across gateways: a call held on A, approved on B; the time from B's
-//!   answer to A's, p50 and p99.
+//!   answer to A's, p50 and p99;
+//! - then again over TCP, directly and through a proxy that adds 1 ms each way (a database in
+//!   another zone, `support::delay`), with 8 connections per gateway so the network and not
+//!   this machine's cores is what limits: a lone allowed call's latency, allowed calls/s and
+//!   approval cycles/s of one gateway against three, decision -> answer across gateways.
 //!
 //! `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench
 //! cluster_load`. The database is a throwaway cluster the bench starts (Debian's PostgreSQL,
@@ -130,26 +134,185 @@ fn main() {
     drop(solo);
 
     // Decision -> answer across gateways.
-    let (a, b) = (&cluster[0], &cluster[1]);
+    let lat = decision_to_answer(&rt, &http, &cluster[0], &cluster[1], 100);
+    println!(
+        "decision on B -> answer on A: p50 {:.2} ms, p99 {:.2} ms (100 calls)",
+        lat.0, lat.1
+    );
+    drop(cluster);
+    drop(single);
+
+    through_a_delay(&rt, &http, &db, backend);
+}
+
+/// Gateways that reach PostgreSQL over TCP, directly and through a proxy that adds 1 ms each
+/// way (a database in another zone), side by side: a lone allowed call's latency (and so how
+/// many round trips it waits for), allowed calls/s and approval cycles/s of one gateway and
+/// of three (8 connections each), and decision -> answer across gateways.
+fn through_a_delay(
+    rt: &tokio::runtime::Runtime,
+    http: &support::HttpClient,
+    db: &pg::Database,
+    backend: u16,
+) {
+    let pg_port: u16 = db
+        .url
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("port="))
+        .and_then(|p| p.parse().ok())
+        .expect("a port in the database URL");
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], pg_port));
+    let proxy = support::delay::DelayProxy::start(target, Duration::from_millis(1));
+    let url = |port: u16| {
+        format!(
+            "host=127.0.0.1 port={port} user=postgres dbname={}",
+            db.name
+        )
+    };
+    for (label, port) in [("direct", pg_port), ("1 ms each way", proxy.port)] {
+        let url = url(port);
+        let rtt = select_one_round_trip(&url);
+        let tag = if port == pg_port { "t" } else { "d" };
+        let solo = gateway(backend, Some(&url), &format!("{tag}-solo"));
+        let three: Vec<GatewayProcess> = ["a", "b", "c"]
+            .iter()
+            .map(|n| gateway(backend, Some(&url), &format!("{tag}-{n}")))
+            .collect();
+        let body = r#"{"tool":"bench.allow","args":{"n":1}}"#;
+        let (lone, allowed_one, allowed_three, cycles_one, cycles_three) = rt.block_on(async {
+            let uri = format!("http://127.0.0.1:{}/v1/calls", solo.port);
+            let mut lone = Vec::new();
+            for _ in 0..100 {
+                let start = Instant::now();
+                let (status, _) = send(http, &uri, Some(AGENT), None, body.into()).await;
+                assert_eq!(status, 200);
+                lone.push(start.elapsed());
+            }
+            lone.sort();
+            let allowed_one = closed_loop(http, &uri, Some(AGENT), body, 8, 3).await;
+            let loops = three.iter().map(|g| {
+                let (http, uri) = (
+                    http.clone(),
+                    format!("http://127.0.0.1:{}/v1/calls", g.port),
+                );
+                async move { closed_loop(&http, &uri, Some(AGENT), body, 8, 3).await }
+            });
+            let allowed_three: f64 = futures_join(loops.collect()).await.iter().sum();
+            let cycles_one = approval_cycles(http, solo.port, 8, 3).await;
+            let loops = three.iter().map(|g| {
+                let (http, port) = (http.clone(), g.port);
+                async move { approval_cycles(&http, port, 8, 3).await }
+            });
+            let cycles_three: f64 = futures_join(loops.collect()).await.iter().sum();
+            (
+                pct(&lone, 0.5),
+                allowed_one,
+                allowed_three,
+                cycles_one,
+                cycles_three,
+            )
+        });
+        let (p50, p99) = decision_to_answer(rt, http, &three[0], &three[1], 50);
+        println!(
+            "PostgreSQL over TCP, {label} (SELECT 1 round trip {rtt:.2} ms): lone allowed call p50 {:.2} ms;              allowed calls/s, 8 connections per gateway: one gateway {allowed_one:.0}, three {allowed_three:.0} ({:.2}x);              approval cycles/s: one {cycles_one:.0}, three {cycles_three:.0} ({:.2}x);              decision on B -> answer on A: p50 {p50:.2} ms, p99 {p99:.2} ms (50 calls)",
+            lone.as_secs_f64() * 1000.0,
+            allowed_three / allowed_one,
+            cycles_three / cycles_one,
+        );
+    }
+}
+
+/// The median time of `SELECT 1` over a connection to `url`: what one round trip costs.
+fn select_one_round_trip(url: &str) -> f64 {
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let mut times = Vec::new();
+    for _ in 0..50 {
+        let start = Instant::now();
+        client.simple_query("SELECT 1").unwrap();
+        times.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    median(times)
+}
+
+/// Approval cycles per second on the gateway at `port`, `workers` at a time for `secs`: a call
+/// held (answered 202 at once), approved, then resumed and run.
+async fn approval_cycles(http: &support::HttpClient, port: u16, workers: usize, secs: u64) -> f64 {
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut handles = Vec::new();
+    for w in 0..workers {
+        let http = http.clone();
+        handles.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < end {
+                let base = format!("http://127.0.0.1:{port}/v1");
+                let body =
+                    format!(r#"{{"tool":"bench.hold","args":{{"w":{w},"n":{n},"p":{port}}}}}"#);
+                let (status, held) = send(
+                    &http,
+                    &format!("{base}/calls"),
+                    Some(AGENT),
+                    Some("respond-async"),
+                    body,
+                )
+                .await;
+                assert_eq!(status, 202);
+                let held: serde_json::Value = serde_json::from_slice(&held).unwrap();
+                let (call, approval) = (
+                    held["call_id"].as_str().unwrap().to_owned(),
+                    held["approval"]["id"].as_str().unwrap().to_owned(),
+                );
+                let approve = format!("{base}/approvals/{approval}/approve");
+                let (status, _) = send(&http, &approve, Some(APPROVER), None, "{}".into()).await;
+                assert_eq!(status, 200);
+                let resume = format!("{base}/calls/{call}/resume");
+                let (status, _) = send(&http, &resume, Some(AGENT), None, "{}".into()).await;
+                assert_eq!(status, 200);
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut done = 0;
+    for h in handles {
+        done += h.await.unwrap();
+    }
+    done as f64 / secs as f64
+}
+
+/// A call held on `a`, approved on `b`: the time from `b`'s answer to `a`'s, p50 and p99 in
+/// ms over `n` calls.
+fn decision_to_answer(
+    rt: &tokio::runtime::Runtime,
+    http: &support::HttpClient,
+    a: &GatewayProcess,
+    b: &GatewayProcess,
+    n: usize,
+) -> (f64, f64) {
     let mut lat = Vec::new();
     rt.block_on(async {
-        for i in 0..100 {
+        for i in 0..n {
             let held = {
                 let http = http.clone();
                 let uri = format!("http://127.0.0.1:{}/v1/calls", a.port);
-                let body = format!(r#"{{"tool":"bench.hold","args":{{"i":{i}}}}}"#);
+                let body = format!(
+                    r#"{{"tool":"bench.hold","args":{{"i":{i},"a":{}}}}}"#,
+                    a.port
+                );
                 tokio::spawn(async move {
                     let (status, _) = send(&http, &uri, Some(AGENT), None, body).await;
                     (status, Instant::now())
                 })
             };
             let approval = loop {
-                let (_, list) = get(&http, b.port, "/v1/approvals?status=pending").await;
+                let (_, list) = get(http, b.port, "/v1/approvals?status=pending").await;
                 let v: serde_json::Value = serde_json::from_slice(&list).unwrap();
                 if let Some(id) = v["approvals"]
                     .as_array()
-                    .and_then(|a| a.iter().find(|a| a["args"]["i"] == i))
-                    .and_then(|a| a["id"].as_str())
+                    .and_then(|l| {
+                        l.iter()
+                            .find(|x| x["args"]["i"] == i && x["args"]["a"] == a.port)
+                    })
+                    .and_then(|x| x["id"].as_str())
                 {
                     break id.to_owned();
                 }
@@ -159,7 +322,7 @@ fn main() {
                 "http://127.0.0.1:{}/v1/approvals/{approval}/approve",
                 b.port
             );
-            let (status, _) = send(&http, &uri, Some(APPROVER), None, "{}".into()).await;
+            let (status, _) = send(http, &uri, Some(APPROVER), None, "{}".into()).await;
             assert_eq!(status, 200);
             let decided = Instant::now();
             let (status, answered) = held.await.unwrap();
@@ -168,11 +331,10 @@ fn main() {
         }
     });
     lat.sort();
-    println!(
-        "decision on B -> answer on A: p50 {:.2} ms, p99 {:.2} ms (100 calls)",
+    (
         pct(&lat, 0.5).as_secs_f64() * 1000.0,
-        pct(&lat, 0.99).as_secs_f64() * 1000.0
-    );
+        pct(&lat, 0.99).as_secs_f64() * 1000.0,
+    )
 }
 
 /// Runs the futures concurrently on the current runtime; their outputs in order.

@@ -1,6 +1,7 @@
 //! What the load harnesses share: the release `airlock` binary started as its own process
 //! with a config and policy in a temp dir, a minimal in-process backend, a pooled HTTP client
-//! with `TCP_NODELAY`, one request, a closed loop, and percentiles.
+//! with `TCP_NODELAY`, one request, a closed loop, percentiles, and ([`delay`]) a TCP proxy
+//! that adds network delay.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -19,6 +20,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use hyper_util::rt::TokioIo;
+
+pub mod delay;
 
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
