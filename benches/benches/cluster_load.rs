@@ -213,12 +213,20 @@ fn through_a_delay(
             )
         });
         let (p50, p99) = decision_to_answer(rt, http, &three[0], &three[1], 50);
+        println!("PostgreSQL over TCP, {label} (SELECT 1 round trip {rtt:.2} ms):");
         println!(
-            "PostgreSQL over TCP, {label} (SELECT 1 round trip {rtt:.2} ms): lone allowed call p50 {:.2} ms;              allowed calls/s, 8 connections per gateway: one gateway {allowed_one:.0}, three {allowed_three:.0} ({:.2}x);              approval cycles/s: one {cycles_one:.0}, three {cycles_three:.0} ({:.2}x);              decision on B -> answer on A: p50 {p50:.2} ms, p99 {p99:.2} ms (50 calls)",
-            lone.as_secs_f64() * 1000.0,
-            allowed_three / allowed_one,
-            cycles_three / cycles_one,
+            "  lone allowed call p50 {:.2} ms",
+            lone.as_secs_f64() * 1000.0
         );
+        println!(
+            "  allowed calls/s, 8 connections per gateway: one gateway {allowed_one:.0}, three {allowed_three:.0} ({:.2}x)",
+            allowed_three / allowed_one
+        );
+        println!(
+            "  approval cycles/s, 8 connections per gateway: one {cycles_one:.0}, three {cycles_three:.0} ({:.2}x)",
+            cycles_three / cycles_one
+        );
+        println!("  decision on B -> answer on A: p50 {p50:.2} ms, p99 {p99:.2} ms (50 calls)");
     }
 }
 

@@ -1,19 +1,16 @@
 //! A TCP proxy that holds every chunk it carries for a fixed time in each direction, as a
 //! database in another availability zone would (`cluster_load`). Throughput is not limited:
-//! chunks are read as they come and each is written out once its own delay has passed, in
-//! order, so pipelined traffic stays pipelined. The delay is tokio's timer, whose granularity
-//! is a millisecond: a 1 ms delay is 1–2 ms in practice; the harness measures and prints it.
+//! a reader thread takes chunks as they come and a writer thread writes each one out once its
+//! own delay has passed, in order, so pipelined traffic stays pipelined. Plain threads and
+//! `std::thread::sleep` (tens of microseconds late), not tokio's timer, whose millisecond
+//! ticks made a 1 ms delay 2 ms or more; the harness measures the round trip and prints it.
 //!
 //! It carries bytes only: it knows nothing of PostgreSQL.
 
-use std::net::SocketAddr;
-use std::time::Duration;
-
-use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio::time::Instant;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// A running proxy; it stops when the harness exits.
 pub struct DelayProxy {
@@ -22,69 +19,51 @@ pub struct DelayProxy {
 
 impl DelayProxy {
     /// Listens on 127.0.0.1 (any port) and forwards each connection to `target` with
-    /// `one_way` added in each direction, on a thread of its own.
+    /// `one_way` added in each direction.
     pub fn start(target: SocketAddr, one_way: Duration) -> DelayProxy {
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        std_listener.set_nonblocking(true).unwrap();
-        let port = std_listener.local_addr().unwrap().port();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
         std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = TcpListener::from_std(std_listener).unwrap();
-                loop {
-                    let Ok((inbound, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    tokio::spawn(async move {
-                        let Ok(outbound) = TcpStream::connect(target).await else {
-                            return;
-                        };
-                        let _ = inbound.set_nodelay(true);
-                        let _ = outbound.set_nodelay(true);
-                        let (in_r, in_w) = inbound.into_split();
-                        let (out_r, out_w) = outbound.into_split();
-                        tokio::spawn(carry(in_r, out_w, one_way));
-                        tokio::spawn(carry(out_r, in_w, one_way));
-                    });
-                }
-            });
+            for inbound in listener.incoming().flatten() {
+                let Ok(outbound) = TcpStream::connect(target) else {
+                    continue;
+                };
+                let _ = inbound.set_nodelay(true);
+                let _ = outbound.set_nodelay(true);
+                let (in2, out2) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+                carry(inbound, outbound, one_way);
+                carry(out2, in2, one_way);
+            }
         });
         DelayProxy { port }
     }
 }
 
-/// Reads chunks from `from` and writes each to `to` `delay` after it arrived.
-async fn carry(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
-    delay: Duration,
-) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Bytes)>();
-    let writer = tokio::spawn(async move {
-        while let Some((due, chunk)) = rx.recv().await {
-            tokio::time::sleep_until(due).await;
-            if to.write_all(&chunk).await.is_err() {
-                return;
+/// Copies `from` to `to`, each chunk `delay` after it arrived, on two threads of its own.
+fn carry(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    std::thread::spawn(move || {
+        for (due, chunk) in rx {
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            if to.write_all(&chunk).is_err() {
+                break;
             }
         }
-        let _ = to.shutdown().await;
+        let _ = to.shutdown(Shutdown::Write);
     });
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let due = Instant::now() + delay;
-                if tx.send((due, Bytes::copy_from_slice(&buf[..n]))).is_err() {
-                    break;
-                }
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = from.read(&mut buf) {
+            if n == 0
+                || tx
+                    .send((Instant::now() + delay, buf[..n].to_vec()))
+                    .is_err()
+            {
+                break;
             }
         }
-    }
-    drop(tx);
-    let _ = writer.await;
+    });
 }
