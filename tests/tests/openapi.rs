@@ -422,3 +422,28 @@ for a in page.approvals:
         "{body}"
     );
 }
+
+#[test]
+fn the_suites_check_of_every_answer_against_the_document_can_fail() {
+    // What `Gateway::req` runs on each `/v1` answer of every end-to-end test: it takes what
+    // the document describes and refuses what it does not.
+    let backend = Backend::start();
+    let gw = Gateway::start(&backend);
+    let (status, body) = gw.req("GET", "/v1/approvals/nope", Some("dba1"), None, None);
+    assert_eq!((status, code(&body)), (404, "approval.not_found"));
+    let refused = |status: u16, body: Value| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            gw.conforms("GET", "/v1/approvals/nope", status, &body)
+        }))
+        .is_err()
+    };
+    assert!(!refused(404, body.clone()));
+    // A code the document does not list for that status, a body of the wrong shape, a status
+    // the operation never answers with.
+    assert!(refused(
+        404,
+        serde_json::json!({"error": {"code": "call.not_found", "message": "", "details": {}}})
+    ));
+    assert!(refused(200, serde_json::json!({"id": 5})));
+    assert!(refused(418, body));
+}

@@ -197,6 +197,9 @@ pub struct Gateway {
     listen: String,
     /// `AIRLOCK_LOG`.
     pub log_level: &'static str,
+    /// The gateway's `/v1/openapi.json`, fetched at the first `/v1` answer [`Gateway::req`]
+    /// checks against it.
+    document: std::sync::OnceLock<Value>,
 }
 
 pub fn config_text(backend: &Backend, extra_server: &str) -> String {
@@ -253,6 +256,7 @@ impl Gateway {
                 .unwrap(),
             listen: format!("127.0.0.1:{port}"),
             log_level,
+            document: std::sync::OnceLock::new(),
         };
         g.spawn();
         g
@@ -344,11 +348,77 @@ impl Gateway {
         }
         let resp = r.send().unwrap();
         let status = resp.status().as_u16();
+        let json = resp
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes() == b"application/json");
         let text = resp.text().unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if json && path.starts_with("/v1/") {
+            self.conforms(method, path, status, &body);
+        }
+        (status, body)
+    }
+
+    /// Panics unless `body`, the answer `status` to `method path`, is what the gateway's OpenAPI
+    /// document says that operation answers with that status (DESIGN §18: every response the
+    /// gateway gives matches it). Every test that talks to `/v1` through [`Gateway::req`]
+    /// checks this on each answer.
+    pub fn conforms(&self, method: &str, path: &str, status: u16, body: &Value) {
+        let doc = self.document.get_or_init(|| {
+            self.client
+                .get(format!("{}/v1/openapi.json", self.base))
+                .send()
+                .unwrap()
+                .json()
+                .unwrap()
+        });
+        let path = path.split('?').next().unwrap_or("");
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let template = doc["paths"].as_object().unwrap().keys().find(|t| {
+            let parts: Vec<&str> = t.trim_matches('/').split('/').collect();
+            parts.len() == segments.len()
+                && parts
+                    .iter()
+                    .zip(&segments)
+                    .all(|(p, s)| p.starts_with('{') || p == s)
+        });
+        let Some(template) = template else {
+            assert_eq!(
+                body["error"]["code"], "route.not_found",
+                "{method} {path}: {body}"
+            );
+            return;
+        };
+        let op = &doc["paths"][template][method.to_lowercase()];
+        if op.is_null() {
+            assert_eq!(
+                body["error"]["code"], "route.method_not_allowed",
+                "{method} {path}: {body}"
+            );
+            return;
+        }
+        let escaped = template.replace('~', "~0").replace('/', "~1");
+        let pointer = format!(
+            "#/paths/{escaped}/{}/responses/{status}/content/application~1json/schema",
+            method.to_lowercase()
+        );
+        assert!(
+            doc.pointer(&pointer[1..]).is_some(),
+            "{method} {path} answered {status}, which the document does not list: {body}"
+        );
+        // The document is the root, so its `#/components/...` references resolve.
+        let mut root = doc.clone();
+        root["$ref"] = Value::String(pointer.replace('{', "%7B").replace('}', "%7D"));
+        let validator = jsonschema::draft202012::new(&root).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(body)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{method} {path} answered {status} with a body the document does not describe: {errors:?}\n{body}"
+        );
     }
 
     pub fn call(&self, who: &str, tool: &str, args: Value, prefer: Option<&str>) -> (u16, Value) {

@@ -80,7 +80,7 @@ fn written() -> Value {
                 "status": {"const": "completed"},
                 "decision": {"enum": ["allow", "require_approval"]},
                 "fingerprint": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
-                "upstream_status": {"type": "integer"},
+                "upstream_status": {"type": ["integer", "null"], "description": "The HTTP backend's status; null for an MCP upstream's result, which `result` holds as the upstream gave it."},
                 "result": {"description": "The backend's body: JSON, or a string when it is not JSON."},
                 "edited": {"type": "boolean", "description": "Present, and true, when an approver edited the args."},
                 "args": {"type": "object", "description": "The args that ran, when an approver edited them."},
