@@ -9,7 +9,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -728,15 +728,7 @@ fn a_running_gateways_log_is_verified_over_the_api_without_trusting_it() {
 fn the_readmes_python_mcp_client_runs_against_the_demo() {
     // The snippet as the README shows it, run with the official Python SDK: what a reader
     // copies works.
-    let readme =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
-    let start = readme
-        .find("```python\n")
-        .expect("a Python snippet in the README")
-        + 10;
-    let end = start + readme[start..].find("```").unwrap();
-    let snippet: String = readme[start..end]
+    let snippet: String = readme_snippet("```python\n")
         .lines()
         .map(|l| l.strip_prefix("  ").unwrap_or(l))
         .collect::<Vec<_>>()

@@ -175,6 +175,31 @@ fn the_documents_routes_are_exactly_the_routes_the_gateway_answers() {
         (400, "request.invalid_field"),
         "{body}"
     );
+    // So is a body field it does not take, and a field of the wrong kind.
+    let (status, body) = gw.req(
+        "POST",
+        "/v1/approvals/nope/decline",
+        Some("dba1"),
+        Some(r#"{"reasn":"typo"}"#),
+        None,
+    );
+    assert_eq!(
+        (status, code(&body)),
+        (400, "request.unknown_field"),
+        "{body}"
+    );
+    let (status, body) = gw.req(
+        "POST",
+        "/v1/policy/evaluate",
+        Some("admin"),
+        Some(r#"{"tool":"echo.x","args":{},"principal":"admin"}"#),
+        None,
+    );
+    assert_eq!(
+        (status, code(&body)),
+        (400, "request.invalid_field"),
+        "{body}"
+    );
 }
 
 /// Runs Schemathesis from `dir` (it writes its state into the working directory) against the
@@ -310,18 +335,9 @@ fn schemathesis_finds_nothing_with_every_role_and_the_backend_sees_only_calls_th
 #[test]
 fn the_readmes_python_approver_approves_reads_and_declines_the_rest() {
     // The snippet as the README shows it: what a reader copies works, with plain HTTP.
-    let readme = std::fs::read_to_string(
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
-    )
-    .unwrap();
-    let start = readme
-        .find("```python\n# approve_reads.py")
-        .expect("the approver's snippet in the README")
-        + 10;
-    let end = start + readme[start..].find("```").unwrap();
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("approve_reads.py");
-    std::fs::write(&script, &readme[start..end]).unwrap();
+    std::fs::write(&script, readme_snippet("```python\n# approve_reads.py")).unwrap();
 
     let backend = Backend::start();
     let gw = Gateway::start(&backend);
@@ -331,17 +347,11 @@ fn the_readmes_python_approver_approves_reads_and_declines_the_rest() {
         "db.query",
         serde_json::json!({"sql": "DELETE FROM t"}),
     );
-    let out = Command::new("python3")
-        .arg(&script)
-        .env("AIRLOCK_URL", &gw.base)
-        .env("AIRLOCK_APPROVER_TOKEN", "token-dba1")
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{printed}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let printed = output_of(
+        Command::new("python3")
+            .arg(&script)
+            .env("AIRLOCK_URL", &gw.base)
+            .env("AIRLOCK_APPROVER_TOKEN", "token-dba1"),
     );
     assert!(
         printed.contains("db.query SELECT 1 -> approved"),
@@ -403,16 +413,10 @@ for a in page.approvals:
     done = approve.sync(client=client, id=a.id, body=ApproveRequest(reason="generated"))
     print(a.id, a.tool, done.status)
 "#;
-    let out = Command::new("python3")
-        .current_dir(dir.path())
-        .args(["-c", script, &gw.base])
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{printed}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let printed = output_of(
+        Command::new("python3")
+            .current_dir(dir.path())
+            .args(["-c", script, &gw.base]),
     );
     assert_eq!(printed.trim(), format!("{approval_id} db.query approved"));
     let (status, body) = gw.resume("agent1", &call_id);

@@ -18,7 +18,7 @@ use std::time::Duration;
 use airlock_policy::json as strict_json;
 use airlock_storage::Principal;
 use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
 use crate::auth::{Need, Role};
@@ -64,6 +64,33 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
 }
 
 async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    headers_fit(gw, &req)?;
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let (route, params) = lookup(gw, req.method(), &path, &query)?;
+    if route.access != Access::Token {
+        return Ok(open_route(gw, route.op));
+    }
+    let need = match route.path.split('/').nth(2) {
+        Some("calls" | "runs") => Need::Call,
+        _ => Need::Any,
+    };
+    let (principal, role) = admit::authenticate(gw, req.headers(), need).await?;
+    let cx = Ctx {
+        gw,
+        principal,
+        role,
+        query: &query,
+        limit: BodyLimits {
+            max_bytes: gw.config.max_body_bytes,
+            timeout: gw.config.connections.body_timeout,
+        },
+    };
+    dispatch(cx, route.op, params.first().copied().unwrap_or(""), req).await
+}
+
+/// `431` when the request's headers are larger than `server.max_header_bytes`.
+fn headers_fit(gw: &Gateway, req: &Request<Incoming>) -> Result<(), ApiError> {
     let header_bytes: usize = req
         .headers()
         .iter()
@@ -78,11 +105,19 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             ),
         ));
     }
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let query = req.uri().query().unwrap_or("").to_owned();
+    Ok(())
+}
 
-    let (route, params) = match routes::find(&method, &path, !gw.auth.issuers.is_empty()) {
+/// The route the table has for `method path`, and its `{name}` segments; `405` (with `Allow`)
+/// for a known path's other methods, `404` for an unknown path, `400` for a query parameter
+/// the route does not take.
+fn lookup<'p>(
+    gw: &Gateway,
+    method: &Method,
+    path: &'p str,
+    query: &str,
+) -> Result<(&'static routes::Route, Vec<&'p str>), ApiError> {
+    let (route, params) = match routes::find(method, path, !gw.auth.issuers.is_empty()) {
         Lookup::Route(r, params) => (r, params),
         Lookup::WrongMethod(allow) => {
             let mut e = ApiError::new(
@@ -99,7 +134,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             ))
         }
     };
-    if let Some(k) = route.unknown_query(&query) {
+    if let Some(k) = route.unknown_query(query) {
         return Err(ApiError::new(
             Code::RequestUnknownField,
             match route.query {
@@ -111,27 +146,18 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
             },
         ));
     }
-    if route.access != Access::Token {
-        return Ok(open_route(gw, route.op));
-    }
+    Ok((route, params))
+}
 
-    let need = match route.path.split('/').nth(2) {
-        Some("calls" | "runs") => Need::Call,
-        _ => Need::Any,
-    };
-    let (principal, role) = admit::authenticate(gw, req.headers(), need).await?;
-    let cx = Ctx {
-        gw,
-        principal,
-        role,
-        query: &query,
-        limit: BodyLimits {
-            max_bytes: gw.config.max_body_bytes,
-            timeout: gw.config.connections.body_timeout,
-        },
-    };
-    let id = params.first().copied().unwrap_or("");
-    match route.op {
+/// Hands an authenticated request to its operation's handler; `id` is the route's `{name}`
+/// segment, if it has one.
+async fn dispatch(
+    cx: Ctx<'_>,
+    op: Op,
+    id: &str,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    match op {
         Op::CreateCall => calls::create(cx, req).await,
         Op::ListCalls => calls::list(cx).await,
         Op::GetCall => calls::get(cx, id).await,
@@ -155,6 +181,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         Op::ListAudit => admin::audit(cx).await,
         Op::ExportAudit => admin::export(cx).await,
         Op::PruneAudit => admin::prune(cx, req).await,
+        // The open routes are answered before authentication; served the same way here.
         Op::Root
         | Op::Favicon
         | Op::Healthz
@@ -162,7 +189,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         | Op::Metrics
         | Op::OpenApi
         | Op::ProtectedResource
-        | Op::ProtectedResourceMcp => Ok(open_route(gw, route.op)),
+        | Op::ProtectedResourceMcp => Ok(open_route(cx.gw, op)),
     }
 }
 

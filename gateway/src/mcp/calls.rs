@@ -323,27 +323,7 @@ fn tool_result(
         // An upstream's own input request, relayed (only when the client takes it): its
         // keys and params unchanged, its state sealed inside ours.
         Ok(Outcome::Completed(c)) if is_input_required(&c) => {
-            let state = State {
-                v: 1,
-                nonce: String::new(),
-                approval_id: String::new(),
-                call_id: c.call_id.clone(),
-                principal: principal.id.clone(),
-                tool: call.tool.clone(),
-                fingerprint: call.fingerprint.to_string(),
-                expires_at: now_ms() + RELAY_TTL_MS,
-                suspension: None,
-                by_url: false,
-                relay: Some(seal::Relayed {
-                    upstream_state: c.result.get("requestState").cloned(),
-                }),
-            };
-            let mut r = c.result;
-            r["requestState"] = match random_hex(16) {
-                Ok(nonce) => Value::String(seal::seal(&front.state_key, &State { nonce, ..state })),
-                Err(e) => return error_result(e.code.as_str(), &e.message, json!({})),
-            };
-            return r;
+            return relayed_input(front, principal, call, c)
         }
         Ok(Outcome::Completed(c)) => match c.upstream_status {
             // An MCP upstream's result, unchanged.
@@ -360,29 +340,7 @@ fn tool_result(
             }
         },
         Ok(Outcome::Pending(p)) if modern && exchange.url_elicitation() => {
-            let request = json!({
-                "method": "elicitation/create",
-                "params": {
-                    "mode": "url",
-                    "url": link(gw, &p.approval_id),
-                    "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", call.tool),
-                },
-            });
-            let state = State {
-                v: 1,
-                nonce: String::new(),
-                approval_id: p.approval_id.clone(),
-                call_id: p.call_id.clone(),
-                principal: principal.id.clone(),
-                tool: call.tool.clone(),
-                fingerprint: call.fingerprint.to_string(),
-                // The approval's own expiry, plus time to come back once it is decided.
-                expires_at: p.expires_at + 15 * 60 * 1000,
-                suspension: None,
-                by_url: false,
-                relay: None,
-            };
-            return sealed_input(front, INPUT_KEY, request, state);
+            return approval_input(gw, front, principal, call, &p)
         }
         Ok(Outcome::Suspended(v))
             if modern && (exchange.url_elicitation() || exchange.form_elicitation()) =>
@@ -438,16 +396,7 @@ fn tool_result(
         }
     };
     if refusal && gw.backends.mcp.declares_output_schema(&call.tool) {
-        // Clients validate `structuredContent` against the tool's `outputSchema`, error or
-        // not (the TypeScript SDK 1.x, the Inspector): our refusal goes in `_meta` instead,
-        // and its text content says the same (DESIGN §10).
-        if let Some(error) = result
-            .as_object_mut()
-            .and_then(|o| o.remove("structuredContent"))
-            .and_then(|mut s| s.get_mut("error").map(Value::take))
-        {
-            result["_meta"] = json!({"airlock/error": error});
-        }
+        refusal_into_meta(&mut result);
     }
     if modern {
         if let Some(o) = result.as_object_mut() {
@@ -456,6 +405,84 @@ fn tool_result(
         }
     }
     result
+}
+
+/// An upstream's own `input_required`, relayed to a client that takes it: its keys and params
+/// unchanged, its `requestState` sealed inside ours (DESIGN §15).
+fn relayed_input(
+    front: &McpFront,
+    principal: &Principal,
+    call: &ToolCall,
+    c: pipeline::Completed,
+) -> Value {
+    let state = State {
+        v: 1,
+        nonce: String::new(),
+        approval_id: String::new(),
+        call_id: c.call_id.clone(),
+        principal: principal.id.clone(),
+        tool: call.tool.clone(),
+        fingerprint: call.fingerprint.to_string(),
+        expires_at: now_ms() + RELAY_TTL_MS,
+        suspension: None,
+        by_url: false,
+        relay: Some(seal::Relayed {
+            upstream_state: c.result.get("requestState").cloned(),
+        }),
+    };
+    let mut r = c.result;
+    r["requestState"] = match random_hex(16) {
+        Ok(nonce) => Value::String(seal::seal(&front.state_key, &State { nonce, ..state })),
+        Err(e) => return error_result(e.code.as_str(), &e.message, json!({})),
+    };
+    r
+}
+
+/// A 2026-07-28 client that opens URLs is asked to open the approval's inbox page; its retry
+/// brings back the sealed state that finds the call again.
+fn approval_input(
+    gw: &Gateway,
+    front: &McpFront,
+    principal: &Principal,
+    call: &ToolCall,
+    p: &pipeline::Pending,
+) -> Value {
+    let request = json!({
+        "method": "elicitation/create",
+        "params": {
+            "mode": "url",
+            "url": link(gw, &p.approval_id),
+            "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", call.tool),
+        },
+    });
+    let state = State {
+        v: 1,
+        nonce: String::new(),
+        approval_id: p.approval_id.clone(),
+        call_id: p.call_id.clone(),
+        principal: principal.id.clone(),
+        tool: call.tool.clone(),
+        fingerprint: call.fingerprint.to_string(),
+        // The approval's own expiry, plus time to come back once it is decided.
+        expires_at: p.expires_at + 15 * 60 * 1000,
+        suspension: None,
+        by_url: false,
+        relay: None,
+    };
+    sealed_input(front, INPUT_KEY, request, state)
+}
+
+/// Clients validate `structuredContent` against the tool's `outputSchema`, error or not (the
+/// TypeScript SDK 1.x, the Inspector): for such a tool our refusal goes in `_meta` instead, and
+/// its text content says the same (DESIGN §10).
+fn refusal_into_meta(result: &mut Value) {
+    if let Some(error) = result
+        .as_object_mut()
+        .and_then(|o| o.remove("structuredContent"))
+        .and_then(|mut s| s.get_mut("error").map(Value::take))
+    {
+        result["_meta"] = json!({"airlock/error": error});
+    }
 }
 
 /// A 2026-07-28 `input_required` result asking `request` under `key`, with `state` sealed

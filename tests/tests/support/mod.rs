@@ -14,6 +14,34 @@ use sha2::{Digest, Sha256};
 pub mod idp;
 pub mod pg;
 
+/// The README's code block that opens with `opening` (e.g. "```python\n# approve_reads.py"),
+/// its text after the fence line, as printed: what a reader copies.
+pub fn readme_snippet(opening: &str) -> String {
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let fence = opening.split('\n').next().unwrap_or(opening).len() + 1;
+    let start = readme
+        .find(opening)
+        .unwrap_or_else(|| panic!("no `{opening}` block in the README"))
+        + fence;
+    let end = start + readme[start..].find("```").unwrap();
+    readme[start..end].to_owned()
+}
+
+/// Runs `cmd`, which must succeed; its standard output.
+pub fn output_of(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{printed}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    printed
+}
+
 /// The programs the tests drive besides the gateway (`tests/peers/`).
 pub fn peers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")
