@@ -49,8 +49,10 @@ airlock_policy::stable_names! {
         PrincipalLimited = "principal.limited",
         InboxSignedIn = "inbox.signed_in",
         InboxSignedOut = "inbox.signed_out",
-        // MCP: an upstream's input request relayed to the client, or the answer relayed back.
+        // MCP: an upstream's input request relayed to the client, or the answer relayed back;
+        // a task made for a call (DESIGN §15).
         McpRelayed = "mcp.relayed",
+        McpTaskCreated = "mcp.task_created",
         // The gateway and its log.
         PolicyLoaded = "policy.loaded",
         SecretCreated = "secret.created",

@@ -142,6 +142,14 @@ pub async fn call(
         audit_relay(gw, &principal, &call, "to_upstream", responses).await;
         relay.retry = Some((responses.clone(), None));
     }
+    // A client that asked for a task gets one instead of a held request (DESIGN §15).
+    if let Some(ttl) = super::tasks::asked(&exchange, &msg) {
+        let run = pipeline::run_call(gw, principal.clone(), call.clone(), Hold::Async, front_tag);
+        let outcome = INPUT_RELAY.scope(relay, run).await;
+        relayed_out(gw, &principal, &call, &outcome).await;
+        return super::tasks::create(gw, front, &principal, &exchange, id, &call, outcome, ttl)
+            .await;
+    }
     let mrtr = modern && exchange.url_elicitation();
     let hold = if mrtr {
         Hold::Async
@@ -287,7 +295,7 @@ async fn redeem(
 }
 
 /// The pipeline's answer as a JSON-RPC response.
-fn answer(
+pub(super) fn answer(
     gw: &Gateway,
     front: &McpFront,
     principal: &Principal,
@@ -309,7 +317,7 @@ fn answer(
 }
 
 /// The MCP result for an outcome.
-fn tool_result(
+pub(super) fn tool_result(
     gw: &Gateway,
     front: &McpFront,
     principal: &Principal,
@@ -643,7 +651,7 @@ fn error_result(code: &str, message: &str, extra: Value) -> Value {
 
 /// The `elicitation/create` params asking for a suspended call's input: the form itself
 /// when `form`, else the link to the inbox's resume form.
-fn input_request(gw: &Gateway, v: &pipeline::Suspended, form: bool) -> Value {
+pub(super) fn input_request(gw: &Gateway, v: &pipeline::Suspended, form: bool) -> Value {
     let message = match pipeline::question_of(&v.payload) {
         Some(m) => m.to_owned(),
         None => format!(

@@ -14,6 +14,7 @@
 pub mod bridge;
 pub mod calls;
 pub mod seal;
+pub mod tasks;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -387,12 +388,16 @@ async fn post(
     match method.as_str() {
         "initialize" => initialize(front, &principal, &exchange, id),
         "tools/call" => calls::call(gw, front, principal, exchange, msg).await,
+        m if m.starts_with("tasks/") => {
+            let answer = tasks::method(gw, front, &principal, &exchange, m, &msg).await;
+            respond(answer, id, &method, exchange.modern())
+        }
         _ => {
             // A 2026 client's prompts and resources are asked of the upstream in 2026 too,
             // so its input requests (`input_required`) reach the client as they are.
             let relay = calls::input_relay(&exchange, &msg);
             let answer = crate::backends::mcp::INPUT_RELAY
-                .scope(relay, answer(gw, &method, &msg))
+                .scope(relay, answer(gw, &method, &msg, exchange.modern()))
                 .await;
             respond(answer, id, &method, exchange.modern())
         }
@@ -517,7 +522,7 @@ fn initialize(
             id,
             json!({
                 "protocolVersion": LEGACY,
-                "capabilities": capabilities(),
+                "capabilities": capabilities(false),
                 "serverInfo": server_info(),
                 "instructions": INSTRUCTIONS,
             }),
@@ -531,18 +536,23 @@ fn initialize(
 
 /// The result of every method but `initialize` and `tools/call`: the gateway's own answers,
 /// and the upstreams' resources, prompts and completions, passed through.
-async fn answer(gw: &Gateway, method: &str, msg: &Message) -> Result<Value, RpcError> {
+async fn answer(
+    gw: &Gateway,
+    method: &str,
+    msg: &Message,
+    modern: bool,
+) -> Result<Value, RpcError> {
     let id = msg.id();
     match method {
         // The 2026-07-28 schema puts the server's identity in `_meta`.
         "server/discover" => Ok(json!({
             "supportedVersions": SUPPORTED,
-            "capabilities": capabilities(),
+            "capabilities": capabilities(true),
             "instructions": INSTRUCTIONS,
             "_meta": {"io.modelcontextprotocol/serverInfo": server_info()},
         })),
         "ping" => Ok(json!({})),
-        "tools/list" => Ok(paginate(tools(gw), "tools", &msg.params)),
+        "tools/list" => Ok(paginate(tools(gw, modern), "tools", &msg.params)),
         "resources/list" => {
             Ok(aggregate(gw, "resources/list", "resources", &msg.params, false).await)
         }
@@ -704,6 +714,7 @@ fn check_modern(
         let name_key = match msg.method.as_deref() {
             Some("tools/call" | "prompts/get") => Some("name"),
             Some("resources/read") => Some("uri"),
+            Some("tasks/get" | "tasks/update" | "tasks/cancel") => Some("taskId"),
             _ => None,
         };
         if let Some(k) = name_key {
@@ -737,14 +748,22 @@ fn unsupported(id: Value, requested: &str) -> RpcError {
     .with_data(json!({"supported": SUPPORTED, "requested": requested}))
 }
 
-fn capabilities() -> Value {
-    json!({
+/// What the server offers, in the revision's words: tasks are the `tasks` capability of
+/// 2025-11-25 and an extension in 2026-07-28.
+fn capabilities(modern: bool) -> Value {
+    let mut c = json!({
         "tools": {"listChanged": false},
         "resources": {},
         "prompts": {},
         "completions": {},
         "logging": {},
-    })
+    });
+    if modern {
+        c["extensions"] = json!({tasks::EXTENSION: {}});
+    } else {
+        c["tasks"] = json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+    }
+    c
 }
 
 fn server_info() -> Value {
@@ -753,8 +772,9 @@ fn server_info() -> Value {
 
 const INSTRUCTIONS: &str = "airlock checks every tool call against policy. A call may be denied, or held for a person to approve: when a result says `approval.pending`, call the tool again later with exactly the same arguments.";
 
-/// Every tool a client may call here: the built-in demo tools and the upstreams' tools.
-fn tools(gw: &Gateway) -> Vec<Value> {
+/// Every tool a client may call here: the built-in demo tools and the upstreams' tools. A
+/// 2025-11-25 client may call each as a task.
+fn tools(gw: &Gateway, modern: bool) -> Vec<Value> {
     let mut out: Vec<Value> = gw
         .config
         .tools
@@ -765,6 +785,11 @@ fn tools(gw: &Gateway) -> Vec<Value> {
         })
         .collect();
     out.extend(gw.backends.mcp.tools());
+    if !modern {
+        for t in &mut out {
+            t["execution"] = json!({"taskSupport": "optional"});
+        }
+    }
     out
 }
 

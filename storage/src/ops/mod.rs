@@ -10,7 +10,8 @@
 //! - [`grants`]: grants spent atomically, never after they expire;
 //! - [`expiry`]: the sweep that ends what is past its time;
 //! - [`outbox`]: the webhook outbox's lease/ack/retry/dead-letter cycle;
-//! - [`sessions`]: inbox sessions, one-time marks and the gateway's secrets.
+//! - [`sessions`]: inbox sessions, one-time marks and the gateway's secrets;
+//! - [`tasks`]: MCP tasks, kept under their principal.
 //!
 //! This file holds what they share: the index fields, typed reads and writes within one
 //! transaction, and appending audit records of the gateway's own. Nothing here is async;
@@ -34,6 +35,7 @@ mod grants;
 mod outbox;
 mod sessions;
 mod suspensions;
+mod tasks;
 
 pub use approvals::{ApprovalFilter, Verdict};
 pub use calls::Begin;

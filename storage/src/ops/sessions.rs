@@ -77,11 +77,15 @@ impl Store {
     }
 
     /// Drops what has outlived its use from the settings: spent tokens past their
-    /// `keep_until` and sessions past their `expires_at`. Returns how many went.
+    /// `keep_until`, and sessions and MCP tasks past their `expires_at`. Returns how many went.
     pub fn sweep_settings(&self, now: Millis) -> Result<usize, StoreError> {
         self.writer.submit(move |tx| {
             let mut gone = 0;
-            for (prefix, field) in [("session.", "expires_at"), ("spent.", "keep_until")] {
+            for (prefix, field) in [
+                ("session.", "expires_at"),
+                ("spent.", "keep_until"),
+                (super::tasks::TASK_PREFIX, "expires_at"),
+            ] {
                 for key in tx.committed_keys_from(Ks::Settings, prefix.as_bytes(), 10_000)? {
                     if !key.starts_with(prefix.as_bytes()) {
                         break;
