@@ -15,6 +15,8 @@ Usage: mcp_client.py URL TOKEN MODE SCENARIO [ARGS...]
                                and answered `accept` with ANSWER_JSON (or `"decline"`)
     sample NAME ARGS_JSON      a call during which the upstream asks the client's model:
                                each sampling request is printed and answered with a fixed text
+    roots NAME ARGS_JSON       a call during which the upstream asks the client's roots: each
+                               request is printed and answered with one fixed root
     answer-url NAME ARGS_JSON API TOKEN DATA_JSON
                                a call whose input is asked for by URL: the URL's call is
                                resumed through the gateway's HTTP API with DATA (as TOKEN)
@@ -106,6 +108,15 @@ async def main():
                 content=types.TextContent(type="text", text="forty-two"))
 
         async with client(url, token, mode, sampling_callback=on_sample) as c:
+            await call(c, name, args)
+    elif scenario == "roots":
+        name, args = rest[0], json.loads(rest[1])
+
+        async def on_roots(context):
+            out({"rooted": True})
+            return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
+        async with client(url, token, mode, list_roots_callback=on_roots) as c:
             await call(c, name, args)
     elif scenario == "answer-url":
         name, args, api, who, data = rest[0], json.loads(rest[1]), rest[2], rest[3], json.loads(rest[4])

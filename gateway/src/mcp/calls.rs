@@ -16,8 +16,10 @@
 //!   call's event stream (2025-11-25) or as `input_required` (2026-07-28) — and its answer
 //!   resumes the call; a client that can do neither gets a `call.suspended` result.
 //!
-//! While a call runs on an event stream, an upstream's sampling requests are put to a client
-//! that can sample, and its answers returned (`Relay`).
+//! While a call runs, a 2025 upstream's requests to its client (sampling, roots, a URL
+//! elicitation) are put to a client that declared it takes them, and its answers returned: on
+//! the call's event stream in a 2025 session (`Relay`), as `input_required` to a 2026 client
+//! while the call runs on ([`super::parked`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +90,32 @@ pub async fn call(
                 return rpc_error(&e, modern);
             }
         };
+        if let Some(key) = state.parked {
+            // A 2025 upstream's request, answered: to the running call it came from.
+            let responses = msg
+                .params
+                .get("inputResponses")
+                .cloned()
+                .unwrap_or_default();
+            audit_relay(gw, &principal, &call, "to_upstream", &responses).await;
+            let step = match responses.get(&key) {
+                Some(a) => {
+                    front
+                        .parking
+                        .answer(&key, a.clone(), gw.config.max_hold)
+                        .await
+                }
+                None => None,
+            };
+            let Some(step) = step else {
+                let outcome = Err(ApiError::new(
+                    Code::ApprovalInvalidState,
+                    format!("no request of the upstream waits under `{key}` (answered, expired, or the gateway restarted): call the tool again"),
+                ));
+                return answer(gw, front, &principal, &exchange, id, &call, outcome);
+            };
+            return stepped(gw, front, &principal, &exchange, id, &call, step).await;
+        }
         if let Some(relayed) = state.relay {
             // An upstream's own input request, answered: the same call again, the client's
             // answers and the upstream's state going back to it (DESIGN §15).
@@ -179,6 +207,18 @@ pub async fn call(
                 relay,
             )
         }
+        // A 2026 client that answers requests: a 2025 upstream's requests during the call
+        // reach it as `input_required` while the call runs on ([`super::parked`]).
+        _ if modern && !relay.takes.is_empty() => {
+            let takes = relay.takes.clone();
+            let (gw2, who, what) = (gw.clone(), principal.clone(), call.clone());
+            let run = INPUT_RELAY.scope(relay, async move {
+                pipeline::run_call(&gw2, who, what, hold, front_tag).await
+            });
+            let running = super::parked::start(run, takes);
+            let step = front.parking.next(running, gw.config.max_hold).await;
+            stepped(gw, front, &principal, &exchange, id, &call, step).await
+        }
         _ => {
             let run = INPUT_RELAY.scope(
                 relay,
@@ -203,6 +243,49 @@ pub async fn call(
             answer(gw, front, &principal, &exchange, id, &call, outcome)
         }
     }
+}
+
+/// A running call's next step as the answer to a 2026 client: its outcome, or a 2025
+/// upstream's request to it as `input_required`, under a key the retry brings back in its
+/// sealed state.
+async fn stepped(
+    gw: &Arc<Gateway>,
+    front: &McpFront,
+    principal: &Principal,
+    exchange: &Exchange,
+    id: Value,
+    call: &ToolCall,
+    step: super::parked::Step,
+) -> Response<Body> {
+    let (key, method, params) = match step {
+        super::parked::Step::Done(outcome) => {
+            relayed_out(gw, principal, call, &outcome).await;
+            return answer(gw, front, principal, exchange, id, call, outcome);
+        }
+        super::parked::Step::Ask {
+            key,
+            method,
+            params,
+        } => (key, method, params),
+    };
+    let request = json!({"method": method, "params": params});
+    audit_relay(gw, principal, call, "to_client", &json!({&key: &request})).await;
+    let state = State {
+        v: 1,
+        nonce: String::new(),
+        approval_id: String::new(),
+        call_id: String::new(),
+        principal: principal.id.clone(),
+        tool: call.tool.clone(),
+        fingerprint: call.fingerprint.to_string(),
+        expires_at: now_ms() + gw.config.max_hold.as_millis() as u64,
+        suspension: None,
+        by_url: false,
+        relay: None,
+        parked: Some(key.clone()),
+    };
+    let result = sealed_input(front, &key, request, state);
+    json_response(StatusCode::OK, &wire::result(id, result))
 }
 
 /// The call as the pipeline takes it: the tool name, `arguments` through the strict intake
@@ -366,6 +449,7 @@ pub(super) fn tool_result(
                 suspension: Some(v.count),
                 by_url: !form,
                 relay: None,
+                parked: None,
             };
             return sealed_input(front, SUSPEND_KEY, input_request(gw, &v, form), state);
         }
@@ -437,6 +521,7 @@ fn relayed_input(
         relay: Some(seal::Relayed {
             upstream_state: c.result.get("requestState").cloned(),
         }),
+        parked: None,
     };
     let mut r = c.result;
     r["requestState"] = match random_hex(16) {
@@ -476,6 +561,7 @@ fn approval_input(
         suspension: None,
         by_url: false,
         relay: None,
+        parked: None,
     };
     sealed_input(front, INPUT_KEY, request, state)
 }
@@ -562,16 +648,14 @@ fn log_level(msg: &Message) -> Option<Value> {
 pub(super) fn input_relay(exchange: &Exchange, msg: &Message) -> InputRelay {
     let mut takes = Vec::new();
     if exchange.modern() {
-        let caps = &exchange.capabilities;
         if exchange.form_elicitation() || exchange.url_elicitation() {
             takes.push("elicitation/create");
         }
-        if caps.get("sampling").is_some_and(Value::is_object) {
-            takes.push("sampling/createMessage");
-        }
-        if caps.get("roots").is_some_and(Value::is_object) {
-            takes.push("roots/list");
-        }
+        takes.extend(
+            client_asks_taken(exchange)
+                .into_iter()
+                .filter(|m| *m != "elicitation/create"),
+        );
     }
     InputRelay {
         active: exchange.modern(),
@@ -580,6 +664,23 @@ pub(super) fn input_relay(exchange: &Exchange, msg: &Message) -> InputRelay {
         capabilities: exchange.modern().then(|| exchange.capabilities.clone()),
         log_level: log_level(msg),
     }
+}
+
+/// What of a 2025 upstream's requests mid-call ([`CLIENT_ASKS`]) the client declared it
+/// answers: sampling, roots, and a URL elicitation (a form one suspends the call instead).
+fn client_asks_taken(exchange: &Exchange) -> Vec<&'static str> {
+    let caps = &exchange.capabilities;
+    let mut takes = Vec::new();
+    if exchange.url_elicitation() {
+        takes.push("elicitation/create");
+    }
+    if caps.get("sampling").is_some_and(Value::is_object) {
+        takes.push("sampling/createMessage");
+    }
+    if caps.get("roots").is_some_and(Value::is_object) {
+        takes.push("roots/list");
+    }
+    takes
 }
 
 /// Audits an upstream's input requests on their way to the client, if the outcome is one.
@@ -716,17 +817,9 @@ fn stream_with_progress(
             ticks: 0,
             cancel: cancel.as_ref().map(|(_, t)| t.clone()),
             logs: exchange.logs,
-            // Sampling is relayed to a 2025 session's client that declared it can sample.
-            sampling: exchange
-                .session
-                .clone()
-                .filter(|_| {
-                    exchange
-                        .capabilities
-                        .get("sampling")
-                        .is_some_and(Value::is_object)
-                })
-                .map(|sid| (front.clone(), sid)),
+            // An upstream's requests go to a 2025 session's client, what it declared.
+            session: exchange.session.clone().map(|sid| (front.clone(), sid)),
+            takes: client_asks_taken(&exchange),
             max_wait: gw.config.max_hold,
             ask_tx,
             input,
@@ -836,12 +929,15 @@ fn stream_with_progress(
 struct Relay {
     tx: mpsc::Sender<Bytes>,
     up_rx: mpsc::UnboundedReceiver<Value>,
-    /// An upstream's sampling requests during the call, for this stream's client.
+    /// An upstream's requests during the call (sampling, roots, URL elicitation), for this
+    /// stream's client.
     asks_rx: mpsc::UnboundedReceiver<Ask>,
     ask_tx: mpsc::UnboundedSender<Ask>,
     /// The session whose client can sample, if it can.
-    sampling: Option<(Arc<McpFront>, String)>,
-    /// The longest a sampling request waits for the client.
+    session: Option<(Arc<McpFront>, String)>,
+    /// What the client declared it answers.
+    takes: Vec<&'static str>,
+    /// The longest such a request waits for the client.
     max_wait: Duration,
     /// The client's progress token, if it gave one.
     token: Option<Value>,
@@ -921,11 +1017,15 @@ impl Relay {
 }
 
 impl Relay {
-    /// Puts an upstream's sampling request to this stream's client under an id of ours; its
-    /// answer (a later POST, within the session) goes back to the upstream. A client that
-    /// cannot sample is not asked.
+    /// Puts an upstream's request to this stream's client under an id of ours; its answer (a
+    /// later POST, within the session) goes back to the upstream. A client that did not
+    /// declare what it takes is not asked.
     fn ask_client(&self, ask: Ask) -> Option<Value> {
-        let Some((front, sid)) = &self.sampling else {
+        let session = self
+            .session
+            .as_ref()
+            .filter(|_| self.takes.contains(&ask.method.as_str()));
+        let Some((front, sid)) = session else {
             let _ = ask.reply.send(not_relayed(&ask.method));
             return None;
         };

@@ -13,6 +13,7 @@
 
 pub mod bridge;
 pub mod calls;
+pub mod parked;
 pub mod seal;
 pub mod tasks;
 pub mod wire;
@@ -89,6 +90,8 @@ pub struct McpFront {
     replies: Mutex<HashMap<String, tokio::sync::oneshot::Sender<Value>>>,
     /// The key sealing `requestState` (kept in the store, so it survives restarts).
     state_key: Vec<u8>,
+    /// 2025 upstreams' requests waiting for a 2026 client's retry.
+    parking: parked::Parking,
 }
 
 impl McpFront {
@@ -98,6 +101,7 @@ impl McpFront {
             cancels: Mutex::new(HashMap::new()),
             replies: Mutex::new(HashMap::new()),
             state_key,
+            parking: parked::Parking::default(),
         }
     }
 

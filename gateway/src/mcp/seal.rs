@@ -35,6 +35,10 @@ pub struct State {
     /// upstream's own `requestState`, sent back to it with the client's answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay: Option<Relayed>,
+    /// Set for a 2025 upstream's request relayed to a 2026 client while the call runs on
+    /// (DESIGN §15): the key it was asked under, where the retry's answer goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<String>,
 }
 
 /// What a relayed `input_required` state carries of the upstream's.
@@ -96,6 +100,7 @@ mod tests {
             suspension: None,
             by_url: false,
             relay: None,
+            parked: None,
         }
     }
 

@@ -156,9 +156,7 @@ pub async fn create(
         Ok(Outcome::Pending(p)) => Some(p.call_id.clone()),
         Ok(Outcome::Suspended(v)) => Some(v.call_id.clone()),
         // 2026: the server makes a task only when the call waits for someone.
-        _ if exchange.modern() => {
-            return answer(gw, front, principal, exchange, id, call, outcome)
-        }
+        _ if exchange.modern() => return answer(gw, front, principal, exchange, id, call, outcome),
         Ok(Outcome::Completed(c)) => Some(c.call_id.clone()),
         Err(_) => None,
     };
@@ -228,17 +226,20 @@ pub async fn method(
             return Err(RpcError::new(
                 id,
                 wire::METHOD_NOT_FOUND,
-                format!("`{method}` does not exist in the {} revision", exchange.revision),
+                format!(
+                    "`{method}` does not exist in the {} revision",
+                    exchange.revision
+                ),
             ))
         }
-        (_, true) if !declared(exchange) => {
-            return Err(RpcError::new(
-                id,
-                wire::MISSING_CAPABILITY,
-                format!("`{method}` needs the `{EXTENSION}` extension in the request's client capabilities"),
-            )
-            .with_data(json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}})))
-        }
+        (_, true) if !declared(exchange) => return Err(RpcError::new(
+            id,
+            wire::MISSING_CAPABILITY,
+            format!(
+                "`{method}` needs the `{EXTENSION}` extension in the request's client capabilities"
+            ),
+        )
+        .with_data(json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}}))),
         ("tasks/list", false) => return list(gw, front, principal, exchange, msg).await,
         _ => {}
     }
@@ -256,7 +257,10 @@ pub async fn method(
                 return Err(RpcError::new(
                     id,
                     wire::INVALID_PARAMS,
-                    format!("the task has ended ({}); it cannot be cancelled", before.name()),
+                    format!(
+                        "the task has ended ({}); it cannot be cancelled",
+                        before.name()
+                    ),
                 ));
             }
             if let (false, Some(call_id)) = (before.terminal(), &task.call_id) {
@@ -353,7 +357,11 @@ async fn state(
         }
         CallStatus::Suspended => {
             let Some(v) = pipeline::Suspended::of(&record) else {
-                return Err(RpcError::new(Value::Null, -32603, "a suspended call without its suspension"));
+                return Err(RpcError::new(
+                    Value::Null,
+                    -32603,
+                    "a suspended call without its suspension",
+                ));
             };
             let form = suspend::is_flat(&v.resume_schema)
                 && (exchange.form_elicitation() || !exchange.url_elicitation());
@@ -391,7 +399,11 @@ fn ended(
         }
         _ => {}
     }
-    match ToolCall::new(&record.tool, record.args.clone(), Some(record.context.clone())) {
+    match ToolCall::new(
+        &record.tool,
+        record.args.clone(),
+        Some(record.context.clone()),
+    ) {
         Ok(call) => State::Completed(tool_result(gw, front, principal, exchange, &call, outcome)),
         Err(e) => State::Failed(json!({"code": -32603, "message": e.to_string()})),
     }
@@ -422,7 +434,9 @@ async fn update(
     let Some(call_id) = &task.call_id else {
         return Ok(json!({}));
     };
-    let record = read_call(gw, call_id).await.map_err(|e| RpcError { id: msg.id(), ..e })?;
+    let record = read_call(gw, call_id)
+        .await
+        .map_err(|e| RpcError { id: msg.id(), ..e })?;
     let asked = (record.status == CallStatus::Suspended)
         .then(|| record.suspension.as_ref().map(|s| input_key(s.count)))
         .flatten();
@@ -477,7 +491,9 @@ async fn result(
             }
             State::Working | State::Input { .. } => {}
         }
-        let Some(call_id) = &task.call_id else { continue };
+        let Some(call_id) = &task.call_id else {
+            continue;
+        };
         let waited = match read_call(gw, call_id).await?.status {
             CallStatus::Suspended => suspend::wait_resumed(gw, call_id, wait).await.map(|_| ()),
             CallStatus::Executing => {
@@ -558,7 +574,10 @@ fn envelope(task: &Task, state: &State, now: Millis, modern: bool) -> Map<String
         t.insert("statusMessage".into(), json!(m));
     }
     t.insert("createdAt".into(), json!(rfc3339(task.created_at)));
-    t.insert("lastUpdatedAt".into(), json!(rfc3339(now.max(task.created_at))));
+    t.insert(
+        "lastUpdatedAt".into(),
+        json!(rfc3339(now.max(task.created_at))),
+    );
     if modern {
         t.insert("ttlMs".into(), json!(task.ttl_ms));
         t.insert("pollIntervalMs".into(), json!(POLL_MS));
@@ -594,7 +613,6 @@ async fn read_call(gw: &Arc<Gateway>, call_id: &str) -> Result<CallRecord, RpcEr
 fn store_error(id: Value, e: ApiError) -> RpcError {
     RpcError::new(id, -32603, e.message).with_data(json!({"code": e.code}))
 }
-
 
 fn internal(id: Value, message: &str, modern: bool) -> Response<Body> {
     super::rpc_error(&RpcError::new(id, -32603, message), modern)

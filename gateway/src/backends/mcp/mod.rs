@@ -104,9 +104,9 @@ pub struct Ask {
 pub type Asks = mpsc::UnboundedSender<Ask>;
 
 tokio::task_local! {
-    /// Where an upstream's sampling requests during a `tools/call` go: set by the MCP front
-    /// end around a call whose client can sample and takes requests on the call's stream.
-    /// Without it, they are answered "not relayed".
+    /// Where an upstream's requests to its client during a `tools/call` go
+    /// ([`RELAYED_TO_CLIENT`]): set by the MCP front end around a call whose client may take
+    /// them. Without it, they are answered "not relayed".
     pub static CLIENT_ASKS: Asks;
 }
 
@@ -144,6 +144,11 @@ pub fn client_is_modern() -> bool {
 
 /// The key of the gateway's own approval request; an upstream may not use it.
 pub const APPROVAL_KEY: &str = "airlock_approval";
+
+/// What an upstream may ask the agent's client mid-call, through [`CLIENT_ASKS`] (a form
+/// elicitation suspends the call instead).
+pub const RELAYED_TO_CLIENT: [&str; 3] =
+    ["sampling/createMessage", "roots/list", "elicitation/create"];
 
 /// The answer to an ask airlock does not relay.
 pub fn not_relayed(method: &str) -> Value {
@@ -384,9 +389,9 @@ pub struct Live {
 }
 
 /// The task running a request; dropping it drops the request (which tells the upstream).
-struct AbortOnDrop(JoinHandle<Result<Value, Failure>>);
+pub(crate) struct AbortOnDrop<T = Result<Value, Failure>>(pub(crate) JoinHandle<T>);
 
-impl Drop for AbortOnDrop {
+impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
@@ -760,8 +765,9 @@ async fn drive(
                             live: Some(Live { reply: ask.reply, task, asks }),
                         }));
                     }
-                    // Sampling goes to the agent's own client when it can take it.
-                    None if ask.method == "sampling/createMessage" => {
+                    // Sampling, roots and a URL elicitation go to the agent's own client
+                    // when it can take them (the front end decides).
+                    None if RELAYED_TO_CLIENT.contains(&ask.method.as_str()) => {
                         let unsent = match CLIENT_ASKS.try_with(Clone::clone) {
                             Ok(client) => client.send(ask).err().map(|e| e.0),
                             Err(_) => Some(ask),

@@ -1,0 +1,142 @@
+//! A 2025 upstream's requests to its client during a 2026-07-28 client's call (DESIGN §15):
+//! sampling, roots, a URL elicitation. The 2026 client is stateless, so it is asked by an
+//! `input_required` result and answers in a retry of its call. Meanwhile the call runs on
+//! here, the upstream's request open; the retry's answer goes to that request, and the
+//! call continues to its end or to its next request.
+//!
+//! Takes the call's future (run with [`CLIENT_ASKS`] set) and gives [`Step`]s. A request the
+//! client did not declare it takes is answered "not relayed" at once. Parked calls are
+//! memory: one whose client does not come back within `max_hold` has its request answered
+//! with an error and runs on without it; a restart loses them (the call is then interrupted,
+//! as any call in flight). A form elicitation is not parked: it suspends the call (§11).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::auth::random_hex;
+use crate::backends::mcp::{not_relayed, AbortOnDrop, Ask, CLIENT_ASKS};
+use crate::error::{ApiError, Code};
+use crate::pipeline::Outcome;
+
+/// A call running while its client is asked something.
+pub struct Running {
+    task: AbortOnDrop<Result<Outcome, ApiError>>,
+    asks: mpsc::UnboundedReceiver<Ask>,
+    /// What the client declared it answers.
+    takes: Vec<&'static str>,
+}
+
+/// What the running call did next.
+pub enum Step {
+    Done(Result<Outcome, ApiError>),
+    /// The upstream asked the client `method` with `params`; its answer is awaited under
+    /// `key`.
+    Ask {
+        key: String,
+        method: String,
+        params: Value,
+    },
+}
+
+type Waiting = HashMap<String, (oneshot::Sender<Value>, Running)>;
+
+/// The requests waiting for a 2026 client's retry, by key.
+#[derive(Default, Clone)]
+pub struct Parking {
+    waiting: Arc<Mutex<Waiting>>,
+}
+
+/// Starts the call; its upstream's requests to the client come to [`next`].
+pub fn start<F>(call: F, takes: Vec<&'static str>) -> Running
+where
+    F: Future<Output = Result<Outcome, ApiError>> + Send + 'static,
+{
+    let (tx, asks) = mpsc::unbounded_channel();
+    Running {
+        task: AbortOnDrop(tokio::spawn(CLIENT_ASKS.scope(tx, call))),
+        asks,
+        takes,
+    }
+}
+
+impl Parking {
+    /// Waits for the call's end or its next request the client takes; such a request is
+    /// parked for `max_wait`. Dropping this future (the client went away) ends the call, as
+    /// it would any held request.
+    pub async fn next(&self, mut running: Running, max_wait: Duration) -> Step {
+        loop {
+            tokio::select! {
+                joined = &mut running.task.0 => {
+                    return Step::Done(joined.unwrap_or_else(|e| {
+                        Err(ApiError::new(Code::Internal, format!("the call's task ended: {e}")))
+                    }));
+                }
+                Some(ask) = running.asks.recv() => {
+                    if !running.takes.contains(&ask.method.as_str()) {
+                        let _ = ask.reply.send(not_relayed(&ask.method));
+                        continue;
+                    }
+                    let key = match random_hex(8) {
+                        Ok(r) => format!("upstream_{r}"),
+                        Err(_) => {
+                            let _ = ask.reply.send(not_relayed(&ask.method));
+                            continue;
+                        }
+                    };
+                    self.park(&key, ask.reply, running, max_wait);
+                    return Step::Ask { key, method: ask.method, params: ask.params };
+                }
+            }
+        }
+    }
+
+    /// The client's answer to the request parked under `key` (a `result` object), and what
+    /// the call did next; `None` when nothing waits under `key` (answered, expired, or lost
+    /// in a restart).
+    pub async fn answer(&self, key: &str, answer: Value, max_wait: Duration) -> Option<Step> {
+        let (reply, running) = self.take(key)?;
+        let _ = reply.send(json!({"result": answer}));
+        Some(self.next(running, max_wait).await)
+    }
+
+    fn take(&self, key: &str) -> Option<(oneshot::Sender<Value>, Running)> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key)
+    }
+
+    fn park(&self, key: &str, reply: oneshot::Sender<Value>, running: Running, wait: Duration) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_owned(), (reply, running));
+        let (parking, key) = (self.clone(), key.to_owned());
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            // Not answered in time: the upstream hears so, and the call runs on to its end
+            // (recorded, as every call is) with nobody waiting for it.
+            let Some((reply, running)) = parking.take(&key) else {
+                return;
+            };
+            let _ = reply
+                .send(json!({"error": {"code": -32603, "message": "the client did not answer"}}));
+            let Running {
+                mut task, mut asks, ..
+            } = running;
+            loop {
+                tokio::select! {
+                    _ = &mut task.0 => return,
+                    Some(ask) = asks.recv() => {
+                        let _ = ask.reply.send(not_relayed(&ask.method));
+                    }
+                }
+            }
+        });
+    }
+}
