@@ -118,18 +118,32 @@ fn acknowledged_writes_survive_sigkill() {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let kill_after = Duration::from_millis(5 + rand(&mut seed) % 120);
+        let (tx, rx) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .collect::<Vec<_>>()
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
         });
-        // Kill at a random moment once the child has started writing.
+        // Kill at a random moment once the child has acknowledged its first write: a loaded
+        // machine starts the child late, and the kill must still land mid-writing.
         let start = Instant::now();
-        std::thread::sleep(Duration::from_millis(40) + kill_after);
+        let mut lines: Vec<String> = Vec::new();
+        while let Ok(line) = rx.recv_timeout(Duration::from_secs(20)) {
+            let acked = ["created ", "approved ", "spent ", "audit "]
+                .iter()
+                .any(|k| line.starts_with(k));
+            lines.push(line);
+            if acked {
+                break;
+            }
+        }
+        std::thread::sleep(kill_after);
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let lines = reader.join().unwrap();
+        reader.join().unwrap();
+        lines.extend(rx.try_iter());
         assert!(start.elapsed() < Duration::from_secs(30));
         for line in lines {
             let parts: Vec<&str> = line.split(' ').collect();

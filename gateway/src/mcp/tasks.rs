@@ -232,14 +232,16 @@ pub async fn method(
                 ),
             ))
         }
-        (_, true) if !declared(exchange) => return Err(RpcError::new(
-            id,
-            wire::MISSING_CAPABILITY,
-            format!(
+        (_, true) if !declared(exchange) => {
+            return Err(RpcError::new(
+                id,
+                wire::MISSING_CAPABILITY,
+                format!(
                 "`{method}` needs the `{EXTENSION}` extension in the request's client capabilities"
             ),
-        )
-        .with_data(json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}}))),
+            )
+            .with_data(json!({"requiredCapabilities": {"extensions": {EXTENSION: {}}}})))
+        }
         ("tasks/list", false) => return list(gw, front, principal, exchange, msg).await,
         _ => {}
     }
