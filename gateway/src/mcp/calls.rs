@@ -138,6 +138,13 @@ pub async fn call(
             );
             let outcome = INPUT_RELAY.scope(relay, run).await;
             relayed_out(gw, &principal, &call, &outcome).await;
+            // The last round may make a task (of ours, or the upstream's).
+            if let Some(ttl) = super::tasks::asked(&exchange, &msg) {
+                return super::tasks::create(
+                    gw, front, &principal, &exchange, id, &call, outcome, ttl,
+                )
+                .await;
+            }
             return answer(gw, front, &principal, &exchange, id, &call, outcome);
         }
         let outcome = if state.suspension.is_some() {
@@ -389,7 +396,7 @@ pub(super) fn answer(
 ) -> Response<Body> {
     if let Err(e) = &outcome {
         if e.code == Code::McpMissingCapability {
-            let required = required_capabilities(&e.message);
+            let required = required_capabilities(e);
             let e = RpcError::new(id, wire::MISSING_CAPABILITY, e.message.clone())
                 .with_data(json!({"requiredCapabilities": required}));
             return rpc_error(&e, exchange.modern());

@@ -393,7 +393,14 @@ async fn post(
         "initialize" => initialize(front, &principal, &exchange, id),
         "tools/call" => calls::call(gw, front, principal, exchange, msg).await,
         m if m.starts_with("tasks/") => {
-            let answer = tasks::method(gw, front, &principal, &exchange, m, &msg).await;
+            // An upstream's task is asked of it in the client's revision and capabilities.
+            let relay = calls::input_relay(&exchange, &msg);
+            let answer = crate::backends::mcp::INPUT_RELAY
+                .scope(
+                    relay,
+                    tasks::method(gw, front, &principal, &exchange, m, &msg),
+                )
+                .await;
             respond(answer, id, &method, exchange.modern())
         }
         _ => {
@@ -577,7 +584,8 @@ async fn answer(
                     id.clone(),
                     wire::INVALID_PARAMS,
                     format!("no upstream listed the resource `{uri}`"),
-                )),
+                )
+                .with_data(json!({"uri": uri}))),
             }
         }
         "prompts/get" => {

@@ -80,6 +80,16 @@ struct Task {
     ttl_ms: u64,
     created_at: Millis,
     expires_at: Millis,
+    /// A task an upstream made of the call (2026-07-28): the server and its id for it. Its
+    /// methods are passed to that upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    upstream: Option<Upstreamed>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Upstreamed {
+    server: String,
+    task_id: String,
 }
 
 /// What a task is doing now.
@@ -152,9 +162,25 @@ pub async fn create(
     outcome: Result<Outcome, ApiError>,
     ttl: Option<u64>,
 ) -> Response<Body> {
+    let (mut upstream, mut upstream_answer) = (None, None);
     let call_id = match &outcome {
         Ok(Outcome::Pending(p)) => Some(p.call_id.clone()),
         Ok(Outcome::Suspended(v)) => Some(v.call_id.clone()),
+        // The upstream made a task of the allowed call: ours stands for it.
+        Ok(Outcome::Completed(c)) if exchange.modern() && is_upstream_task(c) => {
+            let (Some(server), Some(task_id)) = (
+                gw.backends.mcp.resolve(&call.tool),
+                c.result.get("taskId").and_then(Value::as_str),
+            ) else {
+                return answer(gw, front, principal, exchange, id, call, outcome);
+            };
+            upstream = Some(Upstreamed {
+                server: server.server.config.name.clone(),
+                task_id: task_id.to_owned(),
+            });
+            upstream_answer = Some(c.result.clone());
+            Some(c.call_id.clone())
+        }
         // 2026: the server makes a task only when the call waits for someone.
         _ if exchange.modern() => return answer(gw, front, principal, exchange, id, call, outcome),
         Ok(Outcome::Completed(c)) => Some(c.call_id.clone()),
@@ -174,6 +200,7 @@ pub async fn create(
         ttl_ms,
         created_at: now,
         expires_at: now + ttl_ms,
+        upstream,
     };
     let mut audit = audit_fields(json!({
         "principal": principal.id, "auth": principal.auth_record(), "tool": call.tool,
@@ -190,6 +217,12 @@ pub async fn create(
         .await
     {
         return internal(id, &e.message, exchange.modern());
+    }
+    if let (Some(u), Some(mut r)) = (&task.upstream, upstream_answer) {
+        // The upstream's own answer, under our task id.
+        r["taskId"] = json!(task.task_id);
+        tracing::info!(task_id = %task.task_id, mcp_server = %u.server, "an upstream's task passed through");
+        return json_response(StatusCode::OK, &wire::result(id, r));
     }
     let state = match state(gw, front, principal, exchange, &task, false).await {
         Ok(s) => s,
@@ -246,6 +279,9 @@ pub async fn method(
         _ => {}
     }
     let task = find(gw, principal, msg).await?;
+    if let Some(u) = &task.upstream {
+        return passed(gw, &task, u, method, msg).await;
+    }
     let now = now_ms();
     match method {
         "tasks/get" => {
@@ -284,6 +320,63 @@ pub async fn method(
             format!("method `{other}` is not supported"),
         )),
     }
+}
+
+/// A method on a task an upstream runs: asked of that upstream under its id for the task (in
+/// the client's revision and capabilities), its answer given back under ours.
+async fn passed(
+    gw: &Gateway,
+    task: &Task,
+    u: &Upstreamed,
+    method: &str,
+    msg: &Message,
+) -> Result<Value, RpcError> {
+    let Some(server) = gw
+        .backends
+        .mcp
+        .servers
+        .iter()
+        .find(|s| s.config.name == u.server)
+    else {
+        return Err(RpcError::new(
+            msg.id(),
+            -32603,
+            format!(
+                "the task's MCP server `{}` is no longer configured",
+                u.server
+            ),
+        ));
+    };
+    let mut params = msg.params.clone();
+    if let Some(o) = params.as_object_mut() {
+        o.remove("_meta");
+        o.insert("taskId".into(), json!(u.task_id));
+    }
+    let mut answer = server
+        .request(method, params, None)
+        .await
+        .map_err(|f| match f {
+            crate::backends::mcp::Failure::Rpc(e) => RpcError {
+                id: msg.id(),
+                code: e.code,
+                message: e.message,
+                data: e.data,
+            },
+            other => {
+                let e = other.into_api_error(&server.config.name);
+                RpcError::new(msg.id(), -32603, e.message).with_data(json!({"code": e.code}))
+            }
+        })?;
+    if let Some(o) = answer.as_object_mut().filter(|o| o.contains_key("taskId")) {
+        o.insert("taskId".into(), json!(task.task_id));
+    }
+    Ok(answer)
+}
+
+/// An MCP upstream answered the call with a task of its own (2026-07-28).
+fn is_upstream_task(c: &pipeline::Completed) -> bool {
+    c.upstream_status.is_none()
+        && c.result.get("resultType").and_then(Value::as_str) == Some("task")
 }
 
 /// The task `params.taskId` names, if it is the principal's and has not expired.

@@ -248,6 +248,7 @@ impl HttpConn {
                 let name = match method {
                     "tools/call" | "prompts/get" => params.get("name"),
                     "resources/read" => params.get("uri"),
+                    "tasks/get" | "tasks/update" | "tasks/cancel" => params.get("taskId"),
                     _ => None,
                 };
                 if let Some(n) = name.and_then(Value::as_str) {

@@ -743,7 +743,7 @@ async fn drive(
                                 .as_ref()
                                 .and_then(|d| d.get("requiredCapabilities"))
                                 .and_then(Value::as_object)
-                                .map(|m| m.keys().map(String::as_str).collect())
+                                .cloned()
                                 .unwrap_or_default(),
                         ),
                         // A tool's own JSON-RPC error is data for the model, like a backend's 4xx.
@@ -834,7 +834,11 @@ fn input_required(server: &str, result: Value) -> Result<ToolAnswer, ApiError> {
             })
             .collect();
         if !needs.is_empty() {
-            return Err(missing_capability(server, needs));
+            let required = needs
+                .into_iter()
+                .map(|c| (c.to_owned(), json!({})))
+                .collect();
+            return Err(missing_capability(server, required));
         }
     }
     let form = match requests.iter().collect::<Vec<_>>().as_slice() {
@@ -862,28 +866,29 @@ fn input_required(server: &str, result: Value) -> Result<ToolAnswer, ApiError> {
 /// `mcp.missing_capability`: the upstream needs client capabilities `needs` (`sampling`,
 /// `roots`, …), named in the message, which is all a call's stored outcome keeps of it
 /// ([`required_capabilities`] reads them back).
-fn missing_capability(server: &str, needs: Vec<&str>) -> ApiError {
+fn missing_capability(server: &str, required: Map<String, Value>) -> ApiError {
+    let names: Vec<&str> = required.keys().map(String::as_str).collect();
     ApiError::new(
         Code::McpMissingCapability,
         format!(
-            "MCP server `{server}` needs the client's {} capability for this call, which the client did not declare",
-            needs.join(" and ")
+            "MCP server `{server}` needs the client's {} capability for this call, {DID_NOT_DECLARE}{}",
+            names.join(" and "),
+            Value::Object(required.clone()),
         ),
     )
 }
 
-/// The capabilities a [`missing_capability`] message names, as a `ClientCapabilities`
-/// object (`{"sampling": {}}`).
-pub fn required_capabilities(message: &str) -> Map<String, Value> {
-    message
-        .split("the client's ")
-        .nth(1)
-        .and_then(|rest| rest.split(" capability").next())
-        .unwrap_or("")
-        .split(" and ")
-        .filter(|c| !c.is_empty())
-        .map(|c| (c.to_owned(), json!({})))
-        .collect()
+/// Where a [`missing_capability`] message gives the capabilities, as JSON: the message is
+/// what a call's stored outcome keeps.
+const DID_NOT_DECLARE: &str = "which the client did not declare: ";
+
+/// The capabilities a [`missing_capability`] refusal names, as a `ClientCapabilities`
+/// object (`{"sampling": {}}`, `{"extensions": {…}}`).
+pub fn required_capabilities(e: &ApiError) -> Value {
+    e.message
+        .split_once(DID_NOT_DECLARE)
+        .and_then(|(_, json)| serde_json::from_str(json).ok())
+        .unwrap_or_else(|| json!({}))
 }
 
 /// Adds a 2026-07-28 request's `_meta` envelope to `params`.

@@ -415,6 +415,9 @@ fn operation(op: Op) -> Operation {
                 &[Code::RequestInvalidArgs, Code::RequestInvalidTool, Code::RequestInvalidContext,
                   Code::ToolUnknown, Code::PolicyDenied, Code::PolicyUnavailable, Code::ApprovalDeclined,
                   Code::ApprovalExpired, Code::CallCancelled, Code::CallInterrupted,
+                  // An identical call that joined another's (DESIGN §10) answers with that
+                  // call's state: executing, or expired.
+                  Code::CallInProgress, Code::CallExpired,
                   Code::CallFingerprintMismatch, Code::UpstreamUnavailable, Code::UpstreamTimeout,
                   Code::UpstreamTooLarge, Code::UpstreamInvalidSuspend, Code::UpstreamInvalidResponse,
                   Code::PrincipalTooManyPending, Code::GatewayTooManyHeld, Code::GatewayShuttingDown,
