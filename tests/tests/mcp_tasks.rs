@@ -480,3 +480,93 @@ fn the_typescript_sdks_task_client_follows_a_call_through_its_approval_to_its_re
     let runs = echoed(&gw);
     assert_eq!(runs.len(), 2, "{runs:?}");
 }
+
+#[test]
+fn an_upstreams_own_tasks_pass_through_under_ids_of_ours_for_their_principal_only() {
+    // An upstream that runs tasks itself (2026-07-28): its task is passed through under an
+    // id of airlock's, and its methods are asked of it.
+    let port = free_port();
+    let mut child = Command::new("python3")
+        .arg(peers().join("tasks_upstream.py"))
+        .arg(port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the tasks upstream did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut config = mcp_base_config("1s");
+    config.push_str(&format!(
+        "[[mcp_servers]]\nname = \"jobs\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"jobs.\"\n"
+    ));
+    let gw = Gateway::start_with(&config, MCP_POLICY);
+
+    let created = call_as_task(
+        &gw,
+        "agent1",
+        "jobs.confirm_delete",
+        json!({}),
+        tasks_caps(),
+    );
+    assert_eq!(created["resultType"], "task", "{created}");
+    let task = created["taskId"].as_str().unwrap().to_owned();
+    assert!(task.starts_with("task_"), "not airlock's id: {created}");
+    // Only its principal reaches it.
+    let (_, other) = get(&gw, "agent2", &task);
+    assert_eq!(other["error"]["code"], -32602, "{other}");
+    // The upstream asks inside its task; the answer goes to it; it completes.
+    let asked = poll_past(&gw, &task, "working");
+    assert_eq!(asked["status"], "input_required", "{asked}");
+    assert_eq!(asked["taskId"], task.as_str());
+    let key = asked["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let (s, b) = rpc(
+        &gw,
+        "agent1",
+        "tasks/update",
+        json!({"taskId": task, "inputResponses": {key: {"action": "accept", "content": {"confirm": "yes"}}}}),
+        tasks_caps(),
+    );
+    assert_eq!(
+        (s, &b["result"]),
+        (200, &json!({"resultType": "complete"})),
+        "{b}"
+    );
+    let done = poll_past(&gw, &task, "input_required");
+    let done = if done["status"] == "working" {
+        poll_past(&gw, &task, "working")
+    } else {
+        done
+    };
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "delete: accept");
+    // A task the upstream requires, for a client without the extension: -32021 naming it.
+    let (s, b) = rpc(
+        &gw,
+        "agent1",
+        "tools/call",
+        json!({"name": "jobs.failing_job", "arguments": {}}),
+        json!({}),
+    );
+    assert_eq!((s, b["error"]["code"].as_i64()), (400, Some(-32021)), "{b}");
+    assert!(b["error"]["data"]["requiredCapabilities"]["extensions"][EXTENSION].is_object());
+    let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    assert!(audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["kind"] == "mcp.task_created" && r["task_id"] == task.as_str()));
+    let _ = child.kill();
+    let _ = child.wait();
+}
