@@ -14,6 +14,7 @@
 pub mod bridge;
 pub mod calls;
 pub mod parked;
+pub mod results;
 pub mod seal;
 pub mod tasks;
 pub mod wire;

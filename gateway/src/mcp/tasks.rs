@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::calls::{answer, input_request, link, tool_result};
+use super::results::{answer, input_request, link, tool_result};
 use super::wire::{self, Message, RpcError};
 use super::{Exchange, McpFront};
 use crate::backends::mcp::LEGACY;
