@@ -662,6 +662,57 @@ fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
 }
 
 #[test]
+fn tasks_are_kept_under_their_owner_listed_in_order_and_swept_once_expired() {
+    let dir = Place::new();
+    let task =
+        |id: &str, expires_at: u64| serde_json::json!({"task_id": id, "expires_at": expires_at});
+    {
+        let store = open(&dir);
+        for (id, exp) in [("task_1", 5000), ("task_2", 50), ("task_3", 5000)] {
+            store
+                .create_task("owner-a", id, task(id, exp), no_fields(), 1)
+                .unwrap();
+        }
+        store
+            .create_task("owner-b", "task_9", task("task_9", 5000), no_fields(), 1)
+            .unwrap();
+    }
+    // Durable, and only under its owner's key.
+    let store = open(&dir);
+    assert_eq!(
+        store.task("owner-a", "task_1", 10).unwrap().unwrap()["task_id"],
+        "task_1"
+    );
+    assert!(store.task("owner-b", "task_1", 10).unwrap().is_none());
+    assert!(store.task("owner-a", "task_9", 10).unwrap().is_none());
+    // Listed oldest first, from after a cursor, expired ones left out.
+    let ids = |after: Option<&str>, limit: usize, now: u64| -> Vec<String> {
+        store
+            .tasks("owner-a", after, limit, now)
+            .unwrap()
+            .iter()
+            .map(|t| t["task_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(None, 10, 10), ["task_1", "task_2", "task_3"]);
+    assert_eq!(ids(None, 10, 100), ["task_1", "task_3"]);
+    assert_eq!(ids(Some("task_1"), 10, 10), ["task_2", "task_3"]);
+    assert_eq!(ids(None, 1, 10), ["task_1"]);
+    assert!(store.task("owner-a", "task_2", 100).unwrap().is_none());
+    // Each creation was audited; the sweep drops the expired one and nothing else.
+    let created = store
+        .audit_after(0, 100)
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "mcp.task_created")
+        .count();
+    assert_eq!(created, 4);
+    assert_eq!(store.sweep_settings(100).unwrap(), 1);
+    assert_eq!(ids(None, 10, 10), ["task_1", "task_3"]);
+    assert!(store.verify_audit().is_ok());
+}
+
+#[test]
 fn an_ended_call_reads_as_ended_everywhere_and_after_a_reopen() {
     use airlock_storage::{CallStatus, Durability};
     let dir = Place::new();

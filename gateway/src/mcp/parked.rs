@@ -140,3 +140,102 @@ impl Parking {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    /// A call that asks its client `method` (as an upstream's request reaches the front end),
+    /// and ends with the answer it got, as the error's message.
+    async fn asking(method: &'static str) -> Result<Outcome, ApiError> {
+        let (reply, answer) = oneshot::channel();
+        let ask = Ask {
+            method: method.into(),
+            params: json!({"q": 1}),
+            reply,
+        };
+        CLIENT_ASKS
+            .with(|tx| tx.send(ask))
+            .map_err(|_| ApiError::new(Code::Internal, "no one takes the call's requests"))?;
+        let got = answer.await.unwrap_or(Value::Null);
+        Err(ApiError::new(Code::Internal, got.to_string()))
+    }
+
+    fn ended_with(step: Step) -> Value {
+        match step {
+            Step::Done(Err(e)) => serde_json::from_str(&e.message).unwrap(),
+            Step::Done(Ok(_)) => panic!("an outcome"),
+            Step::Ask { method, .. } => panic!("asked {method}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ask_the_client_takes_is_parked_and_its_answer_reaches_the_call() {
+        let parking = Parking::default();
+        let running = start(
+            asking("sampling/createMessage"),
+            vec!["sampling/createMessage"],
+        );
+        let Step::Ask {
+            key,
+            method,
+            params,
+        } = parking.next(running, Duration::from_secs(60)).await
+        else {
+            panic!("not asked");
+        };
+        assert_eq!(
+            (method.as_str(), &params),
+            ("sampling/createMessage", &json!({"q": 1}))
+        );
+        assert!(key.starts_with("upstream_"));
+        // A made-up key finds nothing; the real one reaches the call, which ends with it.
+        assert!(parking
+            .answer("upstream_nope", json!({}), Duration::from_secs(1))
+            .await
+            .is_none());
+        let step = parking
+            .answer(&key, json!({"text": "42"}), Duration::from_secs(60))
+            .await;
+        assert_eq!(ended_with(step.unwrap()), json!({"result": {"text": "42"}}));
+        // Answered once: the key is spent.
+        assert!(parking
+            .answer(&key, json!({}), Duration::from_secs(1))
+            .await
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn an_ask_the_client_did_not_declare_is_refused_at_once_and_the_call_goes_on() {
+        let parking = Parking::default();
+        let running = start(asking("roots/list"), vec!["sampling/createMessage"]);
+        let answer = ended_with(parking.next(running, Duration::from_secs(60)).await);
+        assert_eq!(answer["error"]["code"], -32601, "{answer}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_parked_ask_nobody_answers_in_time_tells_the_upstream_and_the_call_runs_on() {
+        let parking = Parking::default();
+        let (done_tx, done_rx) = oneshot::channel();
+        let call = async move {
+            let r = asking("roots/list").await;
+            let _ = done_tx.send(r.as_ref().err().map(|e| e.message.clone()));
+            r
+        };
+        let running = start(call, vec!["roots/list"]);
+        let Step::Ask { key, .. } = parking.next(running, Duration::from_secs(5)).await else {
+            panic!("not asked");
+        };
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let told: Value = serde_json::from_str(&done_rx.await.unwrap().unwrap()).unwrap();
+        assert_eq!(
+            told["error"]["message"], "the client did not answer",
+            "{told}"
+        );
+        assert!(parking
+            .answer(&key, json!({}), Duration::from_secs(1))
+            .await
+            .is_none());
+    }
+}
