@@ -230,10 +230,12 @@ impl Gateway {
                 told.notify(&run_key(run));
             }
         }));
+        // One set of per-thread connection pools for HTTP backends and MCP upstreams alike.
+        let pool = Arc::new(Upstreams::new(&config)?);
         let gw = Gateway {
             backends: Backends::new(
-                Upstreams::new(&config)?,
-                Arc::new(McpRegistry::new(&config.mcp_servers)?),
+                pool.clone(),
+                Arc::new(McpRegistry::new(&config.mcp_servers, pool)?),
                 &config,
             ),
             auth: Auth::new(&config)?,

@@ -152,53 +152,87 @@ impl Upstreams {
         if let Some(basic) = &target.basic {
             req = req.header(hyper::header::AUTHORIZATION, basic.as_str());
         }
-        let mut req = req
+        let req = req
             .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
             .map_err(|e| unreachable_backend(&e))?;
+        let read = |resp: hyper::Response<hyper::body::Incoming>| async move {
+            let status = resp.status().as_u16();
+            let mut body = resp.into_body();
+            let mut bytes = Vec::new();
+            while let Some(frame) = body.frame().await {
+                if let Ok(data) = frame.map_err(|e| unreachable_backend(&e))?.into_data() {
+                    if bytes.len() + data.len() > MAX_RESPONSE_BYTES {
+                        return Err(ApiError::new(
+                            Code::UpstreamTooLarge,
+                            format!(
+                                "the backend's answer is larger than {MAX_RESPONSE_BYTES} bytes"
+                            ),
+                        ));
+                    }
+                    bytes.extend_from_slice(&data);
+                }
+            }
+            let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+                Value::String(String::from_utf8_lossy(&bytes).into_owned())
+            });
+            Ok(Answer { status, body })
+        };
+        self.exchange(target, req, read, |e| unreachable_backend(&e))
+            .await?
+    }
+
+    /// Sends `req` to `target` over one of this thread's pooled connections (a new one when
+    /// none is idle) and reads the answer with `read`, both in the calling task, which drives
+    /// the connection meanwhile; the connection goes back to the pool if it is still open
+    /// when `read` is done. A request never sent, because the pooled connection it was given
+    /// had been closed by the backend meanwhile, goes on another; nothing that may have been
+    /// sent is sent again. `unreachable` says why a connection failed, in the caller's terms.
+    pub(crate) async fn exchange<T, F, Fut, E>(
+        &self,
+        target: &Target,
+        mut req: hyper::Request<Full<Bytes>>,
+        read: F,
+        unreachable: impl Fn(&dyn std::fmt::Display) -> E,
+    ) -> Result<T, E>
+    where
+        F: FnOnce(hyper::Response<hyper::body::Incoming>) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut read = Some(read);
         loop {
             let (mut conn, pooled) = match self.checkout(&target.origin) {
                 Some(conn) => (conn, true),
-                None => (self.connect(target).await?, false),
+                None => (
+                    self.connect(target)
+                        .await
+                        .map_err(|e| unreachable(&e.message))?,
+                    false,
+                ),
             };
             let sent = conn.send.try_send_request(req);
             let exchange = async {
-                let resp = sent.await.map_err(|e| Failed::Send(Box::new(e)))?;
-                let status = resp.status().as_u16();
-                let mut body = resp.into_body();
-                let mut bytes = Vec::new();
-                while let Some(frame) = body.frame().await {
-                    if let Ok(data) = frame.map_err(Failed::Read)?.into_data() {
-                        if bytes.len() + data.len() > MAX_RESPONSE_BYTES {
-                            return Ok(None);
-                        }
-                        bytes.extend_from_slice(&data);
-                    }
+                match sent.await {
+                    Ok(resp) => match read.take() {
+                        Some(read) => Ok(read(resp).await),
+                        None => Err(None),
+                    },
+                    Err(e) => Err(Some(e)),
                 }
-                Ok(Some((status, bytes)))
             };
             let (result, open) = drive(&mut conn, exchange).await;
             match result {
-                Ok(Some((status, bytes))) => {
+                Ok(answer) => {
                     if open {
                         self.checkin(&target.origin, conn);
                     }
-                    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-                        Value::String(String::from_utf8_lossy(&bytes).into_owned())
-                    });
-                    return Ok(Answer { status, body });
+                    return Ok(answer);
                 }
-                Ok(None) => {
-                    return Err(ApiError::new(
-                        Code::UpstreamTooLarge,
-                        format!("the backend's answer is larger than {MAX_RESPONSE_BYTES} bytes"),
-                    ))
-                }
-                Err(Failed::Send(mut e)) => match e.take_message() {
+                Err(Some(mut e)) => match e.take_message() {
                     // Never sent: a pooled connection the backend had closed. Another one.
                     Some(unsent) if pooled => req = unsent,
-                    _ => return Err(unreachable_backend(e.error())),
+                    _ => return Err(unreachable(e.error())),
                 },
-                Err(Failed::Read(e)) => return Err(unreachable_backend(&e)),
+                Err(None) => return Err(unreachable(&"the answer was read already")),
             }
         }
     }
@@ -247,13 +281,6 @@ impl Upstreams {
             .map_err(|e| unreachable_backend(&e))?;
         handshake(TokioIo::new(tls)).await
     }
-}
-
-/// Why an exchange failed: sending (the request comes back if it was never sent), or reading
-/// the answer.
-enum Failed {
-    Send(Box<hyper::client::conn::TrySendError<hyper::Request<Full<Bytes>>>>),
-    Read(hyper::Error),
 }
 
 /// HTTP/1.1 over an open stream.

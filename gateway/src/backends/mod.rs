@@ -45,7 +45,7 @@ pub enum Route<'a> {
 /// Every backend the gateway forwards to.
 pub struct Backends {
     /// HTTP backends' connection pools (one per serving thread) and the demo tools.
-    pub http: Upstreams,
+    pub http: Arc<Upstreams>,
     /// The MCP servers airlock fronts, and their tools.
     pub mcp: Arc<Registry>,
     /// How long a suspension the backend asks for may wait (`server.suspend_ttl`), in ms.
@@ -53,7 +53,7 @@ pub struct Backends {
 }
 
 impl Backends {
-    pub fn new(http: Upstreams, mcp: Arc<Registry>, config: &Config) -> Backends {
+    pub fn new(http: Arc<Upstreams>, mcp: Arc<Registry>, config: &Config) -> Backends {
         Backends {
             http,
             mcp,

@@ -13,12 +13,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 
 use super::{
     ask, classify, client_capabilities, client_info, is_list_changed, with_modern_meta, Asks,
     Failure, Incoming, Notifications, LEGACY, MODERN,
 };
+use crate::backends::http::Upstreams;
+use crate::config::Target;
 
 /// What the upstream was found to speak.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,6 +33,11 @@ enum Mode {
 
 pub struct HttpConn {
     url: String,
+    /// Where requests go, for the pool.
+    target: Target,
+    /// The HTTP backends' per-thread connection pools: a request and its answer are sent
+    /// and read in the calling task, as a tool call to an HTTP backend is.
+    pool: Arc<Upstreams>,
     headers: Vec<(String, String)>,
     /// A client (and so a connection pool) per thread: a connection's task runs on the
     /// runtime that opened it, so a request on a serving thread uses connections that thread
@@ -65,11 +74,14 @@ impl HttpConn {
         url: &str,
         headers: Vec<(String, String)>,
         changed: Arc<tokio::sync::Notify>,
+        pool: Arc<Upstreams>,
     ) -> Result<HttpConn, String> {
         // Built once here so a client that cannot be built is an error at start.
         let client = build_client()?;
         Ok(HttpConn {
             url: url.to_owned(),
+            target: Target::parse(url)?,
+            pool,
             headers,
             clients: Mutex::new(HashMap::from([(
                 std::thread::current().id(),
@@ -231,20 +243,22 @@ impl HttpConn {
             .map(|(r, _)| r)
     }
 
-    fn builder(&self, mode: &Mode, method: &str, params: &Value) -> reqwest::RequestBuilder {
-        let mut req = self
-            .client()
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream");
-        for (k, v) in &self.headers {
-            req = req.header(k.as_str(), v.as_str());
-        }
+    /// The headers of a request in `mode`, beyond the content type and what it accepts.
+    fn headers_for<'a>(
+        &'a self,
+        mode: &'a Mode,
+        method: &'a str,
+        params: &'a Value,
+    ) -> Vec<(&'a str, &'a str)> {
+        let mut h: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         match mode {
             Mode::Modern => {
-                req = req
-                    .header("mcp-protocol-version", MODERN)
-                    .header("mcp-method", method);
+                h.push(("mcp-protocol-version", MODERN));
+                h.push(("mcp-method", method));
                 let name = match method {
                     "tools/call" | "prompts/get" => params.get("name"),
                     "resources/read" => params.get("uri"),
@@ -252,19 +266,55 @@ impl HttpConn {
                     _ => None,
                 };
                 if let Some(n) = name.and_then(Value::as_str) {
-                    req = req.header("mcp-name", n);
+                    h.push(("mcp-name", n));
                 }
             }
             Mode::Legacy { session } => {
                 if method != "initialize" {
-                    req = req.header("mcp-protocol-version", LEGACY);
+                    h.push(("mcp-protocol-version", LEGACY));
                 }
                 if let Some(s) = session {
-                    req = req.header("mcp-session-id", s.as_str());
+                    h.push(("mcp-session-id", s.as_str()));
                 }
             }
         }
+        h
+    }
+
+    /// A request sent out of band (a notification, an answer to the upstream's request),
+    /// through a general-purpose client: it may outlive the request it belongs to.
+    fn builder(&self, mode: &Mode, method: &str, params: &Value) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client()
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        for (k, v) in self.headers_for(mode, method, params) {
+            req = req.header(k, v);
+        }
         req
+    }
+
+    /// A request of ours for the pool: POST to the upstream's path, with `body`.
+    fn pooled(
+        &self,
+        mode: &Mode,
+        method: &str,
+        params: &Value,
+        body: String,
+    ) -> Result<hyper::Request<Full<Bytes>>, Failure> {
+        let mut req = hyper::Request::post(self.target.path.as_str())
+            .header(hyper::header::HOST, self.target.authority.as_str())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::ACCEPT, "application/json, text/event-stream");
+        if let Some(basic) = &self.target.basic {
+            req = req.header(hyper::header::AUTHORIZATION, basic.as_str());
+        }
+        for (k, v) in self.headers_for(mode, method, params) {
+            req = req.header(k, v);
+        }
+        req.body(Full::new(Bytes::from(body)))
+            .map_err(|e| Failure::Unavailable(format!("cannot make the request: {e}")))
     }
 
     /// One JSON-RPC request; returns its result and the session id the answer named.
@@ -286,26 +336,39 @@ impl HttpConn {
         // 2025 upstream is told `notifications/cancelled`; a 2026 one reads the closed
         // response stream as the cancel.
         let mut guard = CancelOnDrop {
+            conn: self,
+            mode,
             request: match mode {
-                Mode::Legacy { session: Some(_) } if method != "initialize" => {
-                    let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                        "params": {"requestId": id, "reason": "cancelled by airlock's client"}});
-                    Some(
-                        self.builder(mode, "notifications/cancelled", &note["params"])
-                            .body(note.to_string()),
-                    )
-                }
+                Mode::Legacy { session: Some(_) } if method != "initialize" => Some(id),
                 _ => None,
             },
         };
-        let answer = async move {
-            let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-            let mut resp = self
-                .builder(mode, method, &params)
-                .body(body.to_string())
-                .send()
-                .await
-                .map_err(|e| Failure::Unavailable(format!("cannot reach {}: {e}", self.url)))?;
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let req = self.pooled(mode, method, &params, body.to_string())?;
+        let read = |resp: hyper::Response<hyper::body::Incoming>| self.read(resp, mode, id, notify, asks);
+        let url = &self.url;
+        let answer = self
+            .pool
+            .exchange(&self.target, req, read, |e| {
+                Failure::Unavailable(format!("cannot reach {url}: {e}"))
+            })
+            .await
+            .and_then(|r| r);
+        guard.request = None;
+        answer
+    }
+
+    /// Reads the answer to request `id`: JSON, or an event stream whose notifications go to
+    /// `notify` and whose requests to `asks`, until the answer.
+    async fn read(
+        &self,
+        resp: hyper::Response<hyper::body::Incoming>,
+        mode: &Mode,
+        id: u64,
+        notify: Option<Notifications>,
+        asks: Option<Asks>,
+    ) -> Result<(Value, Option<String>), Failure> {
+        {
             let status = resp.status().as_u16();
             if status == 404 && matches!(mode, Mode::Legacy { session: Some(_) }) {
                 return Err(Failure::Unavailable("session expired".into()));
@@ -320,16 +383,20 @@ impl HttpConn {
                 .get("content-type")
                 .and_then(|v| v.to_str().ok())
                 .is_some_and(|c| c.starts_with("text/event-stream"));
+            let mut body = resp.into_body();
             if is_sse {
                 let mut buf: Vec<u8> = Vec::new();
                 loop {
-                    let chunk = resp.chunk().await.map_err(|e| {
-                        Failure::Unavailable(format!("the event stream broke: {e}"))
-                    })?;
-                    let Some(chunk) = chunk else {
+                    let Some(frame) = body.frame().await else {
                         return Err(Failure::Unavailable(
                             "the event stream ended without an answer".into(),
                         ));
+                    };
+                    let frame = frame.map_err(|e| {
+                        Failure::Unavailable(format!("the event stream broke: {e}"))
+                    })?;
+                    let Ok(chunk) = frame.into_data() else {
+                        continue;
                     };
                     buf.extend_from_slice(&chunk);
                     if buf.len() > MAX_ANSWER_BYTES {
@@ -374,10 +441,17 @@ impl HttpConn {
                     }
                 }
             }
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|e| Failure::Unavailable(format!("cannot read the answer: {e}")))?;
+            let mut bytes: Vec<u8> = Vec::new();
+            while let Some(frame) = body.frame().await {
+                let frame =
+                    frame.map_err(|e| Failure::Unavailable(format!("cannot read the answer: {e}")))?;
+                if let Ok(data) = frame.into_data() {
+                    if bytes.len() + data.len() > MAX_ANSWER_BYTES {
+                        return Err(Failure::Unavailable("the answer is too large".into()));
+                    }
+                    bytes.extend_from_slice(&data);
+                }
+            }
             let msg: Value = serde_json::from_slice(&bytes).map_err(|_| {
                 Failure::Unavailable(format!(
                     "HTTP {status} with a body that is not JSON-RPC: {}",
@@ -391,9 +465,6 @@ impl HttpConn {
                 ))),
             }
         }
-        .await;
-        guard.request = None;
-        answer
     }
 
     async fn notify_upstream(&self, mode: &Mode, method: &str, params: Value) {
@@ -436,18 +507,29 @@ fn event_data(event: &str) -> Option<String> {
     (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
-/// Sends a prepared `notifications/cancelled` when dropped with one still set.
-struct CancelOnDrop {
-    request: Option<reqwest::RequestBuilder>,
+/// Sends `notifications/cancelled` for request `request` when dropped with one still set
+/// (made only then: most requests are answered).
+struct CancelOnDrop<'a> {
+    conn: &'a HttpConn,
+    mode: &'a Mode,
+    request: Option<u64>,
 }
 
-impl Drop for CancelOnDrop {
+impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        if let (Some(req), Ok(rt)) = (self.request.take(), tokio::runtime::Handle::try_current()) {
-            rt.spawn(async move {
-                let _ = req.send().await;
-            });
-        }
+        let (Some(id), Ok(rt)) = (self.request.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": "cancelled by airlock's client"}});
+        let req = self
+            .conn
+            .builder(self.mode, "notifications/cancelled", &note["params"])
+            .body(note.to_string());
+        rt.spawn(async move {
+            let _ = req.send().await;
+        });
     }
 }
 

@@ -406,7 +406,10 @@ pub struct McpTool {
 
 impl Registry {
     /// Builds the connections; nothing is contacted until [`Registry::start`].
-    pub fn new(configs: &[McpServerConfig]) -> Result<Registry, String> {
+    pub fn new(
+        configs: &[McpServerConfig],
+        pool: Arc<crate::backends::http::Upstreams>,
+    ) -> Result<Registry, String> {
         let mut servers = Vec::new();
         for c in configs {
             let changed = Arc::new(tokio::sync::Notify::new());
@@ -415,6 +418,7 @@ impl Registry {
                     url,
                     headers.clone(),
                     changed.clone(),
+                    pool.clone(),
                 )?)),
                 McpTransport::Stdio { command, args, env } => Conn::Stdio(stdio::StdioConn::new(
                     &c.name,
