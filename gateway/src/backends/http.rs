@@ -172,9 +172,8 @@ impl Upstreams {
                     bytes.extend_from_slice(&data);
                 }
             }
-            let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-                Value::String(String::from_utf8_lossy(&bytes).into_owned())
-            });
+            let body = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
             Ok(Answer { status, body })
         };
         self.exchange(target, req, read, |e| unreachable_backend(&e))

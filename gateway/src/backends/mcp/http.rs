@@ -345,7 +345,8 @@ impl HttpConn {
         };
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let req = self.pooled(mode, method, &params, body.to_string())?;
-        let read = |resp: hyper::Response<hyper::body::Incoming>| self.read(resp, mode, id, notify, asks);
+        let read =
+            |resp: hyper::Response<hyper::body::Incoming>| self.read(resp, mode, id, notify, asks);
         let url = &self.url;
         let answer = self
             .pool
@@ -443,8 +444,8 @@ impl HttpConn {
             }
             let mut bytes: Vec<u8> = Vec::new();
             while let Some(frame) = body.frame().await {
-                let frame =
-                    frame.map_err(|e| Failure::Unavailable(format!("cannot read the answer: {e}")))?;
+                let frame = frame
+                    .map_err(|e| Failure::Unavailable(format!("cannot read the answer: {e}")))?;
                 if let Ok(data) = frame.into_data() {
                     if bytes.len() + data.len() > MAX_ANSWER_BYTES {
                         return Err(Failure::Unavailable("the answer is too large".into()));

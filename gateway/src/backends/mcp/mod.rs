@@ -15,7 +15,10 @@ mod http;
 mod stdio;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -388,6 +391,35 @@ pub struct Live {
     asks: mpsc::UnboundedReceiver<Ask>,
 }
 
+/// A `tools/call` to an upstream in flight: polled by the task that waits for its answer (the
+/// common case, with no hand-off between tasks), and moved to a task of its own only when a
+/// suspended call must keep it open ([`Live`]). Dropping it drops the request.
+enum InFlight {
+    Here(Pin<Box<dyn Future<Output = Result<Value, Failure>> + Send>>),
+    Own(AbortOnDrop),
+}
+
+impl InFlight {
+    fn poll_answer(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<Value, Failure>> {
+        match self {
+            InFlight::Here(request) => request.as_mut().poll(cx),
+            InFlight::Own(task) => Pin::new(&mut task.0).poll(cx).map(|joined| {
+                joined
+                    .map_err(|e| Failure::Unavailable(format!("the request task ended: {e}")))
+                    .and_then(|r| r)
+            }),
+        }
+    }
+
+    /// The request, running on in a task of its own.
+    fn keep(self) -> AbortOnDrop {
+        match self {
+            InFlight::Here(request) => AbortOnDrop(tokio::spawn(request)),
+            InFlight::Own(task) => task,
+        }
+    }
+}
+
 /// The task running a request; dropping it drops the request (which tells the upstream).
 pub(crate) struct AbortOnDrop<T = Result<Value, Failure>>(pub(crate) JoinHandle<T>);
 
@@ -615,7 +647,7 @@ impl Registry {
             .remove(call_id);
         if let Some(live) = live {
             let _ = live.reply.send(json!({"result": answer}));
-            return drive(tool, live.task, live.asks).await;
+            return drive(tool, InFlight::Own(live.task), live.asks).await;
         }
         let Some(key) = state
             .as_ref()
@@ -675,13 +707,13 @@ impl Registry {
         let server = tool.server.clone();
         // The request runs in a task of its own: it carries the client's revision along.
         let relay = INPUT_RELAY.try_with(Clone::clone).unwrap_or_default();
-        let task = AbortOnDrop(tokio::spawn(INPUT_RELAY.scope(relay, async move {
+        let request = INPUT_RELAY.scope(relay, async move {
             server
                 .conn
                 .request("tools/call", params, LIVE_LIMIT, notify, Some(asks))
                 .await
-        })));
-        drive(tool, task, ask_rx).await
+        });
+        drive(tool, InFlight::Here(Box::pin(request)), ask_rx).await
     }
 }
 
@@ -726,7 +758,7 @@ fn form_elicitation(method: &str, params: &Value) -> Option<(String, Value)> {
 /// timeout. Asks other than a form elicitation are refused as not relayed.
 async fn drive(
     tool: &McpTool,
-    mut task: AbortOnDrop,
+    mut task: InFlight,
     mut asks: mpsc::UnboundedReceiver<Ask>,
 ) -> Result<ToolAnswer, ApiError> {
     let name = &tool.server.config.name;
@@ -734,10 +766,8 @@ async fn drive(
     tokio::pin!(deadline);
     loop {
         tokio::select! {
-            joined = &mut task.0 => {
-                let result = joined
-                    .map_err(|e| Failure::Unavailable(format!("the request task ended: {e}")))
-                    .and_then(|r| r)
+            answered = std::future::poll_fn(|cx| task.poll_answer(cx)) => {
+                let result = answered
                     .map_err(|f| match f {
                         // The upstream needs a capability the (2026) client did not declare:
                         // the client is told so, as the upstream said it (SEP-2575).
@@ -766,7 +796,7 @@ async fn drive(
                             message,
                             schema,
                             retry: None,
-                            live: Some(Live { reply: ask.reply, task, asks }),
+                            live: Some(Live { reply: ask.reply, task: task.keep(), asks }),
                         }));
                     }
                     // Sampling, roots and a URL elicitation go to the agent's own client
