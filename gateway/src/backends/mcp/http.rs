@@ -6,6 +6,11 @@
 //! Server-to-client requests on a request's stream (elicitation, sampling) go to that
 //! request's [`Asks`]; their answers are posted back to the upstream. Without a place to go
 //! they are answered "not relayed".
+//!
+//! A request and its answer go over the HTTP backends' per-thread pools
+//! ([`Upstreams::exchange`]), sent and read in the calling task. Only what is sent out of band
+//! (answers to the upstream's requests, notifications, a cancel) goes through a
+//! general-purpose client, since it may outlive the request it belongs to.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
