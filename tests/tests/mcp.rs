@@ -1208,22 +1208,8 @@ fn a_2026_upstreams_input_request_suspends_the_call_durably_and_its_retry_resume
     // An upstream that speaks only 2026-07-28 asks for input statelessly (`input_required`
     // with a `requestState`): airlock stores that state with the suspension, so the call can
     // be resumed after a restart, and retries with the answer.
-    let port = free_port();
-    let mut up = Command::new("python3")
-        .arg(peers().join("mcp_modern_upstream.py"))
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the modern upstream did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let up = Upstream::peer("mcp_modern_upstream.py", &[]);
+    let port = up.port;
     let mut s = mcp_base_config("5s");
     s.push_str(&format!(
         "[[mcp_servers]]\nname = \"modern\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout = \"10s\"\n"
@@ -1299,8 +1285,6 @@ fn a_2026_upstreams_input_request_suspends_the_call_durably_and_its_retry_resume
         last["inputResponses"]["env"]["content"]["environment"],
         "production"
     );
-    let _ = up.kill();
-    let _ = up.wait();
 }
 
 #[test]

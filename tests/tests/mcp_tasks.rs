@@ -66,18 +66,26 @@ fn get(gw: &Gateway, who: &str, task: &str) -> (u16, Value) {
     rpc(gw, who, "tasks/get", json!({"taskId": task}), tasks_caps())
 }
 
-/// Polls `tasks/get` until the task is no longer in `status`.
-fn poll_past(gw: &Gateway, task: &str, status: &str) -> Value {
+/// Polls `tasks/get` while the task is in one of `statuses`; its state once it is not.
+fn poll_past(gw: &Gateway, task: &str, statuses: &[&str]) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (s, b) = get(gw, "agent1", task);
         assert_eq!(s, 200, "{b}");
-        if b["result"]["status"] != status {
+        if !statuses.iter().any(|st| b["result"]["status"] == *st) {
             return b["result"].clone();
         }
-        assert!(Instant::now() < deadline, "the task stayed {status}: {b}");
+        assert!(
+            Instant::now() < deadline,
+            "the task stayed {statuses:?}: {b}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Polls until the task has ended (past waiting for input and running).
+fn ended(gw: &Gateway, task: &str) -> Value {
+    poll_past(gw, task, &["input_required", "working"])
 }
 
 /// The approval an `input_required` task's status message links to.
@@ -178,6 +186,18 @@ fn a_2026_task_waits_for_an_approver_survives_a_restart_and_runs_its_call_once()
     assert_eq!(other["error"], none["error"], "{other} {none}");
     assert_eq!(other["error"]["code"], -32602);
 
+    // Malformed task requests are refused as invalid params.
+    let (s, b) = rpc(&gw, "agent1", "tasks/get", json!({}), tasks_caps());
+    assert_eq!((s, b["error"]["code"].as_i64()), (400, Some(-32602)), "{b}");
+    let (s, b) = rpc(
+        &gw,
+        "agent1",
+        "tasks/update",
+        json!({"taskId": task, "inputResponses": "yes"}),
+        tasks_caps(),
+    );
+    assert_eq!((s, b["error"]["code"].as_i64()), (400, Some(-32602)), "{b}");
+
     // Without the extension declared: -32021 naming it; the methods this revision does not
     // have do not exist.
     let (s, b) = rpc(
@@ -212,12 +232,7 @@ fn a_2026_task_waits_for_an_approver_survives_a_restart_and_runs_its_call_once()
 
     // Approved: the task runs its call, once, and inlines the upstream's result.
     assert_eq!(gw.approve("ops", &approval).0, 200);
-    let done = poll_past(&gw, &task, "input_required");
-    let done = if done["status"] == "working" {
-        poll_past(&gw, &task, "working")
-    } else {
-        done
-    };
+    let done = ended(&gw, &task);
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["isError"], false, "{done}");
     assert!(done["result"]["content"][0]["text"]
@@ -267,7 +282,7 @@ fn a_2026_task_declined_or_cancelled_ends_as_the_extension_says_and_only_waits_b
         None,
     );
     assert_eq!(s, 200);
-    let done = poll_past(&gw, &task, "input_required");
+    let done = ended(&gw, &task);
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["isError"], true, "{done}");
     assert_eq!(refusal_code(&done["result"]), "approval.declined", "{done}");
@@ -377,12 +392,7 @@ fn a_suspended_call_is_a_task_whose_input_request_resumes_it() {
         caps.clone(),
     );
     assert_eq!(s, 200, "{b}");
-    let done = poll_past(&gw, &task, "input_required");
-    let done = if done["status"] == "working" {
-        poll_past(&gw, &task, "working")
-    } else {
-        done
-    };
+    let done = ended(&gw, &task);
     assert_eq!(done["status"], "completed", "{done}");
     let text = done["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("staging") && text.contains("true"), "{done}");
@@ -485,22 +495,8 @@ fn the_typescript_sdks_task_client_follows_a_call_through_its_approval_to_its_re
 fn an_upstreams_own_tasks_pass_through_under_ids_of_ours_for_their_principal_only() {
     // An upstream that runs tasks itself (2026-07-28): its task is passed through under an
     // id of airlock's, and its methods are asked of it.
-    let port = free_port();
-    let mut child = Command::new("python3")
-        .arg(peers().join("tasks_upstream.py"))
-        .arg(port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the tasks upstream did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let jobs = Upstream::peer("tasks_upstream.py", &[]);
+    let port = jobs.port;
     let mut config = mcp_base_config("1s");
     config.push_str(&format!(
         "[[mcp_servers]]\nname = \"jobs\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"jobs.\"\n"
@@ -521,7 +517,7 @@ fn an_upstreams_own_tasks_pass_through_under_ids_of_ours_for_their_principal_onl
     let (_, other) = get(&gw, "agent2", &task);
     assert_eq!(other["error"]["code"], -32602, "{other}");
     // The upstream asks inside its task; the answer goes to it; it completes.
-    let asked = poll_past(&gw, &task, "working");
+    let asked = poll_past(&gw, &task, &["working"]);
     assert_eq!(asked["status"], "input_required", "{asked}");
     assert_eq!(asked["taskId"], task.as_str());
     let key = asked["inputRequests"]
@@ -543,12 +539,7 @@ fn an_upstreams_own_tasks_pass_through_under_ids_of_ours_for_their_principal_onl
         (200, &json!({"resultType": "complete"})),
         "{b}"
     );
-    let done = poll_past(&gw, &task, "input_required");
-    let done = if done["status"] == "working" {
-        poll_past(&gw, &task, "working")
-    } else {
-        done
-    };
+    let done = ended(&gw, &task);
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["result"]["content"][0]["text"], "delete: accept");
     // A task the upstream requires, for a client without the extension: -32021 naming it.
@@ -567,6 +558,4 @@ fn an_upstreams_own_tasks_pass_through_under_ids_of_ours_for_their_principal_onl
         .unwrap()
         .iter()
         .any(|r| r["kind"] == "mcp.task_created" && r["task_id"] == task.as_str()));
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -69,93 +69,10 @@ pub async fn call(
 
     // A 2026 retry that carries the state of an earlier `input_required`.
     if let Some(state) = msg.params.get("requestState") {
-        let opened = redeem(gw, front, &front_tag, &principal, &call, state).await;
-        let state = match opened {
-            Ok(s) => s,
-            Err(why) => {
-                let e = RpcError::new(
-                    id,
-                    wire::INVALID_PARAMS,
-                    format!("invalid requestState: {why}"),
-                )
-                .with_data(json!({"code": Code::ApprovalInvalidState}));
-                return rpc_error(&e, modern);
-            }
-        };
-        if let Some(key) = state.parked {
-            // A 2025 upstream's request, answered: to the running call it came from.
-            let responses = msg
-                .params
-                .get("inputResponses")
-                .cloned()
-                .unwrap_or_default();
-            audit_relay(gw, &principal, &call, "to_upstream", &responses).await;
-            let step = match responses.get(&key) {
-                Some(a) => {
-                    front
-                        .parking
-                        .answer(&key, a.clone(), gw.config.max_hold)
-                        .await
-                }
-                None => None,
-            };
-            let Some(step) = step else {
-                let outcome = Err(ApiError::new(
-                    Code::ApprovalInvalidState,
-                    format!("no request of the upstream waits under `{key}` (answered, expired, or the gateway restarted): call the tool again"),
-                ));
-                return answer(gw, front, &principal, &exchange, id, &call, outcome);
-            };
-            return stepped(gw, front, &principal, &exchange, id, &call, step).await;
-        }
-        if let Some(relayed) = state.relay {
-            // An upstream's own input request, answered: the same call again, the client's
-            // answers and the upstream's state going back to it (DESIGN §15).
-            let responses = msg
-                .params
-                .get("inputResponses")
-                .cloned()
-                .unwrap_or_else(|| json!({}));
-            audit_relay(gw, &principal, &call, "to_upstream", &responses).await;
-            let relay = InputRelay {
-                retry: Some((responses, relayed.upstream_state)),
-                ..input_relay(&exchange, &msg)
-            };
-            let run = pipeline::run_call(
-                gw,
-                principal.clone(),
-                call.clone(),
-                Hold::Wait(gw.config.hold_timeout),
-                front_tag,
-            );
-            let outcome = INPUT_RELAY.scope(relay, run).await;
-            relayed_out(gw, &principal, &call, &outcome).await;
-            // The last round may make a task (of ours, or the upstream's).
-            if let Some(ttl) = super::tasks::asked(&exchange, &msg) {
-                return super::tasks::create(
-                    gw, front, &principal, &exchange, id, &call, outcome, ttl,
-                )
-                .await;
-            }
-            return answer(gw, front, &principal, &exchange, id, &call, outcome);
-        }
-        let outcome = if state.suspension.is_some() {
-            // A suspended call's input: the form's answer resumes it; after a URL (the
-            // inbox's resume form), the call is awaited while someone resumes it there.
-            match msg
-                .params
-                .pointer(&format!("/inputResponses/{SUSPEND_KEY}"))
-            {
-                Some(r) if !state.by_url => {
-                    suspend::answer_input(gw, &principal, &state.call_id, r).await
-                }
-                _ => suspend::wait_resumed(gw, &state.call_id, gw.config.hold_timeout).await,
-            }
-        } else {
-            pipeline::call_outcome(gw, &principal, &state.call_id, gw.config.hold_timeout, true)
-                .await
-        };
-        return answer(gw, front, &principal, &exchange, id, &call, outcome);
+        return retried(
+            gw, front, &principal, &exchange, &msg, &call, front_tag, state,
+        )
+        .await;
     }
 
     // Answers a 2026 client sends without a state of ours (an upstream's ephemeral input
@@ -170,12 +87,10 @@ pub async fn call(
         relay.retry = Some((responses.clone(), None));
     }
     // A client that asked for a task gets one instead of a held request (DESIGN §15).
-    if let Some(ttl) = super::tasks::asked(&exchange, &msg) {
+    if super::tasks::asked(&exchange, &msg).is_some() {
         let run = pipeline::run_call(gw, principal.clone(), call.clone(), Hold::Async, front_tag);
         let outcome = INPUT_RELAY.scope(relay, run).await;
-        relayed_out(gw, &principal, &call, &outcome).await;
-        return super::tasks::create(gw, front, &principal, &exchange, id, &call, outcome, ttl)
-            .await;
+        return finish(gw, front, &principal, &exchange, &msg, &call, outcome).await;
     }
     let mrtr = modern && exchange.url_elicitation();
     let hold = if mrtr {
@@ -241,6 +156,123 @@ pub async fn call(
             relayed_out(gw, &principal, &call, &outcome).await;
             answer(gw, front, &principal, &exchange, id, &call, outcome)
         }
+    }
+}
+
+/// A 2026 retry with the state of an earlier `input_required` of ours: opened and spent
+/// ([`redeem`]), then whatever it answers, by what the state was for: a parked request of a
+/// 2025 upstream, an upstream's own input request, a suspension's input, or an approval.
+#[allow(clippy::too_many_arguments)]
+async fn retried(
+    gw: &Arc<Gateway>,
+    front: &Arc<McpFront>,
+    principal: &Principal,
+    exchange: &Exchange,
+    msg: &Message,
+    call: &ToolCall,
+    front_tag: Front,
+    state: &Value,
+) -> Response<Body> {
+    let (id, modern) = (msg.id(), exchange.modern());
+    let opened = redeem(gw, front, &front_tag, principal, call, state).await;
+    let state = match opened {
+        Ok(s) => s,
+        Err(why) => {
+            let e = RpcError::new(
+                id,
+                wire::INVALID_PARAMS,
+                format!("invalid requestState: {why}"),
+            )
+            .with_data(json!({"code": Code::ApprovalInvalidState}));
+            return rpc_error(&e, modern);
+        }
+    };
+    if let Some(key) = state.parked {
+        // A 2025 upstream's request, answered: to the running call it came from.
+        let responses = msg
+            .params
+            .get("inputResponses")
+            .cloned()
+            .unwrap_or_default();
+        audit_relay(gw, principal, call, "to_upstream", &responses).await;
+        let step = match responses.get(&key) {
+            Some(a) => {
+                front
+                    .parking
+                    .answer(&key, a.clone(), gw.config.max_hold)
+                    .await
+            }
+            None => None,
+        };
+        let Some(step) = step else {
+            let outcome = Err(ApiError::new(
+                Code::ApprovalInvalidState,
+                format!("no request of the upstream waits under `{key}` (answered, expired, or the gateway restarted): call the tool again"),
+            ));
+            return answer(gw, front, principal, exchange, id, call, outcome);
+        };
+        return stepped(gw, front, principal, exchange, id, call, step).await;
+    }
+    if let Some(relayed) = state.relay {
+        // An upstream's own input request, answered: the same call again, the client's
+        // answers and the upstream's state going back to it (DESIGN §15).
+        let responses = msg
+            .params
+            .get("inputResponses")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        audit_relay(gw, principal, call, "to_upstream", &responses).await;
+        let relay = InputRelay {
+            retry: Some((responses, relayed.upstream_state)),
+            ..input_relay(exchange, msg)
+        };
+        let run = pipeline::run_call(
+            gw,
+            principal.clone(),
+            call.clone(),
+            Hold::Wait(gw.config.hold_timeout),
+            front_tag,
+        );
+        let outcome = INPUT_RELAY.scope(relay, run).await;
+        // The last round may make a task (of ours, or the upstream's).
+        return finish(gw, front, principal, exchange, msg, call, outcome).await;
+    }
+    let outcome = if state.suspension.is_some() {
+        // A suspended call's input: the form's answer resumes it; after a URL (the
+        // inbox's resume form), the call is awaited while someone resumes it there.
+        match msg
+            .params
+            .pointer(&format!("/inputResponses/{SUSPEND_KEY}"))
+        {
+            Some(r) if !state.by_url => {
+                suspend::answer_input(gw, principal, &state.call_id, r).await
+            }
+            _ => suspend::wait_resumed(gw, &state.call_id, gw.config.hold_timeout).await,
+        }
+    } else {
+        pipeline::call_outcome(gw, principal, &state.call_id, gw.config.hold_timeout, true).await
+    };
+    answer(gw, front, principal, exchange, id, call, outcome)
+}
+
+/// The answer to a call's outcome: a task when the client asked for one (DESIGN §15), else
+/// the plain answer. An upstream's input requests on their way to the client are audited.
+async fn finish(
+    gw: &Arc<Gateway>,
+    front: &McpFront,
+    principal: &Principal,
+    exchange: &Exchange,
+    msg: &Message,
+    call: &ToolCall,
+    outcome: Result<Outcome, ApiError>,
+) -> Response<Body> {
+    relayed_out(gw, principal, call, &outcome).await;
+    let id = msg.id();
+    match super::tasks::asked(exchange, msg) {
+        Some(ttl) => {
+            super::tasks::create(gw, front, principal, exchange, id, call, outcome, ttl).await
+        }
+        None => answer(gw, front, principal, exchange, id, call, outcome),
     }
 }
 

@@ -19,13 +19,14 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::random_hex;
-use crate::backends::mcp::{not_relayed, AbortOnDrop, Ask, CLIENT_ASKS};
+use crate::backends::mcp::{not_relayed, Ask, InFlight, CLIENT_ASKS};
 use crate::error::{ApiError, Code};
 use crate::pipeline::Outcome;
 
 /// A call running while its client is asked something.
 pub struct Running {
-    task: AbortOnDrop<Result<Outcome, ApiError>>,
+    /// Polled by whoever waits for the next step; in a task of its own once parked.
+    task: InFlight<Result<Outcome, ApiError>>,
     asks: mpsc::UnboundedReceiver<Ask>,
     /// What the client declared it answers.
     takes: Vec<&'static str>,
@@ -51,14 +52,15 @@ pub struct Parking {
     waiting: Arc<Mutex<Waiting>>,
 }
 
-/// Starts the call; its upstream's requests to the client come to [`next`].
+/// Takes the call; it runs while [`Parking::next`] waits for its next step, and its
+/// upstream's requests to the client come there.
 pub fn start<F>(call: F, takes: Vec<&'static str>) -> Running
 where
     F: Future<Output = Result<Outcome, ApiError>> + Send + 'static,
 {
     let (tx, asks) = mpsc::unbounded_channel();
     Running {
-        task: AbortOnDrop(tokio::spawn(CLIENT_ASKS.scope(tx, call))),
+        task: InFlight::new(CLIENT_ASKS.scope(tx, call)),
         asks,
         takes,
     }
@@ -71,7 +73,7 @@ impl Parking {
     pub async fn next(&self, mut running: Running, max_wait: Duration) -> Step {
         loop {
             tokio::select! {
-                joined = &mut running.task.0 => {
+                joined = std::future::poll_fn(|cx| running.task.poll_done(cx)) => {
                     return Step::Done(joined.unwrap_or_else(|e| {
                         Err(ApiError::new(Code::Internal, format!("the call's task ended: {e}")))
                     }));
@@ -111,7 +113,9 @@ impl Parking {
             .remove(key)
     }
 
-    fn park(&self, key: &str, reply: oneshot::Sender<Value>, running: Running, wait: Duration) {
+    fn park(&self, key: &str, reply: oneshot::Sender<Value>, mut running: Running, wait: Duration) {
+        // The call runs on while nobody waits for it.
+        running.task = InFlight::Own(running.task.keep());
         self.waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -131,7 +135,7 @@ impl Parking {
             } = running;
             loop {
                 tokio::select! {
-                    _ = &mut task.0 => return,
+                    _ = std::future::poll_fn(|cx| task.poll_done(cx)) => return,
                     Some(ask) = asks.recv() => {
                         let _ = ask.reply.send(not_relayed(&ask.method));
                     }

@@ -605,18 +605,25 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// `peers/mcp_upstream.py` over HTTP.
     pub fn start() -> Upstream {
+        Upstream::peer("mcp_upstream.py", &["http"])
+    }
+
+    /// The Python peer `script` with `args` and then a free port, once it listens there.
+    pub fn peer(script: &str, args: &[&str]) -> Upstream {
         let port = free_port();
         let child = Command::new("python3")
-            .arg(peers().join("mcp_upstream.py"))
-            .args(["http", &port.to_string()])
+            .arg(peers().join(script))
+            .args(args)
+            .arg(port.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("python3 with the `mcp` package (installed by scripts/test.sh)");
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "the MCP upstream did not start");
+            assert!(Instant::now() < deadline, "{script} did not start");
             std::thread::sleep(Duration::from_millis(100));
         }
         Upstream { child, port }

@@ -374,101 +374,110 @@ impl HttpConn {
         notify: Option<Notifications>,
         asks: Option<Asks>,
     ) -> Result<(Value, Option<String>), Failure> {
-        {
-            let status = resp.status().as_u16();
-            if status == 404 && matches!(mode, Mode::Legacy { session: Some(_) }) {
-                return Err(Failure::Unavailable("session expired".into()));
+        let status = resp.status().as_u16();
+        if status == 404 && matches!(mode, Mode::Legacy { session: Some(_) }) {
+            return Err(Failure::Unavailable("session expired".into()));
+        }
+        let session = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let is_sse = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let mut body = resp.into_body();
+        if is_sse {
+            return self
+                .events(&mut body, mode, id, notify, asks)
+                .await
+                .map(|v| (v, session));
+        }
+        let mut bytes: Vec<u8> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame =
+                frame.map_err(|e| Failure::Unavailable(format!("cannot read the answer: {e}")))?;
+            if let Ok(data) = frame.into_data() {
+                if bytes.len() + data.len() > MAX_ANSWER_BYTES {
+                    return Err(Failure::Unavailable("the answer is too large".into()));
+                }
+                bytes.extend_from_slice(&data);
             }
-            let session = resp
-                .headers()
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let is_sse = resp
-                .headers()
-                .get("content-type")
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|c| c.starts_with("text/event-stream"));
-            let mut body = resp.into_body();
-            if is_sse {
-                let mut buf: Vec<u8> = Vec::new();
-                loop {
-                    let Some(frame) = body.frame().await else {
-                        return Err(Failure::Unavailable(
-                            "the event stream ended without an answer".into(),
-                        ));
-                    };
-                    let frame = frame.map_err(|e| {
-                        Failure::Unavailable(format!("the event stream broke: {e}"))
-                    })?;
-                    let Ok(chunk) = frame.into_data() else {
-                        continue;
-                    };
-                    buf.extend_from_slice(&chunk);
-                    if buf.len() > MAX_ANSWER_BYTES {
-                        return Err(Failure::Unavailable("the answer is too large".into()));
+        }
+        let msg: Value = serde_json::from_slice(&bytes).map_err(|_| {
+            Failure::Unavailable(format!(
+                "HTTP {status} with a body that is not JSON-RPC: {}",
+                String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+            ))
+        })?;
+        match classify(&msg, Some(id)) {
+            Incoming::Answer(r) => r.map(|v| (v, session)),
+            _ => Err(Failure::Unavailable(format!(
+                "HTTP {status} without an answer to the request"
+            ))),
+        }
+    }
+
+    /// Reads an event stream until the answer to request `id`: notifications go to `notify`
+    /// (a list change is acted on here), the upstream's requests to `asks`, each answered
+    /// by a POST of its own while the stream goes on.
+    async fn events(
+        &self,
+        body: &mut hyper::body::Incoming,
+        mode: &Mode,
+        id: u64,
+        notify: Option<Notifications>,
+        asks: Option<Asks>,
+    ) -> Result<Value, Failure> {
+        let mut buf: Vec<u8> = Vec::new();
+        loop {
+            let Some(frame) = body.frame().await else {
+                return Err(Failure::Unavailable(
+                    "the event stream ended without an answer".into(),
+                ));
+            };
+            let frame =
+                frame.map_err(|e| Failure::Unavailable(format!("the event stream broke: {e}")))?;
+            let Ok(chunk) = frame.into_data() else {
+                continue;
+            };
+            buf.extend_from_slice(&chunk);
+            if buf.len() > MAX_ANSWER_BYTES {
+                return Err(Failure::Unavailable("the answer is too large".into()));
+            }
+            while let Some((event, rest)) = split_event(&buf) {
+                buf = rest;
+                let Some(msg) =
+                    event_data(&event).and_then(|data| serde_json::from_str::<Value>(&data).ok())
+                else {
+                    continue;
+                };
+                match classify(&msg, Some(id)) {
+                    Incoming::Answer(r) => return r,
+                    Incoming::Notification(n) if is_list_changed(&n) => {
+                        self.changed.notify_one();
                     }
-                    while let Some((event, rest)) = split_event(&buf) {
-                        buf = rest;
-                        let Some(data) = event_data(&event) else {
-                            continue;
-                        };
-                        let Ok(msg) = serde_json::from_str::<Value>(&data) else {
-                            continue;
-                        };
-                        match classify(&msg, Some(id)) {
-                            Incoming::Answer(r) => return r.map(|v| (v, session)),
-                            Incoming::Notification(n) if is_list_changed(&n) => {
-                                self.changed.notify_one();
-                            }
-                            Incoming::Notification(n) => {
-                                if let Some(tx) = &notify {
-                                    let _ = tx.send(n);
-                                }
-                            }
-                            Incoming::Request(r) => {
-                                // Answered out of band: the reply is its own POST, and this
-                                // stream goes on until the request's answer.
-                                let reply = self.builder(mode, "", &Value::Null);
-                                let asks = asks.clone();
-                                tokio::spawn(async move {
-                                    let mut answer = ask(asks.as_ref(), &r).await;
-                                    answer["jsonrpc"] = json!("2.0");
-                                    answer["id"] = r["id"].clone();
-                                    if let Err(e) = reply.body(answer.to_string()).send().await {
-                                        tracing::warn!(
-                                            "cannot answer an MCP server's request: {e}"
-                                        );
-                                    }
-                                });
-                            }
-                            Incoming::Other => {}
+                    Incoming::Notification(n) => {
+                        if let Some(tx) = &notify {
+                            let _ = tx.send(n);
                         }
                     }
-                }
-            }
-            let mut bytes: Vec<u8> = Vec::new();
-            while let Some(frame) = body.frame().await {
-                let frame = frame
-                    .map_err(|e| Failure::Unavailable(format!("cannot read the answer: {e}")))?;
-                if let Ok(data) = frame.into_data() {
-                    if bytes.len() + data.len() > MAX_ANSWER_BYTES {
-                        return Err(Failure::Unavailable("the answer is too large".into()));
+                    Incoming::Request(r) => {
+                        let reply = self.builder(mode, "", &Value::Null);
+                        let asks = asks.clone();
+                        tokio::spawn(async move {
+                            let mut answer = ask(asks.as_ref(), &r).await;
+                            answer["jsonrpc"] = json!("2.0");
+                            answer["id"] = r["id"].clone();
+                            if let Err(e) = reply.body(answer.to_string()).send().await {
+                                tracing::warn!("cannot answer an MCP server's request: {e}");
+                            }
+                        });
                     }
-                    bytes.extend_from_slice(&data);
+                    Incoming::Other => {}
                 }
-            }
-            let msg: Value = serde_json::from_slice(&bytes).map_err(|_| {
-                Failure::Unavailable(format!(
-                    "HTTP {status} with a body that is not JSON-RPC: {}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-                ))
-            })?;
-            match classify(&msg, Some(id)) {
-                Incoming::Answer(r) => r.map(|v| (v, session)),
-                _ => Err(Failure::Unavailable(format!(
-                    "HTTP {status} without an answer to the request"
-                ))),
             }
         }
     }

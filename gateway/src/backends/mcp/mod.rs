@@ -391,30 +391,35 @@ pub struct Live {
     asks: mpsc::UnboundedReceiver<Ask>,
 }
 
-/// A `tools/call` to an upstream in flight: polled by the task that waits for its answer (the
-/// common case, with no hand-off between tasks), and moved to a task of its own only when a
-/// suspended call must keep it open ([`Live`]). Dropping it drops the request.
-enum InFlight {
-    Here(Pin<Box<dyn Future<Output = Result<Value, Failure>> + Send>>),
-    Own(AbortOnDrop),
+/// Work in flight (a `tools/call` to an upstream, a 2026 client's call while its upstream's
+/// request is parked): polled by the task that waits for it (the common case, with no
+/// hand-off between tasks), and moved to a task of its own only when it must outlive that
+/// task ([`InFlight::keep`]). Dropping it drops the work.
+pub(crate) enum InFlight<T> {
+    Here(Pin<Box<dyn Future<Output = T> + Send>>),
+    Own(AbortOnDrop<T>),
 }
 
-impl InFlight {
-    fn poll_answer(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<Value, Failure>> {
+impl<T: Send + 'static> InFlight<T> {
+    pub(crate) fn new(work: impl Future<Output = T> + Send + 'static) -> InFlight<T> {
+        InFlight::Here(Box::pin(work))
+    }
+
+    /// Its output; an error only when its own task ended without one.
+    pub(crate) fn poll_done(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Result<T, tokio::task::JoinError>> {
         match self {
-            InFlight::Here(request) => request.as_mut().poll(cx),
-            InFlight::Own(task) => Pin::new(&mut task.0).poll(cx).map(|joined| {
-                joined
-                    .map_err(|e| Failure::Unavailable(format!("the request task ended: {e}")))
-                    .and_then(|r| r)
-            }),
+            InFlight::Here(work) => work.as_mut().poll(cx).map(Ok),
+            InFlight::Own(task) => Pin::new(&mut task.0).poll(cx),
         }
     }
 
-    /// The request, running on in a task of its own.
-    fn keep(self) -> AbortOnDrop {
+    /// The work, running on in a task of its own.
+    pub(crate) fn keep(self) -> AbortOnDrop<T> {
         match self {
-            InFlight::Here(request) => AbortOnDrop(tokio::spawn(request)),
+            InFlight::Here(work) => AbortOnDrop(tokio::spawn(work)),
             InFlight::Own(task) => task,
         }
     }
@@ -713,7 +718,7 @@ impl Registry {
                 .request("tools/call", params, LIVE_LIMIT, notify, Some(asks))
                 .await
         });
-        drive(tool, InFlight::Here(Box::pin(request)), ask_rx).await
+        drive(tool, InFlight::new(request), ask_rx).await
     }
 }
 
@@ -758,7 +763,7 @@ fn form_elicitation(method: &str, params: &Value) -> Option<(String, Value)> {
 /// timeout. Asks other than a form elicitation are refused as not relayed.
 async fn drive(
     tool: &McpTool,
-    mut task: InFlight,
+    mut task: InFlight<Result<Value, Failure>>,
     mut asks: mpsc::UnboundedReceiver<Ask>,
 ) -> Result<ToolAnswer, ApiError> {
     let name = &tool.server.config.name;
@@ -766,8 +771,10 @@ async fn drive(
     tokio::pin!(deadline);
     loop {
         tokio::select! {
-            answered = std::future::poll_fn(|cx| task.poll_answer(cx)) => {
+            answered = std::future::poll_fn(|cx| task.poll_done(cx)) => {
                 let result = answered
+                    .map_err(|e| Failure::Unavailable(format!("the request task ended: {e}")))
+                    .and_then(|r| r)
                     .map_err(|f| match f {
                         // The upstream needs a capability the (2026) client did not declare:
                         // the client is told so, as the upstream said it (SEP-2575).
