@@ -220,6 +220,8 @@ def task_method(rid, method, params):
             for k, v in responses.items():
                 if k in t["inputRequests"]:
                     t["answers"][k] = v
+                    # Answered: no longer asked, from the next tasks/get on.
+                    del t["inputRequests"][k]
         t["wake"].set()
         return result(rid, {})
     return error(rid, -32601, f"no method {method}", 404)

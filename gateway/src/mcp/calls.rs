@@ -734,7 +734,17 @@ impl Relay {
         let cancel = self.cancel.clone().unwrap_or_default();
         loop {
             let note = tokio::select! {
-                o = &mut fut => return Some(o),
+                o = &mut fut => {
+                    // What the upstream said before its answer goes out before the answer.
+                    while let Ok(up) = self.up_rx.try_recv() {
+                        if let Some(note) = self.upstream_note(up) {
+                            if self.tx.send(sse(&note)).await.is_err() {
+                                return None;
+                            }
+                        }
+                    }
+                    return Some(o);
+                }
                 // The client cancelled, or closed the stream: drop the call's future (its
                 // hold ends; an upstream request in flight is dropped with it).
                 _ = cancel.cancelled() => return None,
@@ -743,17 +753,10 @@ impl Relay {
                     Some(request) => request,
                     None => continue,
                 },
-                Some(mut up) = self.up_rx.recv() => {
-                    let method = up.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
-                    match (method.as_str(), &self.token) {
-                        ("notifications/progress", Some(t)) => {
-                            up["params"]["progressToken"] = t.clone();
-                            up
-                        }
-                        ("notifications/message", _) if self.logs => up,
-                        _ => continue,
-                    }
-                }
+                Some(up) = self.up_rx.recv() => match self.upstream_note(up) {
+                    Some(note) => note,
+                    None => continue,
+                },
                 _ = tick.tick() => {
                     let Some(t) = &self.token else { continue };
                     self.ticks += 1;
@@ -771,6 +774,20 @@ impl Relay {
 }
 
 impl Relay {
+    /// An upstream's notification as this stream's client gets it: progress under the
+    /// client's own token, log messages when it asked for them; anything else is not sent.
+    fn upstream_note(&self, mut up: Value) -> Option<Value> {
+        let method = up.get("method").and_then(Value::as_str).unwrap_or("");
+        match (method, &self.token) {
+            ("notifications/progress", Some(t)) => {
+                up["params"]["progressToken"] = t.clone();
+                Some(up)
+            }
+            ("notifications/message", _) if self.logs => Some(up),
+            _ => None,
+        }
+    }
+
     /// Puts an upstream's request to this stream's client under an id of ours; its answer (a
     /// later POST, within the session) goes back to the upstream. A client that did not
     /// declare what it takes is not asked.
