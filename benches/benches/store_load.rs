@@ -93,7 +93,7 @@ fn main() {
     for _ in 0..3 {
         let start = Instant::now();
         let summary = s.verify_audit().unwrap().unwrap();
-        assert_eq!(summary.records, 1_000_000);
+        assert_eq!(summary.records(), 1_000_000);
         rates.push(1_000_000.0 / start.elapsed().as_secs_f64());
     }
     println!(

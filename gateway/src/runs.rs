@@ -19,6 +19,8 @@ use hyper::Response;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+use airlock_storage::Cursor;
+
 use crate::body::{sse_response, Body};
 use crate::clock::rfc3339;
 use crate::error::Code;
@@ -28,12 +30,13 @@ use crate::state::{run_key, Gateway};
 /// Audit records read per page.
 const PAGE: usize = 256;
 
-/// The stream of run `run_id` as `principal` may see it, from after audit seq `after`.
+/// The stream of run `run_id` as `principal` may see it, from after audit position `after`
+/// (an event id it sent: the plain seq with one chain, a position across chains with several).
 pub fn stream(
     gw: &Arc<Gateway>,
     principal: Principal,
     run_id: String,
-    after: u64,
+    after: Cursor,
 ) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let gw = gw.clone();
@@ -56,7 +59,7 @@ async fn follow(
     gw: &Arc<Gateway>,
     principal: &Principal,
     run_id: &str,
-    mut last: u64,
+    mut last: Cursor,
     notify: &tokio::sync::Notify,
     tx: &mpsc::Sender<Bytes>,
 ) {
@@ -66,7 +69,8 @@ async fn follow(
         // Registered before reading, so a record committed in between wakes us.
         notified.as_mut().enable();
         let run = run_id.to_owned();
-        let records = match gw.store_op(move |s| s.run_events(&run, last, PAGE)).await {
+        let from = last.clone();
+        let records = match gw.store_op(move |s| s.run_events(&run, &from, PAGE)).await {
             Ok(r) => r,
             Err(e) => {
                 let _ = tx
@@ -79,15 +83,12 @@ async fn follow(
             }
         };
         let full = records.len() == PAGE;
-        for record in records {
-            let Some(seq) = record.get("seq").and_then(Value::as_u64) else {
-                continue;
-            };
-            last = seq;
+        for (at, record) in records {
+            last = at.clone();
             let Some(chunk) = chunk(gw, principal, run_id, &record).await else {
                 continue;
             };
-            let event = format!("id: {seq}\ndata: {chunk}\n\n");
+            let event = format!("id: {at}\ndata: {chunk}\n\n");
             if tx.send(Bytes::from(event)).await.is_err() {
                 return;
             }

@@ -105,7 +105,7 @@ pub struct Gateway {
     pub deadlines: tokio::sync::Notify,
     /// The audit records other gateways on the same database appended, by seq range: the
     /// approvals and calls in them are told on this gateway's event streams too.
-    remote_audit: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(u64, u64)>>>,
+    remote_audit: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64, u64)>>>,
 }
 
 /// How long the expiry timer sleeps at most before it looks at the next deadline again.
@@ -152,7 +152,9 @@ impl Gateway {
                     .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
                 Store::open(&config.data_dir, options)
             }
-            StoreKind::Postgres { url, instance, ca } => {
+            StoreKind::Postgres {
+                url, instance, ca, ..
+            } => {
                 let ca_pem =
                     match ca {
                         Some(path) => Some(std::fs::read(path).map_err(|e| {
@@ -216,8 +218,8 @@ impl Gateway {
         let told = holds.clone();
         let (remote_tx, remote_rx) = tokio::sync::mpsc::unbounded_channel();
         store.on_changes(Box::new(move |change| {
-            if let (true, Some(range)) = (change.remote, change.audit) {
-                let _ = remote_tx.send(range);
+            if let (true, Some((from, to))) = (change.remote, change.audit) {
+                let _ = remote_tx.send((change.chain.clone(), from, to));
             }
             if change.all {
                 told.notify_all();
@@ -468,13 +470,34 @@ impl Gateway {
         }
     }
 
+    /// Every `interval`, a `chain.witness` record of the other gateways' chain heads, when
+    /// any moved (DESIGN §17): what lets `verify` catch a chain whose tail was cut.
+    async fn witness_timer(self: Arc<Self>, interval: Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.shutdown.cancelled() => break,
+            }
+            let now = now_ms();
+            if let Err(e) = self.store_op(move |s| s.witness(now)).await {
+                tracing::warn!(
+                    code = e.code.as_str(),
+                    "cannot witness the other chains: {}",
+                    e.message
+                );
+            }
+        }
+    }
+
     /// Tells this gateway's event streams of the approvals and calls in audit records
     /// `from..=to`, which another gateway appended: an approver's inbox on any gateway sees
     /// every approval.
-    async fn tell_remote(self: &Arc<Self>, from: u64, to: u64) {
-        let limit = (to - from + 1).min(10_000) as usize;
+    async fn tell_remote(self: &Arc<Self>, chain: String, from: u64, to: u64) {
+        let to = to.min(from.saturating_add(10_000));
         let records = match self
-            .store_op(move |s| s.audit_after(from.saturating_sub(1), limit))
+            .store_op(move |s| s.audit_range(&chain, from, to))
             .await
         {
             Ok(r) => r,
@@ -533,7 +556,7 @@ impl Gateway {
             let gw = self.clone();
             tokio::spawn(async move {
                 loop {
-                    let (from, to) = tokio::select! {
+                    let (chain, from, to) = tokio::select! {
                         r = remote.recv() => match r {
                             Some(r) => r,
                             None => break,
@@ -544,12 +567,18 @@ impl Gateway {
                     gw.deadlines.notify_one();
                     // Nobody listening: nothing to read or build.
                     if gw.events.receiver_count() > 0 {
-                        gw.tell_remote(from, to).await;
+                        gw.tell_remote(chain, from, to).await;
                     }
                 }
             });
         }
         tokio::spawn(self.clone().expiry_timer());
+        if let StoreKind::Postgres {
+            witness_interval, ..
+        } = &self.config.store
+        {
+            tokio::spawn(self.clone().witness_timer(*witness_interval));
+        }
         let gw = self.clone();
         tokio::spawn(async move {
             // Spent single-use tokens and ended inbox sessions are dropped once a minute.

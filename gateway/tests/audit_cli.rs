@@ -20,6 +20,54 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The key of record `seq` of fjall's one chain, as the store lays it out: the chain's name,
+/// a NUL, the seq big-endian.
+fn audit_key(seq: u64) -> Vec<u8> {
+    let mut k = b"local\0".to_vec();
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+#[test]
+fn a_store_written_before_chains_had_names_keeps_its_records_as_its_chains_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    fill(&data, 12);
+    {
+        // Lay the records out as a store of the last release did: keyed by the bare seq.
+        let db = fjall::Database::builder(&data).open().unwrap();
+        let audit = db
+            .keyspace("audit", fjall::KeyspaceCreateOptions::default)
+            .unwrap();
+        for seq in 1..=12u64 {
+            let v = audit.get(audit_key(seq)).unwrap().unwrap();
+            audit.insert(seq.to_be_bytes(), v).unwrap();
+            audit.remove(audit_key(seq)).unwrap();
+        }
+        db.persist(fjall::PersistMode::SyncAll).unwrap();
+    }
+    let store = Store::open(&data, StoreOptions::default()).unwrap();
+    // Adopted: read, proven, and continued from.
+    assert_eq!(store.audit_after(0, 100).unwrap().len(), 12);
+    let seq = store
+        .append_audit(Kind::PolicyLoaded, Map::new(), 5000)
+        .unwrap();
+    assert_eq!(seq, 13);
+    let summary = store.verify_audit().unwrap().unwrap();
+    assert_eq!(summary.chains.len(), 1);
+    assert_eq!(
+        (summary.chains[0].0.as_str(), summary.records()),
+        ("local", 13)
+    );
+    drop(store);
+    let v = airlock(&["audit", "verify", "--data-dir", data.to_str().unwrap()]);
+    assert!(
+        stdout(&v).starts_with("ok: 13 records (seq 1..13)"),
+        "{}",
+        stdout(&v)
+    );
+}
+
 fn fill(dir: &Path, n: u64) {
     let store = Store::open(dir, StoreOptions::default()).unwrap();
     for i in 0..n {
@@ -193,7 +241,7 @@ fn prune_keeps_a_checkpoint_refuses_what_was_not_exported_and_tampering_still_sh
         let audit = db
             .keyspace("audit", fjall::KeyspaceCreateOptions::default)
             .unwrap();
-        audit.remove(21u64.to_be_bytes()).unwrap();
+        audit.remove(audit_key(21)).unwrap();
         db.persist(fjall::PersistMode::SyncAll).unwrap();
     }
     let v = airlock(&["audit", "verify", "--data-dir", data_s]);

@@ -53,7 +53,8 @@ airlock_policy::stable_names! {
         // a task made for a call (DESIGN §15).
         McpRelayed = "mcp.relayed",
         McpTaskCreated = "mcp.task_created",
-        // The gateway and its log.
+        // The gateway and its log: a chain's witness of the others' heads (DESIGN §17).
+        ChainWitness = "chain.witness",
         PolicyLoaded = "policy.loaded",
         SecretCreated = "secret.created",
         AuditPruned = "audit.pruned",
@@ -63,14 +64,16 @@ airlock_policy::stable_names! {
 /// The `prev_hash` of the first record.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-/// Builds record `seq` after `prev_hash`; returns its canonical bytes and its hash.
+/// Builds record `seq` of `chain` after `prev_hash`; returns its canonical bytes and its hash.
 pub fn seal(
+    chain: &str,
     seq: u64,
     prev_hash: &str,
     ts: u64,
     kind: Kind,
     mut fields: Map<String, Value>,
 ) -> (Vec<u8>, String) {
+    fields.insert("chain".into(), Value::from(chain));
     fields.insert("seq".into(), Value::from(seq));
     fields.insert("prev_hash".into(), Value::from(prev_hash));
     fields.insert("ts".into(), Value::from(ts));
@@ -119,15 +122,25 @@ pub fn redact(args: &Value, pointers: &[String]) -> Value {
 
 /// The first place a chain is broken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("audit chain broken at seq {seq}: {reason}")]
+#[error("audit chain broken at seq {seq}: {reason}{}", chain_note(.chain))]
 pub struct ChainError {
+    /// The chain the error is in (empty for records written before chains had names).
+    pub chain: String,
     /// The seq where verification failed: the record that is wrong, or the one that is
     /// missing.
     pub seq: u64,
     pub reason: String,
 }
 
-/// What a verified chain holds.
+fn chain_note(chain: &str) -> String {
+    if chain.is_empty() {
+        String::new()
+    } else {
+        format!(" (chain {chain})")
+    }
+}
+
+/// What one verified chain holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChainSummary {
     pub records: u64,
@@ -136,16 +149,37 @@ pub struct ChainSummary {
     pub last_hash: String,
 }
 
+/// What a verified log holds: each chain, by name, and how many witness records were checked
+/// against the chains they name (DESIGN §17).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuditSummary {
+    pub chains: Vec<(String, ChainSummary)>,
+    pub witnesses: u64,
+}
+
+impl AuditSummary {
+    /// Records in every chain.
+    pub fn records(&self) -> u64 {
+        self.chains.iter().map(|(_, c)| c.records).sum()
+    }
+}
+
 /// A record checked on its own: its self-hash is right.
 struct Checked {
+    chain: String,
     seq: u64,
     prev_hash: String,
     hash: String,
+    /// Whether it is a `chain.witness` record, and its view of other chains: (chain, seq,
+    /// hash).
+    witness: bool,
+    saw: Vec<(String, u64, String)>,
 }
 
 /// Checks one record's own hash; `position_seq` names it in errors when its seq is unreadable.
 fn check_one(bytes: &[u8], position_seq: u64) -> Result<Checked, ChainError> {
     let bad = |reason: String| ChainError {
+        chain: String::new(),
         seq: position_seq,
         reason,
     };
@@ -158,166 +192,298 @@ fn check_one(bytes: &[u8], position_seq: u64) -> Result<Checked, ChainError> {
         Some(Value::String(h)) => h,
         _ => return Err(bad("no `hash`".into())),
     };
+    let chain = map
+        .get("chain")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let seq = map
         .get("seq")
         .and_then(Value::as_u64)
         .ok_or_else(|| bad("no `seq`".into()))?;
+    let fail = |reason: &str| ChainError {
+        chain: chain.clone(),
+        seq,
+        reason: reason.into(),
+    };
     let prev_hash = map
         .get("prev_hash")
         .and_then(Value::as_str)
-        .ok_or_else(|| ChainError {
-            seq,
-            reason: "no `prev_hash`".into(),
-        })?
+        .ok_or_else(|| fail("no `prev_hash`"))?
         .to_owned();
+    let mut saw = Vec::new();
+    let witness = map.get("kind").and_then(Value::as_str) == Some(Kind::ChainWitness.as_str());
+    if witness {
+        let heads = map
+            .get("heads")
+            .and_then(Value::as_object)
+            .ok_or_else(|| fail("a witness without `heads`"))?;
+        for (other, head) in heads {
+            let (Some(at), Some(h)) = (
+                head.get("seq").and_then(Value::as_u64),
+                head.get("hash").and_then(Value::as_str),
+            ) else {
+                return Err(fail("a witness head without `seq` and `hash`"));
+            };
+            saw.push((other.clone(), at, h.to_owned()));
+        }
+    }
     if hash_of(&prev_hash, &record) != hash {
-        return Err(ChainError {
-            seq,
-            reason: "hash does not match the record's contents".into(),
-        });
+        return Err(fail("hash does not match the record's contents"));
     }
     Ok(Checked {
+        chain,
         seq,
         prev_hash,
         hash,
+        witness,
+        saw,
     })
 }
 
 /// Verifies records in order. A chain that starts at seq 1 must start from [`GENESIS`]; one
 /// that starts later (an export with `--after`) is anchored at its first record's `prev_hash`.
-///
-/// Self-hashes are checked on all cores in chunks; the links between records are checked in
-/// order, so the error names the first bad seq.
-pub fn verify<I, E>(records: I) -> Result<ChainSummary, ChainError>
+/// Records of several chains may come interleaved (an export orders them by time); each
+/// chain is checked on its own, then every witness against the chains it names.
+pub fn verify<I, E>(records: I) -> Result<AuditSummary, ChainError>
 where
     I: IntoIterator<Item = Result<Vec<u8>, E>>,
     E: std::fmt::Display,
 {
-    verify_from(records, None)
+    let mut v = Verifier::default();
+    v.push_all(records)?;
+    v.finish()
 }
 
-/// [`verify`], with the chain required to start right after `anchor` (the seq and hash of the
-/// record before the first one): the genesis `(0, 64 zeros)` for a whole store, or a prune's
-/// checkpoint. Without an anchor a chain may start at any seq (an export made with `--after`),
-/// and only a chain starting at seq 1 is tied to the genesis.
-pub fn verify_from<I, E>(
-    records: I,
-    anchor: Option<(u64, &str)>,
-) -> Result<ChainSummary, ChainError>
-where
-    I: IntoIterator<Item = Result<Vec<u8>, E>>,
-    E: std::fmt::Display,
-{
-    const CHUNK: usize = 8192;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 8);
-    let mut summary: Option<ChainSummary> = None;
-    let mut iter = records.into_iter();
-    loop {
-        let mut chunk = Vec::with_capacity(CHUNK);
-        for item in iter.by_ref().take(CHUNK) {
-            let next_seq = summary.as_ref().map_or(1, |s| s.last_seq + 1) + chunk.len() as u64;
-            chunk.push(item.map_err(|e| ChainError {
-                seq: next_seq,
-                reason: format!("cannot read the record: {e}"),
-            })?);
-        }
-        if chunk.is_empty() {
-            break;
-        }
-        let base = summary.as_ref().map_or(1, |s| s.last_seq + 1);
-        let per = chunk.len().div_ceil(threads);
-        let checked: Vec<Result<Checked, ChainError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = chunk
-                .chunks(per)
-                .enumerate()
-                .map(|(part, records)| {
-                    scope.spawn(move || {
-                        records
-                            .iter()
-                            .enumerate()
-                            .map(|(i, r)| check_one(r, base + (part * per + i) as u64))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        vec![Err(ChainError {
-                            seq: base,
-                            reason: "verifier thread failed".into(),
-                        })]
-                    })
-                })
-                .collect()
-        });
-        for c in checked {
-            let c = c?;
-            summary = Some(match summary {
-                None => {
-                    if let Some((seq, hash)) = anchor {
-                        if c.seq != seq + 1 || c.prev_hash != hash {
-                            return Err(ChainError {
-                                seq: seq + 1,
-                                reason: format!(
-                                    "the chain must start at seq {} after {}; found seq {} (records were removed or the checkpoint does not match)",
-                                    seq + 1,
-                                    if seq == 0 { "the genesis".to_owned() } else { format!("the checkpoint at seq {seq}") },
-                                    c.seq
-                                ),
-                            });
-                        }
-                    }
-                    if c.seq == 1 && c.prev_hash != GENESIS {
-                        return Err(ChainError {
-                            seq: 1,
-                            reason: "the first record's prev_hash is not 64 zeros".into(),
-                        });
-                    }
-                    ChainSummary {
-                        records: 1,
-                        first_seq: c.seq,
-                        last_seq: c.seq,
-                        last_hash: c.hash,
-                    }
-                }
-                Some(s) => {
-                    if c.seq != s.last_seq + 1 {
-                        return Err(ChainError {
-                            seq: s.last_seq + 1,
-                            reason: format!(
-                                "expected seq {} after {}, found seq {}",
-                                s.last_seq + 1,
-                                s.last_seq,
-                                c.seq
-                            ),
-                        });
-                    }
-                    if c.prev_hash != s.last_hash {
-                        return Err(ChainError {
-                            seq: c.seq,
-                            reason: "prev_hash does not match the previous record's hash".into(),
-                        });
-                    }
-                    ChainSummary {
-                        records: s.records + 1,
-                        first_seq: s.first_seq,
-                        last_seq: c.seq,
-                        last_hash: c.hash,
-                    }
-                }
-            });
+/// Checks records as they come, chain by chain, and the witnesses at the end. Self-hashes
+/// are checked on all cores in chunks; the links between records in order, so an error names
+/// the first bad seq of its chain.
+#[derive(Default)]
+pub(crate) struct Verifier {
+    /// Where each chain must start (the genesis, or a prune's checkpoint): with anchors, a
+    /// chain missing its first records is caught.
+    anchors: std::collections::BTreeMap<String, (u64, String)>,
+    chains: std::collections::BTreeMap<String, ChainSummary>,
+    /// Every record's hash, by chain and seq, for the witnesses to be checked against.
+    hashes: std::collections::HashMap<(String, u64), [u8; 32]>,
+    /// What witnesses saw: (witness chain, witness seq, chain seen, its seq, its hash).
+    claims: Vec<(String, u64, String, u64, String)>,
+    witnesses: u64,
+}
+
+impl Verifier {
+    /// A verifier of a whole store: each chain must start right after its anchor.
+    pub(crate) fn anchored(anchors: std::collections::BTreeMap<String, (u64, String)>) -> Self {
+        Verifier {
+            anchors,
+            ..Verifier::default()
         }
     }
-    Ok(summary.unwrap_or(ChainSummary {
-        records: 0,
-        first_seq: 0,
-        last_seq: 0,
-        last_hash: GENESIS.to_owned(),
-    }))
+
+    pub(crate) fn push_all<I, E>(&mut self, records: I) -> Result<(), ChainError>
+    where
+        I: IntoIterator<Item = Result<Vec<u8>, E>>,
+        E: std::fmt::Display,
+    {
+        const CHUNK: usize = 8192;
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8);
+        let mut iter = records.into_iter();
+        let mut read = 0u64;
+        loop {
+            let mut chunk = Vec::with_capacity(CHUNK);
+            for item in iter.by_ref().take(CHUNK) {
+                read += 1;
+                chunk.push(item.map_err(|e| ChainError {
+                    chain: String::new(),
+                    seq: read,
+                    reason: format!("cannot read record {read}: {e}"),
+                })?);
+            }
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            let base = read - chunk.len() as u64 + 1;
+            let per = chunk.len().div_ceil(threads);
+            let checked: Vec<Result<Checked, ChainError>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = chunk
+                    .chunks(per)
+                    .enumerate()
+                    .map(|(part, records)| {
+                        scope.spawn(move || {
+                            records
+                                .iter()
+                                .enumerate()
+                                .map(|(i, r)| check_one(r, base + (part * per + i) as u64))
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            vec![Err(ChainError {
+                                chain: String::new(),
+                                seq: base,
+                                reason: "verifier thread failed".into(),
+                            })]
+                        })
+                    })
+                    .collect()
+            });
+            for c in checked {
+                self.link(c?)?;
+            }
+        }
+    }
+
+    /// Links a checked record to the one before it in its chain.
+    fn link(&mut self, c: Checked) -> Result<(), ChainError> {
+        let fail = |seq: u64, reason: String| ChainError {
+            chain: c.chain.clone(),
+            seq,
+            reason,
+        };
+        // Records written before chains had names, and the named chain that continues them
+        // (the log of a store that moved to one chain per gateway): one chain.
+        if !c.chain.is_empty() && !self.chains.contains_key(&c.chain) {
+            let continues = self
+                .chains
+                .get("")
+                .is_some_and(|old| old.last_seq + 1 == c.seq && old.last_hash == c.prev_hash);
+            if continues {
+                if let Some(old) = self.chains.remove("") {
+                    let moved: Vec<_> = self
+                        .hashes
+                        .keys()
+                        .filter(|(chain, _)| chain.is_empty())
+                        .cloned()
+                        .collect();
+                    for key in moved {
+                        if let Some(h) = self.hashes.remove(&key) {
+                            self.hashes.insert((c.chain.clone(), key.1), h);
+                        }
+                    }
+                    self.chains.insert(c.chain.clone(), old);
+                }
+            }
+        }
+        let next = match self.chains.get(&c.chain) {
+            None => {
+                if let Some((seq, hash)) = self.anchors.get(&c.chain) {
+                    if c.seq != seq + 1 || &c.prev_hash != hash {
+                        return Err(fail(
+                            seq + 1,
+                            format!(
+                                "the chain must start at seq {} after {}; found seq {} (records were removed or the checkpoint does not match)",
+                                seq + 1,
+                                if *seq == 0 { "the genesis".to_owned() } else { format!("the checkpoint at seq {seq}") },
+                                c.seq
+                            ),
+                        ));
+                    }
+                }
+                if c.seq == 1 && c.prev_hash != GENESIS {
+                    return Err(fail(
+                        1,
+                        "the first record's prev_hash is not 64 zeros".into(),
+                    ));
+                }
+                ChainSummary {
+                    records: 1,
+                    first_seq: c.seq,
+                    last_seq: c.seq,
+                    last_hash: c.hash.clone(),
+                }
+            }
+            Some(s) => {
+                if c.seq != s.last_seq + 1 {
+                    return Err(fail(
+                        s.last_seq + 1,
+                        format!(
+                            "expected seq {} after {}, found seq {}",
+                            s.last_seq + 1,
+                            s.last_seq,
+                            c.seq
+                        ),
+                    ));
+                }
+                if c.prev_hash != s.last_hash {
+                    return Err(fail(
+                        c.seq,
+                        "prev_hash does not match the previous record's hash".into(),
+                    ));
+                }
+                ChainSummary {
+                    records: s.records + 1,
+                    first_seq: s.first_seq,
+                    last_seq: c.seq,
+                    last_hash: c.hash.clone(),
+                }
+            }
+        };
+        if let Some(bytes) = unhex32(&c.hash) {
+            self.hashes.insert((c.chain.clone(), c.seq), bytes);
+        }
+        if c.witness {
+            self.witnesses += 1;
+        }
+        for (other, seq, hash) in c.saw {
+            self.claims.push((c.chain.clone(), c.seq, other, seq, hash));
+        }
+        self.chains.insert(c.chain, next);
+        Ok(())
+    }
+
+    /// Checks every witness against the chain it names, and says what was verified. A chain a
+    /// witness saw at seq N must reach seq N with the hash it saw: a chain cut short, or
+    /// missing, is named with the witness that proves it.
+    pub(crate) fn finish(self) -> Result<AuditSummary, ChainError> {
+        for (by, at, chain, seq, hash) in &self.claims {
+            let fail = |reason: String| ChainError {
+                chain: chain.clone(),
+                seq: *seq,
+                reason,
+            };
+            let Some(summary) = self.chains.get(chain) else {
+                return Err(fail(format!(
+                    "the chain is missing, but chain {by}'s witness at seq {at} saw it at seq {seq}"
+                )));
+            };
+            if *seq < summary.first_seq {
+                // Pruned (or exported after it): nothing left to compare.
+                continue;
+            }
+            if *seq > summary.last_seq {
+                return Err(fail(format!(
+                    "the chain ends at seq {}, but chain {by}'s witness at seq {at} saw it at seq {seq}: its tail was cut",
+                    summary.last_seq
+                )));
+            }
+            if self.hashes.get(&(chain.clone(), *seq)).copied() != unhex32(hash) {
+                return Err(fail(format!(
+                    "record {seq} is not the one chain {by}'s witness at seq {at} saw (its hash differs)"
+                )));
+            }
+        }
+        Ok(AuditSummary {
+            chains: self.chains.into_iter().collect(),
+            witnesses: self.witnesses,
+        })
+    }
+}
+
+fn unhex32(text: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if text.len() != 64 {
+        return None;
+    }
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -325,20 +491,90 @@ mod tests {
     use super::*;
 
     fn chain(n: u64) -> Vec<Vec<u8>> {
+        named("a", n).into_iter().map(|(b, _)| b).collect()
+    }
+
+    /// `n` records of chain `name`, with their hashes.
+    fn named(name: &str, n: u64) -> Vec<(Vec<u8>, String)> {
         let mut prev = GENESIS.to_owned();
         (1..=n)
             .map(|seq| {
                 let mut f = Map::new();
                 f.insert("call_id".into(), Value::from(format!("c{seq}")));
-                let (bytes, hash) = seal(seq, &prev, 1000 + seq, Kind::CallDecided, f);
-                prev = hash;
-                bytes
+                let (bytes, hash) = seal(name, seq, &prev, 1000 + seq, Kind::CallDecided, f);
+                prev = hash.clone();
+                (bytes, hash)
             })
             .collect()
     }
 
     fn run(records: &[Vec<u8>]) -> Result<ChainSummary, ChainError> {
-        verify(records.iter().cloned().map(Ok::<_, String>))
+        let s = verify(records.iter().cloned().map(Ok::<_, String>))?;
+        Ok(s.chains.into_iter().next().map_or(
+            ChainSummary {
+                records: 0,
+                first_seq: 0,
+                last_seq: 0,
+                last_hash: GENESIS.to_owned(),
+            },
+            |(_, c)| c,
+        ))
+    }
+
+    #[test]
+    fn interleaved_chains_verify_apart_and_a_witness_catches_a_cut_tail() {
+        let b = named("b", 6);
+        // Chain a's third record witnesses chain b at seq 5.
+        let mut a = named("a", 2);
+        let mut f = Map::new();
+        f.insert(
+            "heads".into(),
+            serde_json::json!({"b": {"seq": 5, "hash": b[4].1}}),
+        );
+        let witness = seal("a", 3, &a[1].1, 2000, Kind::ChainWitness, f);
+        a.push(witness);
+        let all = |b_len: usize| -> Vec<Vec<u8>> {
+            let mut v: Vec<Vec<u8>> = Vec::new();
+            for i in 0..6 {
+                if i < a.len() {
+                    v.push(a[i].0.clone());
+                }
+                if i < b_len {
+                    v.push(b[i].0.clone());
+                }
+            }
+            v
+        };
+        let s = verify(all(6).into_iter().map(Ok::<_, String>)).unwrap();
+        assert_eq!(s.records(), 9);
+        assert_eq!(s.witnesses, 1);
+        assert_eq!(s.chains.len(), 2);
+        assert_eq!(
+            s.chains[1],
+            (
+                "b".to_owned(),
+                ChainSummary {
+                    records: 6,
+                    first_seq: 1,
+                    last_seq: 6,
+                    last_hash: b[5].1.clone(),
+                }
+            )
+        );
+        // Chain b cut after seq 4: each chain links, but a's witness saw b at 5.
+        let e = verify(all(4).into_iter().map(Ok::<_, String>)).unwrap_err();
+        assert_eq!((e.chain.as_str(), e.seq), ("b", 5), "{e}");
+        assert!(e.reason.contains("tail was cut"), "{e}");
+        // A witness claiming another hash is caught too.
+        let mut lying = all(6);
+        let mut f = Map::new();
+        f.insert(
+            "heads".into(),
+            serde_json::json!({"b": {"seq": 5, "hash": b[3].1}}),
+        );
+        lying[4] = seal("a", 3, &a[1].1, 2000, Kind::ChainWitness, f).0;
+        let e = verify(lying.into_iter().map(Ok::<_, String>)).unwrap_err();
+        assert_eq!((e.chain.as_str(), e.seq), ("b", 5), "{e}");
     }
 
     #[test]

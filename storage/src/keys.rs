@@ -27,7 +27,8 @@ pub enum Ks {
     /// call id → [`crate::CallRecord`]; a call that has ended keeps the record it ran with
     /// (status `executing`), and how it ended is in `CallEnds`
     Calls,
-    /// seq (u64 BE) → audit record (canonical JSON, hash included)
+    /// `{chain}\0{seq, u64 BE}` → audit record (canonical JSON, hash included): one chain per
+    /// gateway, each in seq order ([`audit_key`])
     Audit,
     /// delivery id → [`crate::Delivery`]
     Outbox,
@@ -154,12 +155,52 @@ pub const EXPIRE_GRANT: u8 = b'g';
 /// A suspended call (by call id).
 pub const EXPIRE_SUSPENDED: u8 = b's';
 
-/// Index field of a run's audit records: `e\0{run id}\0{seq, 20 digits}`.
+/// Index field of a run's audit records: `e\0{run id}\0{chain}\0{seq, 20 digits}`.
 pub const IDX_RUN_EVENT: u8 = b'e';
 
-/// The index entry of audit record `seq` under run `run`; seqs sort as numbers.
-pub fn run_event_key(run: &str, seq: u64) -> Vec<u8> {
-    index_key(IDX_RUN_EVENT, run, &format!("{seq:020}"))
+/// The index entry of audit record `seq` of `chain` under run `run`; seqs sort as numbers.
+pub fn run_event_key(run: &str, chain: &str, seq: u64) -> Vec<u8> {
+    let mut k = index_prefix(IDX_RUN_EVENT, run);
+    k.extend_from_slice(chain.as_bytes());
+    k.push(0);
+    k.extend_from_slice(format!("{seq:020}").as_bytes());
+    k
+}
+
+/// The chain and seq a [`run_event_key`] names, given its run's prefix.
+pub fn split_run_event<'a>(key: &'a [u8], prefix: &[u8]) -> Option<(&'a str, u64)> {
+    let rest = key.strip_prefix(prefix)?;
+    let at = rest.iter().rposition(|b| *b == 0)?;
+    let chain = std::str::from_utf8(&rest[..at]).ok()?;
+    let seq = std::str::from_utf8(&rest[at + 1..]).ok()?.parse().ok()?;
+    Some((chain, seq))
+}
+
+/// The key of record `seq` of audit chain `chain` (a chain name never holds a NUL).
+pub fn audit_key(chain: &str, seq: u64) -> Vec<u8> {
+    let mut k = chain_prefix(chain);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The prefix of every record of `chain`.
+pub fn chain_prefix(chain: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(chain.len() + 9);
+    k.extend_from_slice(chain.as_bytes());
+    k.push(0);
+    k
+}
+
+/// The chain and seq an [`audit_key`] names; `None` for any other shape (the one-chain
+/// layout before chains had names was the bare seq).
+pub fn split_audit_key(key: &[u8]) -> Option<(&str, u64)> {
+    let at = key.len().checked_sub(9)?;
+    if key[at] != 0 || at == 0 {
+        return None;
+    }
+    let chain = std::str::from_utf8(&key[..at]).ok()?;
+    let seq = u64::from_be_bytes(key[at + 1..].try_into().ok()?);
+    Some((chain, seq))
 }
 
 pub fn expiry_key(at: u64, kind: u8, id: &[u8]) -> Vec<u8> {
@@ -224,6 +265,21 @@ mod tests {
         };
         let back = decode::<CallRecord>(&encode(&approved).unwrap()).unwrap();
         assert_eq!(back, approved);
+    }
+
+    #[test]
+    fn audit_keys_sort_by_chain_then_seq_and_split_back() {
+        let a = audit_key("gw-a", 255);
+        let b = audit_key("gw-a", 256);
+        let c = audit_key("gw-b", 1);
+        assert!(a < b && b < c);
+        assert_eq!(split_audit_key(&b), Some(("gw-a", 256)));
+        // The layout before chains had names: the bare seq.
+        assert_eq!(split_audit_key(&7u64.to_be_bytes()), None);
+        let prefix = index_prefix(IDX_RUN_EVENT, "run-1");
+        let e = run_event_key("run-1", "host:/data", 42);
+        assert_eq!(split_run_event(&e, &prefix), Some(("host:/data", 42)));
+        assert!(run_event_key("r", "a", 9) < run_event_key("r", "a", 10));
     }
 
     #[test]

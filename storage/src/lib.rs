@@ -17,6 +17,7 @@
 //! because they must be checked atomically with the state they guard.
 
 mod audit;
+mod chains;
 mod error;
 mod keys;
 mod kv;
@@ -30,9 +31,9 @@ use std::sync::{Arc, OnceLock};
 use serde_json::Value;
 
 pub use audit::{
-    redact, verify as verify_chain, verify_from as verify_chain_from, ChainError, ChainSummary,
-    Kind, GENESIS,
+    redact, verify as verify_chain, AuditSummary, ChainError, ChainSummary, Kind, GENESIS,
 };
+pub use chains::Cursor;
 pub use error::StoreError;
 pub use kv::postgres::migrate_database;
 pub use kv::{Change, ChangeListener, PgOptions};
@@ -76,6 +77,8 @@ pub struct Store {
     shared: Arc<Shared>,
     writer: Arc<Writer>,
     redact: Arc<Vec<String>>,
+    /// The other chains' heads this gateway last witnessed ([`Store::witness`]).
+    witnessed: Arc<std::sync::Mutex<serde_json::Map<String, Value>>>,
 }
 
 /// The TLS client settings of every connection airlock opens (to PostgreSQL, to upstreams):
@@ -140,18 +143,34 @@ impl Store {
         listener: Arc<OnceLock<ChangeListener>>,
         options: StoreOptions,
     ) -> Result<Store, StoreError> {
+        let chain = if options.instance.is_empty() {
+            DEFAULT_CHAIN.to_owned()
+        } else {
+            options.instance.clone()
+        };
+        if chain.contains('\0') {
+            return Err(StoreError::Corrupt(
+                "an instance name must not hold a NUL".into(),
+            ));
+        }
         let shared = Arc::new(Shared {
             backend,
             listener,
             instance: options.instance,
+            chain,
         });
+        // With PostgreSQL the chain is claimed before anything is written: a gateway whose
+        // previous connection the database has not ended yet waits for it a while.
+        claim_chain(&shared)?;
         let head = chain_head(&shared)?;
         let writer = Arc::new(Writer::start(shared.clone(), head, options.flush_interval)?);
         let store = Store {
             shared,
             writer,
             redact: Arc::new(options.redact),
+            witnessed: Default::default(),
         };
+        store.adopt_unnamed_records()?;
         store.recover()?;
         Ok(store)
     }
@@ -212,62 +231,6 @@ impl Store {
         self.read(Ks::Outbox, id.as_bytes())
     }
 
-    /// Up to `limit` audit records with seq > `after`, oldest first.
-    pub fn audit_after(&self, after: u64, limit: usize) -> Result<Vec<Value>, StoreError> {
-        self.shared.check()?;
-        let mut out = Vec::new();
-        for entry in self
-            .shared
-            .backend
-            .iter(Ks::Audit, (after + 1).to_be_bytes().to_vec(), None, false)
-            .take(limit)
-        {
-            let (_, bytes) = entry?;
-            out.push(
-                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            );
-        }
-        Ok(out)
-    }
-
-    /// Up to `limit` audit records of run `run_id` with seq > `after`, oldest first (records
-    /// a prune dropped are skipped).
-    pub fn run_events(
-        &self,
-        run_id: &str,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<Value>, StoreError> {
-        self.shared.check()?;
-        let prefix = keys::index_prefix(keys::IDX_RUN_EVENT, run_id);
-        let start = keys::run_event_key(run_id, after.saturating_add(1));
-        let mut out = Vec::new();
-        for entry in self
-            .shared
-            .backend
-            .iter(Ks::ApprovalIndex, start, None, false)
-        {
-            let (key, _) = entry?;
-            let Some(seq) = key
-                .strip_prefix(prefix.as_slice())
-                .and_then(|s| std::str::from_utf8(s).ok())
-                .and_then(|s| s.parse::<u64>().ok())
-            else {
-                break;
-            };
-            if let Some(bytes) = self.shared.backend.get(Ks::Audit, &seq.to_be_bytes())? {
-                out.push(
-                    serde_json::from_slice(&bytes)
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                );
-                if out.len() >= limit {
-                    break;
-                }
-            }
-        }
-        Ok(out)
-    }
-
     /// The calls of run `run_id` that are suspended, oldest first.
     pub fn suspended_in_run(&self, run_id: &str) -> Result<Vec<CallRecord>, StoreError> {
         self.shared.check()?;
@@ -320,145 +283,6 @@ impl Store {
         let _ = self.shared.listener.set(listener);
     }
 
-    /// The raw audit records with seq > `after`, oldest first.
-    fn audit_records(&self, after: u64) -> impl Iterator<Item = Result<Vec<u8>, StoreError>> + '_ {
-        self.shared
-            .backend
-            .iter(Ks::Audit, (after + 1).to_be_bytes().to_vec(), None, false)
-            .map(|entry| entry.map(|(_, v)| v))
-    }
-
-    /// Verifies the whole audit chain as stored: from the genesis, or from the checkpoint a
-    /// prune left, so a removed first record is caught like any other.
-    pub fn verify_audit(&self) -> Result<Result<ChainSummary, ChainError>, StoreError> {
-        self.shared.check()?;
-        let checkpoint = self.audit_checkpoint()?;
-        let anchor = match &checkpoint {
-            Some((seq, hash)) => (*seq, hash.as_str()),
-            None => (0, GENESIS),
-        };
-        let summary = audit::verify_from(self.audit_records(0), Some(anchor));
-        // An empty chain after a prune is still anchored at the checkpoint.
-        Ok(summary.map(|s| match (&checkpoint, s.records) {
-            (Some((seq, hash)), 0) => ChainSummary {
-                records: 0,
-                first_seq: 0,
-                last_seq: *seq,
-                last_hash: hash.clone(),
-            },
-            _ => s,
-        }))
-    }
-
-    /// The seq and hash of the last record a prune dropped, if any.
-    pub fn audit_checkpoint(&self) -> Result<Option<(u64, String)>, StoreError> {
-        let v: Option<Value> = self.read(Ks::Settings, b"audit.checkpoint")?;
-        Ok(v.and_then(|v| Some((v.get("seq")?.as_u64()?, v.get("hash")?.as_str()?.to_owned()))))
-    }
-
-    /// Up to which seq the audit log was exported (`export_audit` to its end).
-    pub fn audit_exported_through(&self) -> Result<u64, StoreError> {
-        let v: Option<Value> = self.read(Ks::Settings, b"audit.exported_through")?;
-        Ok(v.and_then(|v| v.get("seq").and_then(Value::as_u64))
-            .unwrap_or(0))
-    }
-
-    /// Writes the records with seq > `after` as JSONL; returns how many. Once they are all
-    /// written (and `out` flushed), the store notes how far the log has been exported, which
-    /// is as far as a prune may go.
-    pub fn export_audit(
-        &self,
-        after: u64,
-        out: &mut dyn std::io::Write,
-    ) -> Result<u64, StoreError> {
-        self.shared.check()?;
-        let mut n = 0;
-        let mut last = None;
-        for record in self.audit_records(after) {
-            let record = record?;
-            out.write_all(&record)
-                .and_then(|_| out.write_all(b"\n"))
-                .map_err(|e| StoreError::Unavailable(format!("cannot write the export: {e}")))?;
-            if let Ok(v) = serde_json::from_slice::<Value>(&record) {
-                last = v.get("seq").and_then(Value::as_u64);
-            }
-            n += 1;
-        }
-        out.flush()
-            .map_err(|e| StoreError::Unavailable(format!("cannot write the export: {e}")))?;
-        // Only an export that starts where the last one ended (or at the start) extends what
-        // is covered: a gap would let a prune drop records nobody has.
-        let through = self.audit_exported_through()?;
-        if let Some(last) = last {
-            if after <= through.max(self.audit_checkpoint()?.map_or(0, |c| c.0)) && last > through {
-                self.writer.submit(move |tx| {
-                    tx.put(
-                        Ks::Settings,
-                        b"audit.exported_through".to_vec(),
-                        keys::encode(&serde_json::json!({"seq": last}))?,
-                    );
-                    Ok(())
-                })?;
-            }
-        }
-        Ok(n)
-    }
-
-    /// Drops the audit records with seq < `before`, keeping the seq and hash of the last one
-    /// dropped as the checkpoint `verify` starts from. Refused for records not exported yet
-    /// (`audit.not_exported`).
-    pub fn prune_audit(&self, before: u64, now: Millis) -> Result<(u64, u64), StoreError> {
-        self.shared.check()?;
-        let through = self.audit_exported_through()?;
-        let last_dropped = before.saturating_sub(1);
-        if last_dropped > through {
-            return Err(StoreError::NotExported(format!(
-                "records up to seq {last_dropped} would be dropped, but the log was exported only through seq {through}: export first (`airlock audit export`)"
-            )));
-        }
-        self.writer.submit(move |tx| {
-            if last_dropped == 0 {
-                return Ok((0, 0));
-            }
-            let Some(bytes) = tx.get(Ks::Audit, &last_dropped.to_be_bytes())? else {
-                return Err(StoreError::NotExported(format!(
-                    "no audit record {last_dropped} to keep as the checkpoint (already pruned?)"
-                )));
-            };
-            let record: Value =
-                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let hash = record
-                .get("hash")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned();
-            let keys =
-                tx.committed_keys_until(Ks::Audit, &last_dropped.to_be_bytes(), usize::MAX)?;
-            let dropped = keys.len() as u64;
-            for k in keys {
-                tx.delete(Ks::Audit, k);
-            }
-            tx.put(
-                Ks::Settings,
-                b"audit.checkpoint".to_vec(),
-                keys::encode(&serde_json::json!({"seq": last_dropped, "hash": hash}))?,
-            );
-            let mut f = serde_json::Map::new();
-            f.insert("before".into(), Value::from(before));
-            f.insert("dropped".into(), Value::from(dropped));
-            f.insert("checkpoint_seq".into(), Value::from(last_dropped));
-            f.insert("checkpoint_hash".into(), Value::from(hash));
-            tx.audit(now, Kind::AuditPruned, f);
-            Ok((dropped, last_dropped))
-        })
-    }
-
-    /// The last audit seq and hash.
-    pub fn audit_head(&self) -> Result<(u64, String), StoreError> {
-        let head = chain_head(&self.shared)?;
-        Ok((head.seq, head.hash))
-    }
-
     /// Writes the store's memtables out to its tables, so the journal behind them can go:
     /// what a graceful stop does, so the next start replays little.
     pub fn flush(&self) -> Result<(), StoreError> {
@@ -471,9 +295,38 @@ impl Store {
     }
 }
 
-/// Reads where the audit chain ends from its last record.
+/// The chain of a store that names no instance (fjall's one chain).
+pub const DEFAULT_CHAIN: &str = "local";
+
+/// How long a store waits at open for its chain's lock (PostgreSQL).
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Takes the lock on this store's chain (PostgreSQL; nothing for fjall), waiting up to
+/// [`CLAIM_WAIT`] for a connection of this gateway's previous run to end.
+fn claim_chain(shared: &Shared) -> Result<(), StoreError> {
+    let prefix = keys::chain_prefix(&shared.chain);
+    let start = std::time::Instant::now();
+    loop {
+        match shared.backend.begin(&prefix) {
+            Ok(_) => {
+                shared.backend.abandon();
+                return Ok(());
+            }
+            Err(_) if start.elapsed() < CLAIM_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Reads where this store's chain ends from its last record.
 pub(crate) fn chain_head(shared: &Shared) -> Result<ChainHead, StoreError> {
-    head_of(shared.backend.last(Ks::Audit)?)
+    head_of(
+        shared
+            .backend
+            .last_with(Ks::Audit, &keys::chain_prefix(&shared.chain))?,
+    )
 }
 
 /// Where the audit chain ends, given its last record (none: the genesis).
@@ -484,11 +337,9 @@ pub(crate) fn head_of(last: Option<(Vec<u8>, Vec<u8>)>) -> Result<ChainHead, Sto
             hash: GENESIS.to_owned(),
         });
     };
-    let seq = u64::from_be_bytes(
-        key.as_slice()
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("bad audit key".into()))?,
-    );
+    let seq = keys::split_audit_key(&key)
+        .map(|(_, seq)| seq)
+        .ok_or_else(|| StoreError::Corrupt("bad audit key".into()))?;
     let record: Value =
         serde_json::from_slice(&value).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     let hash = record

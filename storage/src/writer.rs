@@ -33,7 +33,7 @@ use serde_json::{Map, Value};
 use crate::audit;
 use crate::error::StoreError;
 use crate::keys::{self, Ks};
-use crate::kv::{Backend, Change, ChangeListener, Staged};
+use crate::kv::{Backend, Change, ChangeListener, Expect, Staged};
 
 /// Jobs in one group commit at most.
 const MAX_GROUP: usize = 512;
@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     pub listener: Arc<OnceLock<ChangeListener>>,
     /// This gateway's name among those sharing the database ([`crate::StoreOptions::instance`]).
     pub instance: String,
+    /// The audit chain this writer appends to: the instance's name, or `local` (DESIGN §17).
+    pub chain: String,
 }
 
 impl Shared {
@@ -109,6 +111,8 @@ impl Shared {
 pub struct Tx<'a> {
     shared: &'a Shared,
     staged: Vec<Staged>,
+    /// Keys the jobs expect to exist, checked when the group commits (PostgreSQL).
+    expects: Vec<Expect>,
     head: ChainHead,
     /// Runs this group wrote audit records for.
     runs: Vec<String>,
@@ -121,6 +125,7 @@ pub struct Tx<'a> {
 /// A point to roll a failed job back to.
 struct Savepoint {
     staged: usize,
+    expects: usize,
     head: ChainHead,
     runs: usize,
 }
@@ -131,6 +136,7 @@ impl<'a> Tx<'a> {
         Tx {
             shared,
             staged: Vec::new(),
+            expects: Vec::new(),
             first_seq: head.seq + 1,
             head: head.clone(),
             runs: Vec::new(),
@@ -138,20 +144,26 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// Reads `key`, seeing this group's staged writes first.
+    /// Reads `key`, seeing this group's staged writes first. With PostgreSQL the key stays
+    /// locked until the group ends ([`Backend::group_get`]): what a job reads, no other
+    /// gateway changes before this group commits.
     pub fn get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        if let Some(s) = self
-            .staged
-            .iter()
-            .rev()
-            .find(|s| s.ks == ks && s.key == key)
-        {
-            return Ok(s.value.clone());
+        if let Some(value) = self.staged_value(ks, key) {
+            return Ok(value);
         }
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        self.shared.backend.get(ks, key)
+        self.shared.backend.group_get(ks, key)
+    }
+
+    /// The last value this group staged for `key`, if it staged one (`Some(None)`: deleted).
+    fn staged_value(&self, ks: Ks, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        self.staged
+            .iter()
+            .rev()
+            .find(|s| s.ks == ks && s.key == key)
+            .map(|s| s.value.clone())
     }
 
     pub fn put(&mut self, ks: Ks, key: Vec<u8>, value: Vec<u8>) {
@@ -159,7 +171,53 @@ impl<'a> Tx<'a> {
             ks,
             key,
             value: Some(value),
+            new: false,
         });
+    }
+
+    /// Writes `key`, which must not exist yet; false (and nothing written) when it is known to
+    /// exist. fjall reads it now; PostgreSQL inserts it at commit, where a key that exists
+    /// after all fails the whole group (for keys made unique by construction, such as a new
+    /// call's id, so that creating one costs no round trip).
+    pub fn create(&mut self, ks: Ks, key: Vec<u8>, value: Vec<u8>) -> Result<bool, StoreError> {
+        let exists = match self.staged_value(ks, &key) {
+            Some(staged) => staged.is_some(),
+            None if self.checks_now() => self.get(ks, &key)?.is_some(),
+            None => false,
+        };
+        if exists {
+            return Ok(false);
+        }
+        self.staged.push(Staged {
+            ks,
+            key,
+            value: Some(value),
+            new: true,
+        });
+        Ok(true)
+    }
+
+    /// Whether `key` exists, for a job that needs no lock on it (its writer is the only one
+    /// that changes it): fjall reads it now; PostgreSQL assumes it does and checks at commit,
+    /// where a missing key fails the whole group with `what`.
+    pub fn expect(&mut self, ks: Ks, key: &[u8], what: &str) -> Result<bool, StoreError> {
+        if let Some(staged) = self.staged_value(ks, key) {
+            return Ok(staged.is_some());
+        }
+        if self.checks_now() {
+            return Ok(self.get(ks, key)?.is_some());
+        }
+        self.expects.push(Expect {
+            ks,
+            key: key.to_vec(),
+            what: what.to_owned(),
+        });
+        Ok(true)
+    }
+
+    /// Whether checks are made at once (one writer: fjall) or at commit (PostgreSQL).
+    fn checks_now(&self) -> bool {
+        matches!(self.shared.backend, Backend::Fjall(_)) || self.failed.is_some()
     }
 
     pub fn delete(&mut self, ks: Ks, key: Vec<u8>) {
@@ -167,6 +225,7 @@ impl<'a> Tx<'a> {
             ks,
             key,
             value: None,
+            new: false,
         });
     }
 
@@ -186,6 +245,27 @@ impl<'a> Tx<'a> {
         self.shared
             .backend
             .iter(ks, Vec::new(), Some(past_end), false)
+            .take(limit)
+            .map(|e| e.map(|(k, _)| k))
+            .collect()
+    }
+
+    /// Keys of `ks` from `from` up to and including `end`, in order, as committed.
+    pub fn committed_keys_between(
+        &self,
+        ks: Ks,
+        from: &[u8],
+        end: &[u8],
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let mut past_end = end.to_vec();
+        past_end.push(0);
+        self.shared
+            .backend
+            .iter(ks, from.to_vec(), Some(past_end), false)
             .take(limit)
             .map(|e| e.map(|(k, _)| k))
             .collect()
@@ -224,12 +304,18 @@ impl<'a> Tx<'a> {
             .or_else(|| fields.get("context").and_then(|c| c.get("run_id")))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let (bytes, hash) = audit::seal(seq, &self.head.hash, ts, kind, fields);
-        self.put(Ks::Audit, seq.to_be_bytes().to_vec(), bytes);
+        let chain = &self.shared.chain;
+        let (bytes, hash) = audit::seal(chain, seq, &self.head.hash, ts, kind, fields);
+        self.staged.push(Staged {
+            ks: Ks::Audit,
+            key: keys::audit_key(chain, seq),
+            value: Some(bytes),
+            new: true,
+        });
         if let Some(run) = run {
             self.put(
                 Ks::ApprovalIndex,
-                keys::run_event_key(&run, seq),
+                keys::run_event_key(&run, chain, seq),
                 Vec::new(),
             );
             self.runs.push(run);
@@ -261,6 +347,7 @@ impl<'a> Tx<'a> {
             runs,
             all: false,
             audit: (self.head.seq >= self.first_seq).then_some((self.first_seq, self.head.seq)),
+            chain: self.shared.chain.clone(),
             remote: false,
         }
     }
@@ -268,6 +355,7 @@ impl<'a> Tx<'a> {
     fn savepoint(&self) -> Savepoint {
         Savepoint {
             staged: self.staged.len(),
+            expects: self.expects.len(),
             head: self.head.clone(),
             runs: self.runs.len(),
         }
@@ -275,6 +363,7 @@ impl<'a> Tx<'a> {
 
     fn rollback(&mut self, sp: Savepoint) {
         self.staged.truncate(sp.staged);
+        self.expects.truncate(sp.expects);
         self.head = sp.head;
         self.runs.truncate(sp.runs);
     }
@@ -330,6 +419,11 @@ impl Writer {
             core,
             thread: Some(thread),
         })
+    }
+
+    /// Continues the chain from `head` (after records were moved into it at open).
+    pub fn restart_chain_at(&self, head: ChainHead) {
+        lock(&self.core).head = head;
     }
 
     /// Runs `f` on the writer and returns its result once it is durable.
@@ -426,10 +520,10 @@ impl Writer {
         };
         let wrote = !tx.staged.is_empty();
         let change = tx.change();
-        if let Err(e) = self
-            .shared
-            .backend
-            .commit(std::mem::take(&mut tx.staged), false, &change)
+        if let Err(e) =
+            self.shared
+                .backend
+                .commit(std::mem::take(&mut tx.staged), &[], false, &change)
         {
             return Ok(Err(e));
         }
@@ -564,9 +658,10 @@ fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: D
         last_group = group.len();
         let mut held = lock(core);
         held.sleeping = false;
-        // With PostgreSQL, other gateways may have extended the chain since this writer's last
-        // group: the head is re-read under the group's lock.
-        let begun = shared.backend.begin().and_then(|last| {
+        // With PostgreSQL, a new connection (or a failed commit) means the head this writer
+        // kept may be out of date: it is read again.
+        let chain = keys::chain_prefix(&shared.chain);
+        let begun = shared.backend.begin(&chain).and_then(|last| {
             if let Some(last) = last {
                 held.head = crate::head_of(last)?;
             }
@@ -590,9 +685,13 @@ fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: D
                 Err(e)
             }
             None => {
-                shared
-                    .backend
-                    .commit(std::mem::take(&mut tx.staged), !durable.is_empty(), &change)
+                let expects = std::mem::take(&mut tx.expects);
+                shared.backend.commit(
+                    std::mem::take(&mut tx.staged),
+                    &expects,
+                    !durable.is_empty(),
+                    &change,
+                )
             }
         };
         if written.is_ok() {

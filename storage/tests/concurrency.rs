@@ -129,8 +129,8 @@ fn lazy_async_writes_and_the_writer_thread_keep_one_chain() {
     });
     let summary = store.verify_audit().unwrap().unwrap();
     // Each call: its decision, and its completion.
-    assert_eq!(summary.records, 6 * 60 * 2);
-    assert_eq!(summary.last_seq, 6 * 60 * 2);
+    assert_eq!(summary.records(), 6 * 60 * 2);
+    assert_eq!(summary.chains[0].1.last_seq, 6 * 60 * 2);
     for t in 0..6 {
         for i in 0..60 {
             let c = store.call(&format!("c-{t}-{i}")).unwrap().unwrap();
@@ -140,5 +140,5 @@ fn lazy_async_writes_and_the_writer_thread_keep_one_chain() {
     drop(store);
     // Reopened, everything is there.
     let store = place.open(StoreOptions::default()).unwrap();
-    assert_eq!(store.verify_audit().unwrap().unwrap().records, 6 * 60 * 2);
+    assert_eq!(store.verify_audit().unwrap().unwrap().records(), 6 * 60 * 2);
 }

@@ -176,10 +176,10 @@ fn acknowledged_writes_survive_sigkill() {
         }
         let records = store.audit_after(0, usize::MAX).unwrap();
         let summary = store.verify_audit().unwrap().unwrap();
-        assert_eq!(summary.records as usize, records.len());
+        assert_eq!(summary.records() as usize, records.len());
         for seq in &audited {
             assert!(
-                *seq <= summary.last_seq,
+                *seq <= summary.chains[0].1.last_seq,
                 "acknowledged audit record {seq} lost"
             );
         }

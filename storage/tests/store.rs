@@ -536,9 +536,14 @@ fn every_change_is_audited_redacted_and_survives_reopening() {
         .iter()
         .all(|r| r.get("args").is_none_or(|a| a["password"] == "[redacted]")));
     let summary = store.verify_audit().unwrap().unwrap();
-    assert_eq!(summary.records, 6);
+    assert_eq!(summary.records(), 6);
     let mut export = Vec::new();
-    assert_eq!(store.export_audit(0, &mut export).unwrap(), 6);
+    assert_eq!(
+        store
+            .export_audit(&airlock_storage::Cursor::Seq(0), &mut export)
+            .unwrap(),
+        6
+    );
     let lines = export
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
@@ -871,7 +876,14 @@ fn another_store_on_the_same_schema_hears_of_each_commit_and_no_other_schema_doe
             h.lock().unwrap().push(c.clone());
         }
     }));
-    let twin = here.open(StoreOptions::default()).unwrap();
+    // Another gateway, with a chain of its own (a second store claiming `a`'s chain would
+    // wait for it, then be refused).
+    let twin = here
+        .open(StoreOptions {
+            instance: "twin".into(),
+            ..StoreOptions::default()
+        })
+        .unwrap();
     let other = elsewhere.open(StoreOptions::default()).unwrap();
     other
         .record_call(
@@ -895,9 +907,10 @@ fn another_store_on_the_same_schema_hears_of_each_commit_and_no_other_schema_doe
     let heard = heard.lock().unwrap();
     assert_eq!(heard.len(), 1, "{heard:?}");
     assert_eq!(heard[0].calls, vec!["c-twin".to_owned()]);
-    // The audit records it appended, by seq, for the gateway's event streams.
+    // The audit records it appended, by chain and seq, for the gateway's event streams.
     let (from, to) = heard[0].audit.unwrap();
-    let records = a.audit_after(from - 1, 10).unwrap();
+    assert_eq!(heard[0].chain, "twin");
+    let records = a.audit_range("twin", from, to).unwrap();
     assert_eq!(records.len() as u64, to - from + 1);
     assert_eq!(records[0]["call_id"], "c-twin");
 }

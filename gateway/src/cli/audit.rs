@@ -28,21 +28,26 @@ pub enum AuditCommand {
         #[arg(long, requires = "url")]
         token: Option<String>,
     },
-    /// Drop the records before SEQ from a store, keeping a checkpoint so `verify` still proves
-    /// the rest; refused for records not exported yet.
+    /// Drop the records before SEQ from a chain of a store, keeping a checkpoint so `verify`
+    /// still proves the rest; refused for records not exported yet.
     Prune {
         #[command(flatten)]
         at: StoreAt,
         /// Records with a seq below this are dropped.
         #[arg(long)]
         before: u64,
+        /// The chain to prune (a gateway's `[store] instance`); needed when the log has
+        /// several.
+        #[arg(long)]
+        chain: Option<String>,
     },
-    /// Write the records after SEQ as JSONL, to stdout or --out.
+    /// Write the records after a position (a seq, or a cursor `GET /v1/audit` handed out) as
+    /// JSONL, every chain by time, to stdout or --out.
     Export {
         #[command(flatten)]
         at: StoreAt,
-        #[arg(long, default_value_t = 0)]
-        after: u64,
+        #[arg(long, default_value = "0")]
+        after: airlock_storage::Cursor,
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -93,23 +98,43 @@ pub(super) fn audit_verify(
     report(result)
 }
 
-/// What a verification found, for people; the exit code 0 when the chain is intact, else 1.
-fn report(result: Result<airlock_storage::ChainSummary, airlock_storage::ChainError>) -> u8 {
+/// What a verification found, for people; the exit code 0 when every chain and witness is
+/// intact, else 1.
+fn report(result: Result<airlock_storage::AuditSummary, airlock_storage::ChainError>) -> u8 {
     match result {
-        Ok(s) if s.records == 0 => {
+        Ok(s) if s.records() == 0 => {
             say!("ok: 0 records");
+            0
+        }
+        Ok(s) if s.chains.len() == 1 => {
+            let (_, c) = &s.chains[0];
+            say!(
+                "ok: {} records (seq {}..{}), last hash {}",
+                c.records,
+                c.first_seq,
+                c.last_seq,
+                c.last_hash
+            );
+            if c.first_seq > 1 {
+                say!("(the chain starts after seq {}: a prune's checkpoint, or an export made with --after)", c.first_seq - 1);
+            }
             0
         }
         Ok(s) => {
             say!(
-                "ok: {} records (seq {}..{}), last hash {}",
-                s.records,
-                s.first_seq,
-                s.last_seq,
-                s.last_hash
+                "ok: {} records in {} chains, {} witness records checked",
+                s.records(),
+                s.chains.len(),
+                s.witnesses
             );
-            if s.first_seq > 1 {
-                say!("(the chain starts after seq {}: a prune's checkpoint, or an export made with --after)", s.first_seq - 1);
+            for (name, c) in &s.chains {
+                say!(
+                    "  chain {name}: {} records (seq {}..{}), last hash {}",
+                    c.records,
+                    c.first_seq,
+                    c.last_seq,
+                    c.last_hash
+                );
             }
             0
         }
@@ -120,12 +145,12 @@ fn report(result: Result<airlock_storage::ChainSummary, airlock_storage::ChainEr
     }
 }
 
-pub(super) fn audit_prune(at: &StoreAt, before: u64) -> u8 {
+pub(super) fn audit_prune(at: &StoreAt, before: u64, chain: Option<&str>) -> u8 {
     let store = match open_store(at) {
         Ok(s) => s,
         Err(code) => return code,
     };
-    match store.prune_audit(before, crate::clock::now_ms()) {
+    match store.prune_audit(chain, before, crate::clock::now_ms()) {
         Ok((dropped, checkpoint)) => {
             say!("pruned {dropped} records; verify now starts from the checkpoint at seq {checkpoint}");
             0
@@ -134,7 +159,11 @@ pub(super) fn audit_prune(at: &StoreAt, before: u64) -> u8 {
     }
 }
 
-pub(super) fn audit_export(at: &StoreAt, after: u64, out: Option<PathBuf>) -> u8 {
+pub(super) fn audit_export(
+    at: &StoreAt,
+    after: &airlock_storage::Cursor,
+    out: Option<PathBuf>,
+) -> u8 {
     let store = match open_store(at) {
         Ok(s) => s,
         Err(code) => return code,
@@ -171,7 +200,8 @@ pub(super) fn audit_export(at: &StoreAt, after: u64, out: Option<PathBuf>) -> u8
 /// an error, which verification reports.
 struct Pages {
     client: client::Client,
-    after: u64,
+    /// Where the next page starts: the last page's `next_after`.
+    after: String,
     page: std::vec::IntoIter<Value>,
     done: bool,
 }
@@ -180,7 +210,7 @@ impl Pages {
     fn new(client: client::Client) -> Pages {
         Pages {
             client,
-            after: 0,
+            after: "0".into(),
             page: Vec::new().into_iter(),
             done: false,
         }
@@ -199,6 +229,11 @@ impl Pages {
                 body["error"]["message"]
             ));
         }
+        match &body["next_after"] {
+            Value::Number(n) => self.after = n.to_string(),
+            Value::String(c) => self.after = c.clone(),
+            _ => {}
+        }
         match body["records"].as_array() {
             Some(records) => Ok(records.clone()),
             None => Err(format!("GET {path}: the answer has no `records`")),
@@ -212,7 +247,6 @@ impl Iterator for Pages {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             if let Some(record) = self.page.next() {
-                self.after = record["seq"].as_u64().unwrap_or(self.after);
                 return Some(serde_json::to_vec(&record).map_err(|e| e.to_string()));
             }
             if self.done {

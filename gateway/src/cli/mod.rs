@@ -104,9 +104,11 @@ pub fn run(cli: Cli) -> u8 {
             url,
             token,
         }) => audit::audit_verify(at, file, url, token),
-        Command::Audit(AuditCommand::Prune { at, before }) => audit::audit_prune(&at, before),
+        Command::Audit(AuditCommand::Prune { at, before, chain }) => {
+            audit::audit_prune(&at, before, chain.as_deref())
+        }
         Command::Audit(AuditCommand::Export { at, after, out }) => {
-            audit::audit_export(&at, after, out)
+            audit::audit_export(&at, &after, out)
         }
         Command::Store(StoreCommand::Migrate {
             database_url,

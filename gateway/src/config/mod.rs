@@ -399,6 +399,9 @@ mod tests {
             ("[store]\nkind = \"postgres\"\nurl = \"env:AIRLOCK_TEST_UNSET_VAR\"\n", "store.url"),
             ("[store]\nurl = \"host=/tmp\"\n", "store.url"),
             ("[store]\nkind = \"postgres\"\nurl = \"host=/tmp\"\ninstance = \" \"\n", "store.instance"),
+            ("[store]\nkind = \"postgres\"\nurl = \"host=/tmp\"\ninstance = \"gw\\u0000\"\n", "store.instance"),
+            ("[store]\nkind = \"postgres\"\nurl = \"host=/tmp\"\nwitness_interval = \"0s\"\n", "store.witness_interval"),
+            ("[store]\nwitness_interval = \"5s\"\n", "store.witness_interval"),
             ("[store]\ndsn = \"x\"\n", "line 2"),
             ("[store]\nca = \"db-ca.pem\"\n", "store.ca"),
         ];
@@ -454,6 +457,7 @@ mod tests {
                 url: "host=/run/pg user=airlock password=hunter2".into(),
                 instance: "gw-1".into(),
                 ca: None,
+                witness_interval: Duration::from_secs(5),
             }
         );
         assert!(

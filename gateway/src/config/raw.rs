@@ -37,6 +37,7 @@ pub(super) struct RawStore {
     pub(super) url: Option<String>,
     pub(super) instance: Option<String>,
     pub(super) ca: Option<PathBuf>,
+    pub(super) witness_interval: Option<String>,
 }
 
 #[derive(Deserialize)]

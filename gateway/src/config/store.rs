@@ -13,10 +13,13 @@ pub enum StoreKind {
     /// A PostgreSQL database shared by any number of gateways. `instance` names this gateway
     /// among them: a restarted gateway recovers only the calls it left executing. `ca`: PEM
     /// certificates to verify the database's TLS certificate with, instead of the system's.
+    /// `instance` also names this gateway's audit chain, whose `chain.witness` records of the
+    /// other chains' heads are written every `witness_interval` (DESIGN §17).
     Postgres {
         url: String,
         instance: String,
         ca: Option<PathBuf>,
+        witness_interval: std::time::Duration,
     },
 }
 
@@ -59,6 +62,12 @@ pub(super) fn validate(
             if raw.ca.is_some() {
                 return Err(err("store.ca", "is only for `kind = \"postgres\"`"));
             }
+            if raw.witness_interval.is_some() {
+                return Err(err(
+                    "store.witness_interval",
+                    "is only for `kind = \"postgres\"` (fjall keeps one chain)",
+                ));
+            }
             StoreKind::Fjall
         }
         "postgres" => {
@@ -75,6 +84,12 @@ pub(super) fn validate(
                     if i.trim().is_empty() {
                         return Err(err("store.instance", "must not be empty"));
                     }
+                    if i.chars().any(char::is_control) || i.len() > 200 {
+                        return Err(err(
+                            "store.instance",
+                            "names this gateway's audit chain: at most 200 bytes, no control characters",
+                        ));
+                    }
                     i
                 }
                 None => default_instance(data_dir),
@@ -83,6 +98,11 @@ pub(super) fn validate(
                 url,
                 instance,
                 ca: raw.ca.map(resolve),
+                witness_interval: super::positive(
+                    "store.witness_interval",
+                    raw.witness_interval.as_deref(),
+                    std::time::Duration::from_secs(5),
+                )?,
             }
         }
         other => {

@@ -13,7 +13,7 @@ use crate::clock::{now_ms, to_system_time};
 use crate::error::{ApiError, Code};
 use crate::state::Gateway;
 
-use super::{body_json, only_fields, query_int, Ctx};
+use super::{body_json, only_fields, query_cursor, query_int, Ctx};
 
 /// `GET /v1/policy`: the policy in force, rule by rule.
 pub(super) fn policy(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
@@ -161,11 +161,11 @@ pub(super) async fn export(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     // The online `airlock audit export`: JSONL of the records after `after`; once it
     // is all written, the store notes how far the log is exported (what a prune may
     // drop).
-    let after = query_int(query, "after")?.unwrap_or(0);
+    let after = query_cursor(query, "after")?;
     let bytes = gw
         .store_op(move |s| {
             let mut out = Vec::new();
-            s.export_audit(after, &mut out)?;
+            s.export_audit(&after, &mut out)?;
             Ok(out)
         })
         .await?;
@@ -184,7 +184,17 @@ pub(super) async fn prune(cx: Ctx<'_>, req: Request<Incoming>) -> Result<Respons
     } = cx;
     require(role, &[Role::Admin])?;
     let body = body_json(req, limit).await?;
-    only_fields(&body, &["before"])?;
+    only_fields(&body, &["before", "chain"])?;
+    let chain = match body.get("chain") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) => Some(c.clone()),
+        Some(_) => {
+            return Err(ApiError::new(
+                Code::RequestInvalidField,
+                "`chain` must be a chain's name (a string)",
+            ))
+        }
+    };
     let before = body.get("before").and_then(Value::as_u64).ok_or_else(|| {
         ApiError::new(
             Code::RequestInvalidField,
@@ -192,7 +202,9 @@ pub(super) async fn prune(cx: Ctx<'_>, req: Request<Incoming>) -> Result<Respons
         )
     })?;
     let now = now_ms();
-    let (dropped, checkpoint) = gw.store_op(move |s| s.prune_audit(before, now)).await?;
+    let (dropped, checkpoint) = gw
+        .store_op(move |s| s.prune_audit(chain.as_deref(), before, now))
+        .await?;
     Ok(json_response(
         StatusCode::OK,
         &json!({"dropped": dropped, "checkpoint_seq": checkpoint}),
@@ -205,13 +217,16 @@ pub(super) async fn audit(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
         gw, role, query, ..
     } = cx;
     require(role, &[Role::Admin])?;
-    let after = query_int(query, "after")?.unwrap_or(0);
+    let after = query_cursor(query, "after")?;
     let n = query_int(query, "limit")?.unwrap_or(100).clamp(1, 1000) as usize;
-    let records = gw.store_op(move |s| s.audit_after(after, n)).await?;
-    let next = records
-        .last()
-        .and_then(|r| r.get("seq"))
-        .and_then(Value::as_u64);
+    let (records, next) = gw.store_op(move |s| s.audit_page(&after, n)).await?;
+    // With one chain the cursor is the plain seq of the last record; with several, an opaque
+    // string `after` takes back; `null` for an empty page (read again from the same `after`).
+    let next = match (records.is_empty(), next) {
+        (true, _) => Value::Null,
+        (_, airlock_storage::Cursor::Seq(n)) => Value::from(n),
+        (_, heads) => Value::from(heads.to_string()),
+    };
     Ok(json_response(
         StatusCode::OK,
         &json!({"records": records, "next_after": next}),

@@ -162,15 +162,15 @@ pub(super) fn stream_run(
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .map(|v| {
-            v.trim().parse::<u64>().map_err(|_| {
+            v.trim().parse::<airlock_storage::Cursor>().map_err(|_| {
                 ApiError::new(
                     Code::RequestInvalidHeader,
-                    "`Last-Event-ID` must be an event id from this stream (an integer)",
+                    "`Last-Event-ID` must be an event id from this stream",
                 )
             })
         })
         .transpose()?
-        .unwrap_or(0);
+        .unwrap_or_default();
     Ok(crate::runs::stream(gw, principal, run_id, last))
 }
 

@@ -278,6 +278,26 @@ fn query_int(query: &str, name: &str) -> Result<Option<u64>, ApiError> {
         .transpose()
 }
 
+/// An audit position (`after`): a plain seq, or a cursor a page handed out (DESIGN §17).
+fn query_cursor(query: &str, name: &str) -> Result<airlock_storage::Cursor, ApiError> {
+    let Some(text) = query_param(query, name) else {
+        return Ok(airlock_storage::Cursor::default());
+    };
+    let cursor = text.parse::<airlock_storage::Cursor>().map_err(|e| {
+        ApiError::new(
+            Code::RequestInvalidField,
+            format!("`{name}` must be a seq or the `next_after` of a page: {e}"),
+        )
+    })?;
+    if matches!(cursor, airlock_storage::Cursor::Seq(n) if n > strict_json::MAX_SAFE_INTEGER) {
+        return Err(ApiError::new(
+            Code::RequestInvalidField,
+            format!("`{name}` must be an integer from 0 to 2^53 - 1, or a cursor"),
+        ));
+    }
+    Ok(cursor)
+}
+
 fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     query.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));

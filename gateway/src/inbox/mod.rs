@@ -485,14 +485,13 @@ async fn audit(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
     let checked = gw
         .store_op(|s| {
             let verified = s.verify_audit()?;
-            let last = verified.as_ref().map(|v| v.last_seq).unwrap_or(0);
-            let tail = s.audit_after(last.saturating_sub(50), 50)?;
+            let tail = s.audit_tail(50)?;
             Ok((verified, tail))
         })
         .await;
     match checked {
         Ok((verified, tail)) => {
-            let chain = verified.map(|v| v.records).map_err(|e| e.to_string());
+            let chain = verified.map(|v| v.records()).map_err(|e| e.to_string());
             page(
                 StatusCode::OK,
                 pages::audit(&session_view(session), &tail, chain),

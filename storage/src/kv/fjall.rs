@@ -186,6 +186,7 @@ mod tests {
             ks: Ks::Calls,
             key: k.to_vec(),
             value: Some(vec![7; 64]),
+            new: false,
         };
         kv.commit(vec![staged(b"a")]).unwrap();
         kv.flush_within(std::time::Duration::from_secs(10)).unwrap();

@@ -7,8 +7,15 @@
 //! Everything above this layer (the approval state machine, grant uses, the audit chain, the
 //! outbox) is the same code for both: the writer runs each group of changes against a
 //! [`Backend`] and commits it atomically. What a backend adds is how a group is made exclusive
-//! and durable: fjall has one writer thread in one process; PostgreSQL serializes the groups of
-//! every gateway with a transaction-scoped advisory lock and commits them in one transaction.
+//! and durable: fjall has one writer thread in one process; with PostgreSQL each gateway's
+//! group is one transaction that locks each key it reads ([`Backend::group_get`]), so groups of
+//! different gateways wait for each other only on the keys they share (DESIGN §17).
+//!
+//! How a group names the keys it touches: every key a job reads through its group is locked
+//! for the rest of the group (read-modify-write of shared state: an approval, a grant, a call,
+//! a delivery, an expiry entry); a key a job creates is written as new and fails the group if
+//! it is already there ([`Staged::new`]); a key a job only expects to exist is checked at
+//! commit ([`Expect`]). Audit records are always new keys in the writer's own chain.
 //!
 //! What it does not do: interpret keys or values (see [`crate::keys`]).
 
@@ -28,6 +35,18 @@ pub(crate) struct Staged {
     pub ks: Ks,
     pub key: Vec<u8>,
     pub value: Option<Vec<u8>>,
+    /// A key that must not exist yet (an audit record, a call the group creates): with
+    /// PostgreSQL it is inserted, never overwritten, so a duplicate fails the group.
+    pub new: bool,
+}
+
+/// A key a group's job expected to exist without reading it: PostgreSQL checks it when the
+/// group commits (fjall, with one writer, checked it at once).
+pub(crate) struct Expect {
+    pub ks: Ks,
+    pub key: Vec<u8>,
+    /// Said in the error when the key is missing.
+    pub what: String,
 }
 
 /// What a committed group changed that someone may be waiting on: the calls it wrote and the
@@ -38,8 +57,10 @@ pub struct Change {
     pub calls: Vec<String>,
     pub runs: Vec<String>,
     pub all: bool,
-    /// The first and last seq of the audit records the group appended, if any.
+    /// The first and last seq of the audit records the group appended, if any, in chain
+    /// `chain`.
     pub audit: Option<(u64, u64)>,
+    pub chain: String,
     /// Whether another gateway made the change (PostgreSQL): this one has not told its own
     /// listeners (event streams) of it.
     pub remote: bool,
@@ -104,40 +125,60 @@ impl Backend {
         self.iter(ks, prefix.to_vec(), prefix_end(prefix), false)
     }
 
-    /// The entry with the greatest key.
-    pub fn last(&self, ks: Ks) -> Result<Option<Entry>, StoreError> {
+    /// The entry with the greatest key starting with `prefix`.
+    pub fn last_with(&self, ks: Ks, prefix: &[u8]) -> Result<Option<Entry>, StoreError> {
+        let end = prefix_end(prefix);
         match self {
-            Backend::Fjall(f) => f.iter(ks, Vec::new(), None, true).next().transpose(),
-            // One row, not a page: the writer reads the chain's head in every group.
-            Backend::Postgres(p) => Ok(p.scan(ks, &[], None, true, 1)?.pop()),
+            Backend::Fjall(f) => f.iter(ks, prefix.to_vec(), end, true).next().transpose(),
+            // One row, not a page.
+            Backend::Postgres(p) => Ok(p.scan(ks, prefix, end.as_deref(), true, 1)?.pop()),
         }
     }
 
-    /// Starts a group of changes. With PostgreSQL this opens the group's transaction and takes
-    /// the lock every gateway's writer takes, so the group sees everything committed before it
-    /// and nothing commits beside it; and since other gateways may have extended the audit
-    /// chain meanwhile, it returns the chain's last record (`Some`, holding `None` for an empty
-    /// chain) for the writer to continue from. fjall returns `None`: this process's writer is
-    /// the only one, and keeps the head itself.
-    pub fn begin(&self) -> Result<Option<Option<Entry>>, StoreError> {
+    /// The first entry with a key of at least `from`.
+    pub fn first_from(&self, ks: Ks, from: &[u8]) -> Result<Option<Entry>, StoreError> {
+        match self {
+            Backend::Fjall(f) => f.iter(ks, from.to_vec(), None, false).next().transpose(),
+            Backend::Postgres(p) => Ok(p.scan(ks, from, None, false, 1)?.pop()),
+        }
+    }
+
+    /// Starts a group of changes. With PostgreSQL this makes sure the writer's connection is
+    /// up and holds this gateway's chain; when the connection is new (the first group, or
+    /// after a failure, when the last commit's fate is unknown) it returns the chain's last
+    /// record (`Some`, holding `None` for an empty chain) for the writer to continue from.
+    /// The transaction itself begins with the group's first locked read, or its commit.
+    /// fjall returns `None`: this process's writer keeps the head itself.
+    pub fn begin(&self, chain: &[u8]) -> Result<Option<Option<Entry>>, StoreError> {
         match self {
             Backend::Fjall(_) => Ok(None),
-            Backend::Postgres(p) => p.begin(Ks::Audit).map(Some),
+            Backend::Postgres(p) => p.begin(chain),
+        }
+    }
+
+    /// Reads `key` for a group's job: with PostgreSQL, in the group's transaction after
+    /// locking the key until the group ends, so no other gateway's group changes it meanwhile.
+    pub fn group_get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self {
+            Backend::Fjall(f) => f.get(ks, key),
+            Backend::Postgres(p) => p.locked_get(ks, key),
         }
     }
 
     /// Commits a group's writes atomically, written to the journal (fjall) or committed with
-    /// synchronous commit when `durable` (PostgreSQL). `change` is announced to the other
-    /// gateways with the commit. With PostgreSQL a group that failed to begin is rolled back.
+    /// synchronous commit when `durable` (PostgreSQL), after checking what the group's jobs
+    /// expected (PostgreSQL; fjall's writer checked at once). `change` is announced to the
+    /// other gateways with the commit.
     pub fn commit(
         &self,
         staged: Vec<Staged>,
+        expects: &[Expect],
         durable: bool,
         change: &Change,
     ) -> Result<(), StoreError> {
         match self {
             Backend::Fjall(f) => f.commit(staged),
-            Backend::Postgres(p) => p.commit(staged, durable, change),
+            Backend::Postgres(p) => p.commit(staged, expects, durable, change),
         }
     }
 

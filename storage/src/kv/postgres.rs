@@ -1,15 +1,22 @@
 //! The PostgreSQL backend: every keyspace in one table, `airlock_kv (ks, k, v)`, shared by any
 //! number of gateways.
 //!
-//! How the store's promises hold across gateways (DESIGN §14):
-//! - **One writer at a time, everywhere.** A group of changes is one transaction that first
-//!   takes `pg_advisory_xact_lock` on one key per schema. Every gateway's writer takes the same
-//!   lock, so groups are serialized across gateways exactly as fjall's one writer thread
-//!   serializes them in one process: a grant use is read and spent under the lock (spent
-//!   once), the audit chain's head is re-read under it and extended by one `seq` per record
-//!   (no gap, no fork), a delivery lease and an expiry sweep are decided under it (each lease
-//!   and each expiry happens once). The group commit that batches one gateway's concurrent
-//!   writers into one transaction batches the chain appends too.
+//! How the store's promises hold across gateways (DESIGN §14, §17), without one lock for all:
+//! - **A chain per gateway.** Each gateway appends audit records to its own chain (its
+//!   `[store] instance`); its writer's connection holds a session advisory lock on the chain's
+//!   name for as long as it lives, so no other gateway (one started with the same name by
+//!   mistake) writes it meanwhile, and records are inserted, never overwritten: a fork fails
+//!   instead of replacing a record. When the connection is new the chain's head is read again.
+//! - **Locks per key.** A group of changes is one transaction that locks each key a job reads
+//!   (`pg_advisory_xact_lock` on a hash of the schema, keyspace and key) before reading it, in
+//!   that transaction: a grant use is read and spent under its key's lock (spent once), a
+//!   delivery's lease and an approval's expiry are decided under theirs (each happens once).
+//!   Two gateways wait for each other only on a key both touch. Keys a group only creates
+//!   (calls, audit records) are inserted and fail the group if present; keys it only expects
+//!   are checked in the commit. A group that reads nothing is one round trip: `BEGIN`, its
+//!   writes and `COMMIT` go as one message. A deadlock between two gateways' groups (jobs
+//!   that lock the same keys in opposite orders) is broken by PostgreSQL failing one group,
+//!   whose callers hear `store.unavailable`; nothing of it is written.
 //! - **Durability**: a durable group commits with `synchronous_commit` on (the WAL is flushed
 //!   before the answer); a lazy one (an allowed call's outcome, or `batched` mode) with it off,
 //!   so a crash of PostgreSQL itself may lose the last moments of lazy writes, never a durable
@@ -43,17 +50,27 @@ use std::time::Duration;
 use tokio_postgres::{AsyncMessage, Client, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use super::{Change, ChangeListener, Entry, Staged};
+use super::{Change, ChangeListener, Entry, Expect, Staged};
 use crate::error::StoreError;
 use crate::keys::Ks;
 
 /// The schema, one step per entry; `airlock_schema.version` counts the steps applied.
-const MIGRATIONS: &[&str] = &["CREATE TABLE airlock_kv (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE airlock_kv (
         ks smallint NOT NULL,
         k bytea NOT NULL,
         v bytea NOT NULL,
         PRIMARY KEY (ks, k)
-    )"];
+    )",
+    // What a group's commit checks of the keys its jobs expected to exist.
+    "CREATE FUNCTION airlock_expect(ok boolean, what text) RETURNS void
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT ok THEN
+                RAISE EXCEPTION 'airlock: %', what;
+            END IF;
+        END $$",
+];
 
 /// The schema version this binary writes.
 pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
@@ -104,6 +121,14 @@ fn tls(options: &PgOptions) -> Result<MakeRustlsConnect, StoreError> {
     Ok(MakeRustlsConnect::new(config))
 }
 
+/// A group of changes in progress: its connection, whether its transaction has begun, and
+/// the keys it has locked.
+struct Group {
+    conn: Arc<Conn>,
+    begun: bool,
+    locked: std::collections::HashSet<i64>,
+}
+
 /// A connection with its statements prepared.
 struct Conn {
     client: Client,
@@ -121,10 +146,13 @@ pub(crate) struct PgKv {
     tls: MakeRustlsConnect,
     readers: Vec<Mutex<Option<Arc<Conn>>>>,
     next_reader: AtomicUsize,
-    /// The writer's connection, between groups.
+    /// The writer's connection, between groups; it holds the chain's lock.
     writer: Mutex<Option<Arc<Conn>>>,
-    /// The connection of the group in progress, once it began.
-    group: Mutex<Option<Arc<Conn>>>,
+    /// Whether the chain's head must be read again before the next group (the last commit
+    /// failed, and may have been applied).
+    reread: AtomicBool,
+    /// The group in progress, once it began.
+    group: Mutex<Option<Group>>,
     /// Whether the listening connection is up.
     up: Arc<AtomicBool>,
     /// Tells this process's own notifications apart from other gateways'.
@@ -158,9 +186,6 @@ fn not_connected(e: tokio_postgres::Error) -> StoreError {
     unavailable(text)
 }
 
-/// The key of the advisory lock every writer of this schema takes.
-const WRITER_LOCK: &str =
-    "SELECT pg_advisory_xact_lock(hashtext('airlock.writer.' || current_schema()))";
 const MIGRATE_LOCK: &str = "hashtext('airlock.migrate.' || current_schema())";
 
 impl PgKv {
@@ -186,6 +211,7 @@ impl PgKv {
             readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
             next_reader: AtomicUsize::new(0),
             writer: Mutex::new(None),
+            reread: AtomicBool::new(false),
             group: Mutex::new(None),
             up: Arc::new(AtomicBool::new(true)),
             origin: format!("{:x}", uuid::Uuid::now_v7().as_u128()),
@@ -302,103 +328,199 @@ impl PgKv {
         })
     }
 
-    /// Opens a group's transaction, waits for the writer lock, and reads the last entry of
-    /// `head_of` (the audit chain's head, which other gateways may have moved): one round trip.
-    pub fn begin(&self, head_of: Ks) -> Result<Option<Entry>, StoreError> {
-        let c = self.conn(&self.writer)?;
-        let conn = c.clone();
-        let sql = format!(
-            "BEGIN; {WRITER_LOCK}; SELECT encode(k, 'hex'), encode(v, 'hex') FROM airlock_kv \
-             WHERE ks = {} ORDER BY k DESC LIMIT 1",
-            ks_id(head_of)
-        );
-        let begun = self.run(async move {
+    /// The number of the advisory lock on `key` of `ks` in this schema (or, with `ks`
+    /// `None`, on the chain named `key`).
+    fn lock_id(&self, ks: Option<Ks>, key: &[u8]) -> i64 {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(self.channel.as_bytes());
+        h.update([ks.map_or(0xff, |k| k.index() as u8)]);
+        h.update(key);
+        let d = h.finalize();
+        i64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+    }
+
+    /// Makes sure the writer's connection is up and holds the lock on `chain`, and starts a
+    /// group on it. Returns the chain's last record (`Some`) when the connection is new or the
+    /// last commit failed: the head this writer kept may be out of date.
+    pub fn begin(&self, chain: &[u8]) -> Result<Option<Option<Entry>>, StoreError> {
+        let mut slot = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut fresh = self.reread.swap(false, Ordering::AcqRel);
+        let conn = match slot.as_ref().filter(|c| !c.client.is_closed()) {
+            Some(c) => c.clone(),
+            None => {
+                *slot = None;
+                fresh = true;
+                let (config, tls) = (self.config.clone(), self.tls.clone());
+                let lock = self.lock_id(None, chain);
+                let conn = Arc::new(self.run(async move {
+                    let conn = connect(&config, tls).await?;
+                    let row = conn
+                        .client
+                        .query_one("SELECT pg_try_advisory_lock($1)", &[&lock])
+                        .await
+                        .map_err(unavailable)?;
+                    if row.get::<_, bool>(0) {
+                        Ok(conn)
+                    } else {
+                        Err(StoreError::Unavailable(
+                            "the database: this gateway's audit chain is held by another \
+                             connection (a gateway with the same `[store] instance`, or this \
+                             one's previous connection, not yet ended)"
+                                .into(),
+                        ))
+                    }
+                })?);
+                *slot = Some(conn.clone());
+                conn
+            }
+        };
+        drop(slot);
+        let head = if fresh {
+            let head = self.last_on(&conn, chain);
+            if head.is_err() {
+                self.reread.store(true, Ordering::Release);
+            }
+            Some(head?)
+        } else {
+            None
+        };
+        *self.group.lock().unwrap_or_else(|e| e.into_inner()) = Some(Group {
+            conn,
+            begun: false,
+            locked: Default::default(),
+        });
+        Ok(head)
+    }
+
+    /// The last audit record of `chain`, read on `conn`.
+    fn last_on(&self, conn: &Arc<Conn>, chain: &[u8]) -> Result<Option<Entry>, StoreError> {
+        let c = conn.clone();
+        let from = chain.to_vec();
+        let to = super::prefix_end(chain).unwrap_or_default();
+        let ks = ks_id(Ks::Audit);
+        self.run(async move {
+            let row = c
+                .client
+                .query_opt(&c.scan_rev_to, &[&ks, &from, &to, &1i64])
+                .await
+                .map_err(unavailable)?;
+            Ok(row.map(|r| (r.get::<_, Vec<u8>>(0), r.get::<_, Vec<u8>>(1))))
+        })
+    }
+
+    /// Reads `key` in the group's transaction, after locking it until the group ends (the
+    /// transaction begins here if it has not yet): one round trip.
+    pub fn locked_get(&self, ks: Ks, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut held = self.group.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(group) = held.as_mut() else {
+            return Err(unavailable("the group's transaction did not begin"));
+        };
+        let id = self.lock_id(Some(ks), key);
+        let mut sql = String::new();
+        if !group.begun {
+            sql.push_str("BEGIN;");
+        }
+        if !group.locked.contains(&id) {
+            sql.push_str(&format!("SELECT pg_advisory_xact_lock({id});"));
+        }
+        // The read is a statement of its own, after the lock's: it sees what the group that
+        // held the lock before committed.
+        sql.push_str(&format!(
+            "SELECT 'v', encode(v, 'hex') FROM airlock_kv WHERE ks = {} AND k = {};",
+            ks_id(ks),
+            bytea(key)
+        ));
+        // Whatever happens next, the transaction may be open: it must be ended.
+        group.begun = true;
+        let conn = group.conn.clone();
+        let value = self.run(async move {
             let messages = conn.client.simple_query(&sql).await.map_err(unavailable)?;
             for m in messages {
-                // The lock's SELECT answers a row of one column; the head's has two.
+                // The lock's SELECT answers a row of one column; the value's has two.
                 if let tokio_postgres::SimpleQueryMessage::Row(row) = m {
-                    if row.len() != 2 {
-                        continue;
-                    }
-                    let field = |i: usize| {
-                        row.get(i)
+                    if row.len() == 2 {
+                        return row
+                            .get(1)
                             .and_then(unhex)
-                            .ok_or_else(|| StoreError::Corrupt("an unreadable row".into()))
-                    };
-                    return Ok(Some((field(0)?, field(1)?)));
+                            .map(Some)
+                            .ok_or_else(|| StoreError::Corrupt("an unreadable row".into()));
+                    }
                 }
             }
             Ok(None)
-        });
-        match begun {
-            Ok(head) => {
-                *self.group.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
-                Ok(head)
-            }
-            Err(e) => {
-                self.run_quietly(c, "ROLLBACK");
-                *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                Err(e)
-            }
-        }
+        })?;
+        group.locked.insert(id);
+        Ok(value)
     }
 
-    /// Writes a group's final values, announces its change, and commits.
+    /// Checks what the group's jobs expected, writes its final values, announces its change,
+    /// and commits: one round trip (with `BEGIN` first, when no read began the transaction).
     pub fn commit(
         &self,
         staged: Vec<Staged>,
+        expects: &[Expect],
         durable: bool,
         change: &Change,
     ) -> Result<(), StoreError> {
-        let Some(c) = self.group.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        let Some(group) = self.group.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return Err(unavailable("the group's transaction did not begin"));
         };
-        // Only each key's last write counts, and PostgreSQL refuses to upsert a row twice in
-        // one statement.
-        let mut last = std::collections::HashMap::new();
-        for s in staged {
-            last.insert((ks_id(s.ks), s.key), s.value);
+        if !group.begun && staged.is_empty() && expects.is_empty() {
+            return Ok(());
         }
-        let (mut put_ks, mut put_k, mut put_v, mut del_ks, mut del_k) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for ((ks, k), v) in last {
-            match v {
-                Some(v) => {
-                    put_ks.push(ks);
-                    put_k.push(k);
-                    put_v.push(v);
-                }
-                None => {
-                    del_ks.push(ks);
-                    del_k.push(k);
-                }
+        // Only each key's last write counts, and PostgreSQL refuses to upsert a row twice in
+        // one statement. A key is inserted as new only if every write of it in the group
+        // created it.
+        type Last = (Option<Vec<u8>>, bool);
+        let mut last: std::collections::HashMap<(i16, Vec<u8>), Last> =
+            std::collections::HashMap::new();
+        for s in staged {
+            let entry = last.entry((ks_id(s.ks), s.key)).or_insert((None, true));
+            entry.0 = s.value;
+            entry.1 &= s.new;
+        }
+        let (mut inserts, mut puts, mut deletes) = (Vec::new(), Vec::new(), Vec::new());
+        for ((ks, k), (v, new)) in last {
+            match (v, new) {
+                (Some(v), true) => inserts.push(format!("({ks},{},{})", bytea(&k), bytea(&v))),
+                (Some(v), false) => puts.push(format!("({ks},{},{})", bytea(&k), bytea(&v))),
+                // Created and dropped in one group: nothing to write.
+                (None, true) => {}
+                (None, false) => deletes.push(format!("({ks},{})", bytea(&k))),
             }
         }
         // One round trip: the statements go as one message, in the group's transaction; the
         // first that fails stops the rest, COMMIT included. Values travel as hex literals, so
         // no byte of them is ever read as SQL.
         let mut sql = String::new();
+        if !group.begun {
+            sql.push_str("BEGIN;");
+        }
         if !durable {
             sql.push_str("SET LOCAL synchronous_commit TO off;");
         }
-        if !put_k.is_empty() {
+        for e in expects {
+            sql.push_str(&format!(
+                "SELECT airlock_expect(EXISTS (SELECT 1 FROM airlock_kv WHERE ks = {} AND k = {}), convert_from({}, 'UTF8'));",
+                ks_id(e.ks),
+                bytea(&e.key),
+                bytea(e.what.as_bytes())
+            ));
+        }
+        if !inserts.is_empty() {
             sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");
-            for (i, ((ks, k), v)) in put_ks.iter().zip(&put_k).zip(&put_v).enumerate() {
-                if i > 0 {
-                    sql.push(',');
-                }
-                sql.push_str(&format!("({ks},{},{})", bytea(k), bytea(v)));
-            }
+            sql.push_str(&inserts.join(","));
+            sql.push(';');
+        }
+        if !puts.is_empty() {
+            sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");
+            sql.push_str(&puts.join(","));
             sql.push_str(" ON CONFLICT (ks, k) DO UPDATE SET v = EXCLUDED.v;");
         }
-        if !del_k.is_empty() {
+        if !deletes.is_empty() {
             sql.push_str("DELETE FROM airlock_kv WHERE (ks, k) IN (");
-            for (i, (ks, k)) in del_ks.iter().zip(&del_k).enumerate() {
-                if i > 0 {
-                    sql.push(',');
-                }
-                sql.push_str(&format!("({ks},{})", bytea(k)));
-            }
+            sql.push_str(&deletes.join(","));
             sql.push_str(");");
         }
         if !change.is_empty() {
@@ -410,26 +532,48 @@ impl PgKv {
             ));
         }
         sql.push_str("COMMIT;");
-        let conn = c.clone();
+        let conn = group.conn.clone();
         let done =
             self.run(async move { conn.client.batch_execute(&sql).await.map_err(unavailable) });
         if done.is_err() {
-            // The connection's state is unknown: drop it, so the next group starts afresh.
-            self.run_quietly(c, "ROLLBACK");
-            *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.failed(group.conn);
         }
         done
     }
 
-    /// Ends the group in progress without writing.
-    pub fn rollback(&self) {
-        if let Some(c) = self.group.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            self.run_quietly(c, "ROLLBACK");
+    /// After a group failed: its transaction is rolled back if the connection still answers
+    /// (and dropped if not), and the chain's head is read again before the next group, in case
+    /// the commit was applied after all.
+    fn failed(&self, conn: Arc<Conn>) {
+        self.reread.store(true, Ordering::Release);
+        let c = conn.clone();
+        let rolled = self.run(async move {
+            c.client
+                .batch_execute("ROLLBACK")
+                .await
+                .map_err(unavailable)
+        });
+        if rolled.is_err() {
+            *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
 
-    fn run_quietly(&self, c: Arc<Conn>, sql: &'static str) {
-        let _ = self.run(async move { c.client.batch_execute(sql).await.map_err(unavailable) });
+    /// Ends the group in progress without writing.
+    pub fn rollback(&self) {
+        if let Some(group) = self.group.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if group.begun {
+                let c = group.conn.clone();
+                let rolled = self.run(async move {
+                    c.client
+                        .batch_execute("ROLLBACK")
+                        .await
+                        .map_err(unavailable)
+                });
+                if rolled.is_err() {
+                    *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+            }
+        }
     }
 
     pub fn disk_space(&self) -> Result<u64, StoreError> {
@@ -618,13 +762,15 @@ pub fn migrate_database(options: &PgOptions) -> Result<(i32, i32), StoreError> {
 /// when they do not fit).
 fn notification(origin: &str, change: &Change) -> String {
     let full = serde_json::json!({
-        "o": origin, "c": change.calls, "r": change.runs, "all": change.all, "a": change.audit
+        "o": origin, "c": change.calls, "r": change.runs, "all": change.all, "a": change.audit,
+        "ch": change.chain
     });
     let text = full.to_string();
     if text.len() <= MAX_PAYLOAD {
         text
     } else {
-        serde_json::json!({"o": origin, "all": true, "a": change.audit}).to_string()
+        serde_json::json!({"o": origin, "all": true, "a": change.audit, "ch": change.chain})
+            .to_string()
     }
 }
 
@@ -650,6 +796,11 @@ fn parse_notification(origin: &str, payload: &str) -> Option<Change> {
         runs: strings("r"),
         all: v.get("all").and_then(serde_json::Value::as_bool) == Some(true),
         audit: seq(0).zip(seq(1)),
+        chain: v
+            .get("ch")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
         remote: true,
     })
 }
@@ -735,6 +886,7 @@ mod tests {
             runs: vec!["run-a".into()],
             all: false,
             audit: Some((7, 9)),
+            chain: "gw-a".into(),
             remote: false,
         };
         let payload = notification("me", &change);

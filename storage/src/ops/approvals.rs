@@ -13,7 +13,9 @@ use crate::writer::Tx;
 use crate::Store;
 
 use super::outbox::{stage_deliveries, NewDelivery};
-use super::{get, load_call, put, run_id, IDX_ALL, IDX_PRINCIPAL, IDX_RUN, IDX_STATUS, IDX_TOOL};
+use super::{
+    create_call, get, load_call, put, run_id, IDX_ALL, IDX_PRINCIPAL, IDX_RUN, IDX_STATUS, IDX_TOOL,
+};
 
 /// An approver's verdict.
 #[derive(Debug, Clone, PartialEq)]
@@ -122,9 +124,6 @@ impl Store {
         self.writer.submit(move |tx| {
             let now = call.created_at;
             stage_deliveries(tx, deliveries, now)?;
-            if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
-                return Err(StoreError::CallExists(call.call_id.clone()));
-            }
             if approval.status != ApprovalStatus::Pending || approval.call_id != call.call_id {
                 return Err(StoreError::Corrupt(
                     "a new approval must be pending and name its call".into(),
@@ -142,7 +141,7 @@ impl Store {
             f.insert("quorum".into(), Value::from(approval.quorum));
             f.insert("expires_at".into(), Value::from(approval.expires_at));
             tx.audit(call.created_at, Kind::ApprovalRequested, f);
-            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            create_call(tx, &call)?;
             put(tx, Ks::Approvals, approval.id.as_bytes(), &approval)?;
             for (field, value) in index_entries(&approval) {
                 tx.put(

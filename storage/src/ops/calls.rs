@@ -14,7 +14,7 @@ use crate::writer::{Durability, Tx};
 use crate::Store;
 
 use super::approvals::set_status_index;
-use super::{fields, get, load_call, put, unindex_suspended, with_run, IDX_EXECUTING};
+use super::{create_call, fields, get, load_call, put, unindex_suspended, with_run, IDX_EXECUTING};
 
 /// What `begin_execution` found.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,9 +171,6 @@ impl Store {
     ) -> impl FnOnce(&mut Tx<'_>) -> Result<CallRecord, StoreError> + Send + 'static {
         let redact_ptrs = self.redact.clone();
         move |tx| {
-            if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
-                return Err(StoreError::CallExists(call.call_id.clone()));
-            }
             let starts = begin && call.status == CallStatus::Allowed;
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("decision".into(), Value::from(call.decision.clone()));
@@ -188,7 +185,7 @@ impl Store {
                 let at = call.created_at;
                 mark_executing(tx, &mut call, at);
             }
-            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            create_call(tx, &call)?;
             Ok(call)
         }
     }
@@ -329,7 +326,11 @@ impl Store {
         self.writer.submit_async(durability, alone, move |tx| {
             let executing = keys::index_key(IDX_EXECUTING, "", &claimed.call_id);
             if claimed.status != CallStatus::Executing
-                || !tx.exists(Ks::ApprovalIndex, &executing)?
+                || !tx.expect(
+                    Ks::ApprovalIndex,
+                    &executing,
+                    &format!("call {} is no longer executing", claimed.call_id),
+                )?
             {
                 return Err(StoreError::CallState(claimed.status.as_str(), "complete"));
             }

@@ -11,7 +11,7 @@ use crate::writer::Tx;
 use crate::Store;
 
 use super::calls::mark_executing;
-use super::{fields, get, put};
+use super::{create_call, fields, get, put};
 
 /// Spends one use of the grant at (`fingerprint`, `scope_key`) if it has one left and has not
 /// expired at `now`; returns the grant as it is after spending.
@@ -65,9 +65,6 @@ impl Store {
         let redact_ptrs = self.redact.clone();
         let scope_key = scope_key.to_owned();
         self.writer.submit(move |tx| {
-            if tx.exists(Ks::Calls, call.call_id.as_bytes())? {
-                return Err(StoreError::CallExists(call.call_id.clone()));
-            }
             let Some(grant) = spend_grant(
                 tx,
                 &call.fingerprint,
@@ -93,7 +90,7 @@ impl Store {
                 let at = call.created_at;
                 mark_executing(tx, &mut call, at);
             }
-            put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            create_call(tx, &call)?;
             Ok(Some(call))
         })
     }

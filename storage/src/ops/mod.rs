@@ -71,6 +71,16 @@ fn put<T: Serialize>(tx: &mut Tx<'_>, ks: Ks, key: &[u8], value: &T) -> Result<(
     Ok(())
 }
 
+/// Writes a call the job creates: refused as `call.exists` if a call has its id (with
+/// PostgreSQL, found at commit, failing the group: ids are fresh UUIDv7s, so that is a bug).
+fn create_call(tx: &mut Tx<'_>, call: &CallRecord) -> Result<(), StoreError> {
+    if tx.create(Ks::Calls, call.call_id.as_bytes().to_vec(), encode(call)?)? {
+        Ok(())
+    } else {
+        Err(StoreError::CallExists(call.call_id.clone()))
+    }
+}
+
 fn fields(pairs: Value) -> Map<String, Value> {
     match pairs {
         Value::Object(m) => m,

@@ -560,14 +560,14 @@ fn operation(op: Op) -> Operation {
         },
         Op::ListAudit => Operation {
             params: vec![
-                query("after", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Records with a larger seq."),
+                query("after", json!({"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SAFE}, {"type": "string", "pattern": "^c([0-9a-f]{2})+$"}]}), "Records after this position: a seq (of the only chain, or the oldest), or the `next_after` of a page (a position across chains)."),
                 query("limit", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Page size: 100 unless given, at least 1, at most 1000."),
             ],
             ok: vec![json_ok(200, "AuditPage", "Records in seq order.")],
             ..o("listAudit", "admin", "Read the audit log", "Role: admin.", &[Code::RequestInvalidField])
         },
         Op::ExportAudit => Operation {
-            params: vec![query("after", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Records with a larger seq.")],
+            params: vec![query("after", json!({"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SAFE}, {"type": "string", "pattern": "^c([0-9a-f]{2})+$"}]}), "Records after this position: a seq (of the only chain, or the oldest), or the `next_after` of a page (a position across chains).")],
             ok: vec![(200, "application/x-ndjson", json!({"type": "string"}), "One record per line, as `airlock audit verify` reads them.")],
             ..o("exportAudit", "admin", "Export the audit log", "Notes how far the log is exported, which is what a prune may drop. Role: admin.",
                 &[Code::RequestInvalidField])

@@ -340,14 +340,17 @@ fn written() -> Value {
                     "required": ["seq", "kind", "hash"],
                     "properties": {"seq": {"type": "integer"}, "kind": string, "hash": string},
                 }},
-                "next_after": {"type": ["integer", "null"]},
+                "next_after": {"type": ["integer", "string", "null"], "description": "What `after` takes to read on: the last record's seq while the log has one chain, else an opaque position across chains; null for an empty page."},
             },
         },
         "PruneRequest": {
             "type": "object",
             "additionalProperties": false,
             "required": ["before"],
-            "properties": {"before": {"type": "integer", "minimum": 0, "maximum": 9007199254740991_i64, "description": "Drop exported records with a smaller seq."}},
+            "properties": {
+                "before": {"type": "integer", "minimum": 0, "maximum": 9007199254740991_i64, "description": "Drop exported records with a smaller seq."},
+                "chain": {"type": ["string", "null"], "description": "The chain to prune (a gateway's `[store] instance`): needed when the log has several."}
+            },
         },
         "Pruned": {
             "type": "object",
