@@ -551,28 +551,68 @@ impl Store {
         })
     }
 
-    /// Appends a `chain.witness` record holding the head of every other chain, if any moved
-    /// since this gateway's last witness; returns whether it wrote one (DESIGN §17).
+    /// Appends a `chain.witness` record holding the head of every other chain, if any of them
+    /// wrote something since this gateway's last witness; returns whether it wrote one
+    /// (DESIGN §17). Another chain's own witness records do not count as something: two
+    /// idle gateways would otherwise witness each other's witnesses for ever.
     pub fn witness(&self, now: Millis) -> Result<bool, StoreError> {
         self.shared.check()?;
         let mut heads = Map::new();
+        let mut moved = false;
+        let last = self
+            .witnessed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         for chain in self.chains()? {
             if chain == self.shared.chain {
                 continue;
             }
             let head = self.head_of_chain(&chain)?;
+            let seen = last
+                .get(&chain)
+                .and_then(|h| h.get("seq"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            if head.seq > seen && !moved {
+                moved = self.wrote_more_than_witnesses(&chain, seen, head.seq)?;
+            }
             heads.insert(chain, json!({"seq": head.seq, "hash": head.hash}));
         }
-        let mut last = self.witnessed.lock().unwrap_or_else(|e| e.into_inner());
-        if heads.is_empty() || *last == heads {
+        if !moved {
             return Ok(false);
         }
         let mut f = Map::new();
         f.insert("heads".into(), Value::Object(heads.clone()));
         self.writer
             .submit(move |tx| Ok(tx.audit(now, Kind::ChainWitness, f)))?;
-        *last = heads;
+        *self.witnessed.lock().unwrap_or_else(|e| e.into_inner()) = heads;
         Ok(true)
+    }
+
+    /// Whether `chain`'s records `after+1..=head` hold anything but witness records (read from
+    /// the head down; past a few, assumed so).
+    fn wrote_more_than_witnesses(
+        &self,
+        chain: &str,
+        after: u64,
+        head: u64,
+    ) -> Result<bool, StoreError> {
+        let records = self.shared.backend.iter(
+            Ks::Audit,
+            keys::audit_key(chain, after.saturating_add(1)),
+            Some(keys::audit_key(chain, head.saturating_add(1))),
+            true,
+        );
+        for entry in records.take(16) {
+            let (_, bytes) = entry?;
+            let v: Value =
+                serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            if v.get("kind").and_then(Value::as_str) != Some(Kind::ChainWitness.as_str()) {
+                return Ok(true);
+            }
+        }
+        Ok(head - after > 16)
     }
 
     /// Moves records written before chains had names (keyed by the bare seq) into a chain:

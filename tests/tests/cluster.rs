@@ -1,9 +1,11 @@
 //! Several gateways on one PostgreSQL database (DESIGN §14): three real `airlock` processes on
 //! one fresh database, a real backend, and a real PostgreSQL server (a throwaway cluster).
 //! A call held on one gateway is answered when another approves it; a grant use is spent once
-//! across all three; parallel calls on all three leave one audit chain without a gap; an
-//! approval that expires is expired once; a killed gateway loses nothing; and the database
-//! going away under traffic gives 503s, then recovery without a restart.
+//! across all three, however the calls race; parallel calls on all three leave one chain per
+//! gateway without a gap, proven with the witnesses; a chain whose tail is cut in the database
+//! is named; a gateway killed mid-traffic continues its chain without a gap; an approval that
+//! expires is expired once; and the database going away under traffic gives 503s, then
+//! recovery without a restart.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -19,10 +21,11 @@ use serde_json::{json, Value};
 use support::pg::{Cluster, Database};
 use support::*;
 
-/// A gateway on the database at `url`, named `instance`.
+/// A gateway on the database at `url`, named `instance`; it witnesses the other chains every
+/// 200 ms.
 fn gateway(backend: &Backend, url: &str, instance: &str) -> Gateway {
     let config = format!(
-        "{}\n[store]\nkind = \"postgres\"\nurl = \"{url}\"\ninstance = \"{instance}\"\n",
+        "{}\n[store]\nkind = \"postgres\"\nurl = \"{url}\"\ninstance = \"{instance}\"\nwitness_interval = \"200ms\"\n",
         config_text(backend, "")
     );
     Gateway::start_with(&config, POLICY)
@@ -143,42 +146,57 @@ fn a_grant_use_is_spent_once_across_gateways() {
     let db = Database::fresh();
     let backend = Backend::start();
     let gws = three(&backend, &db);
-    // `multi.*` grants three uses: the approved call itself, one more here, one left.
-    let (call, approval) = gws[0].call_async("agent1", "multi.op", json!({"n": 1}));
-    assert_eq!(gws[1].approve("ops", &approval).0, 200);
-    assert_eq!(gws[2].resume("agent1", &call).0, 200);
-    assert_eq!(
-        gws[1].call("agent1", "multi.op", json!({"n": 1}), None).0,
-        200
-    );
-    assert_eq!(backend.count(), 2);
-    let statuses: Vec<u16> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..20)
-            .map(|i| {
-                let gw = &gws[i % 3];
-                s.spawn(move || {
-                    gw.call("agent1", "multi.op", json!({"n": 1}), Some("respond-async"))
-                        .0
+    // `multi.*` grants three uses: the approved call itself, one more here, one left; then 20
+    // identical calls spread over the three race for that last use. Twenty times, each round
+    // with a grant of its own.
+    for round in 0..20u64 {
+        let args = json!({"n": round});
+        let (call, approval) = gws[0].call_async("agent1", "multi.op", args.clone());
+        assert_eq!(gws[1].approve("ops", &approval).0, 200);
+        assert_eq!(gws[2].resume("agent1", &call).0, 200);
+        assert_eq!(gws[1].call("agent1", "multi.op", args.clone(), None).0, 200);
+        let before = backend.count();
+        let statuses: Vec<u16> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..20)
+                .map(|i| {
+                    let gw = &gws[i % 3];
+                    let args = args.clone();
+                    s.spawn(move || gw.call("agent1", "multi.op", args, Some("respond-async")).0)
                 })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    assert_eq!(backend.count(), 3, "statuses: {statuses:?}");
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        1,
-        "{statuses:?}"
-    );
-    assert!(
-        statuses.iter().all(|s| [200, 202].contains(s)),
-        "{statuses:?}"
-    );
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(
+            backend.count(),
+            before + 1,
+            "round {round}: statuses {statuses:?}"
+        );
+        assert_eq!(
+            statuses.iter().filter(|s| **s == 200).count(),
+            1,
+            "round {round}: {statuses:?}"
+        );
+        assert!(
+            statuses.iter().all(|s| [200, 202].contains(s)),
+            "round {round}: {statuses:?}"
+        );
+    }
     verify(&db.url);
 }
 
+/// Each chain's seqs in `records`, in the order read.
+fn seqs_by_chain(records: &[Value]) -> BTreeMap<String, Vec<u64>> {
+    let mut by: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for r in records {
+        by.entry(r["chain"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(r["seq"].as_u64().unwrap());
+    }
+    by
+}
+
 #[test]
-fn parallel_calls_on_three_gateways_keep_one_chain() {
+fn parallel_calls_on_three_gateways_keep_a_chain_each_without_a_gap() {
     let db = Database::fresh();
     let backend = Backend::start();
     let gws = three(&backend, &db);
@@ -196,24 +214,158 @@ fn parallel_calls_on_three_gateways_keep_one_chain() {
         }
     });
     assert_eq!(backend.count(), 150);
+    // The witnesses see the others' last records.
+    std::thread::sleep(Duration::from_millis(600));
     let out = verify(&db.url);
     let records = audit(&db.url);
-    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    let by = seqs_by_chain(&records);
     assert_eq!(
-        seqs,
-        (1..=seqs.len() as u64).collect::<Vec<_>>(),
-        "no gap, no fork"
+        by.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["gw-a", "gw-b", "gw-c"]
     );
+    for (chain, seqs) in &by {
+        assert_eq!(
+            seqs,
+            &(1..=seqs.len() as u64).collect::<Vec<_>>(),
+            "chain {chain}: no gap, no fork"
+        );
+    }
     assert!(
-        out.contains(&format!("ok: {} records", seqs.len())),
+        out.contains(&format!("ok: {} records in 3 chains", records.len())),
         "{out}"
     );
+    assert!(records.iter().any(|r| r["kind"] == "chain.witness"));
+    assert!(!out.contains(" 0 witness"), "{out}");
+    // The export is ordered by time, then chain, then seq, each chain kept in seq order
+    // (within a chain a record may carry an earlier time than the one before it): where it
+    // steps from one chain to another, time never goes back.
+    for w in records.windows(2) {
+        if w[0]["chain"] != w[1]["chain"] {
+            assert!(
+                w[0]["ts"].as_u64() <= w[1]["ts"].as_u64(),
+                "{} then {}",
+                w[0],
+                w[1]
+            );
+        }
+    }
     let decided: BTreeSet<&str> = records
         .iter()
         .filter(|r| r["kind"] == "call.decided")
         .map(|r| r["call_id"].as_str().unwrap())
         .collect();
     assert_eq!(decided.len(), 150);
+    // Paging `/v1/audit` by its cursor, on any gateway, gets every record once.
+    let mut after = "0".to_owned();
+    let mut paged = Vec::new();
+    for i in 0.. {
+        let (st, page) = gws[i % 3].req(
+            "GET",
+            &format!("/v1/audit?after={after}&limit=7"),
+            Some("admin"),
+            None,
+            None,
+        );
+        assert_eq!(st, 200, "{page}");
+        let got = page["records"].as_array().unwrap();
+        if got.is_empty() {
+            break;
+        }
+        paged.extend(got.iter().cloned());
+        after = page["next_after"].as_str().unwrap().to_owned();
+    }
+    let key = |r: &Value| {
+        (
+            r["chain"].as_str().unwrap().to_owned(),
+            r["seq"].as_u64().unwrap(),
+        )
+    };
+    let mut want: Vec<_> = records.iter().map(key).collect();
+    let mut got: Vec<_> = paged.iter().map(key).collect();
+    want.sort();
+    let before = got.len();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), before, "a record came twice");
+    // The gateways may have witnessed since the export: every exported record was paged.
+    assert!(want.iter().all(|k| got.binary_search(k).is_ok()));
+}
+
+#[test]
+fn a_chain_whose_tail_is_cut_in_the_database_is_named_by_the_others_witnesses() {
+    let db = Database::fresh();
+    let backend = Backend::start();
+    let gws = three(&backend, &db);
+    for (g, gw) in gws.iter().enumerate() {
+        for i in 0..5 {
+            assert_eq!(
+                gw.call("agent1", "echo.x", json!({"g": g, "i": i}), None).0,
+                200
+            );
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    drop(gws);
+    verify(&db.url);
+    // Someone with the database drops gw-b's last records: its own chain still links.
+    let mut client = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
+    let cut = client
+        .execute(
+            "DELETE FROM airlock_kv WHERE ks = 4 AND k IN (SELECT k FROM airlock_kv \
+             WHERE ks = 4 AND k >= 'gw-b'::bytea || '\\x00'::bytea \
+             AND k < 'gw-b'::bytea || '\\x01'::bytea ORDER BY k DESC LIMIT 4)",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(cut, 4);
+    let (code, out) = airlock(&["audit", "verify", "--database-url", &db.url]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("(chain gw-b)") && out.contains("tail was cut"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_gateway_killed_mid_traffic_continues_its_chain_without_a_gap() {
+    let db = Database::fresh();
+    let backend = Backend::start();
+    let mut gws = three(&backend, &db);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (base, stop) = (gws[1].base.clone(), &stop);
+        s.spawn(move || {
+            let client = reqwest::blocking::Client::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                // Refused or cut short while the gateway is down: that is expected.
+                let _ = client
+                    .post(format!("{base}/v1/calls"))
+                    .bearer_auth("token-agent1")
+                    .json(&json!({"tool": "echo.x", "args": {"i": i}}))
+                    .timeout(Duration::from_secs(2))
+                    .send();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(700));
+        gws[1].kill9();
+        stop.store(true, Ordering::Relaxed);
+    });
+    gws[1].spawn();
+    for i in 0..5 {
+        assert_eq!(
+            gws[1].call("agent1", "echo.x", json!({"after": i}), None).0,
+            200
+        );
+    }
+    // verify proves every chain gapless from its genesis.
+    let out = verify(&db.url);
+    assert!(out.contains("chain gw-b"), "{out}");
+    let by = seqs_by_chain(&audit(&db.url));
+    let b = &by["gw-b"];
+    assert_eq!(b, &(1..=b.len() as u64).collect::<Vec<_>>());
+    assert!(b.len() > 10, "{}", b.len());
 }
 
 #[test]
@@ -406,10 +558,10 @@ fn migrations_run_by_command_and_a_newer_schema_refuses_to_start() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("from version 0 to 1"), "{text}");
+    assert!(text.contains("from version 0 to 2"), "{text}");
     let (code, text) = airlock(&["store", "migrate", "--database-url", &db.url]);
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("at version 1"), "{text}");
+    assert!(text.contains("at version 2"), "{text}");
 
     // A schema from a newer binary: the gateway refuses to start, and says why.
     let mut client = postgres::Client::connect(&db.url, postgres::NoTls).unwrap();
