@@ -3,8 +3,9 @@
 //! gateways on one database); the rules above the bytes are the same code for both ([`kv`]).
 //!
 //! Every state change goes through one writer thread ([`writer`]): it runs the change against
-//! current state, appends its audit records, and commits both in one atomic batch that is
-//! durable before the caller hears back. Concurrent callers share fsyncs (group commit). Reads
+//! current state, appends its audit records to this gateway's chain ([`chains`]: one per
+//! gateway on PostgreSQL, read together by position), and commits both in one atomic batch
+//! that is durable before the caller hears back. Concurrent callers share fsyncs (group commit). Reads
 //! go straight to the database from the caller's thread and see only committed data.
 //!
 //! The API is synchronous: the gateway calls it off its async threads. The allow path's two

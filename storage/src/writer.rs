@@ -6,11 +6,12 @@
 //! writes and audit records as one atomic group through the [`Backend`]. With fjall the batch
 //! reaches the journal (a process crash keeps it) and the [`Durability::Lazy`] jobs are answered;
 //! if the group holds a durable job the journal is fsynced and only then are those answered.
-//! With PostgreSQL the group is one transaction under a lock every gateway's writer takes
-//! (see [`crate::kv::postgres`]), committed synchronously when it holds a durable job. That is
+//! With PostgreSQL the group is one transaction that locks each key its jobs read (see
+//! [`crate::kv::postgres`]), committed synchronously when it holds a durable job. That is
 //! group commit: concurrent writers share one fsync, no durable caller is answered before it,
-//! and read-modify-write (spending a grant use, chaining the audit log) is atomic because only
-//! one writer writes at a time. Lazy writes are fsynced within the flush interval, or with the
+//! and read-modify-write (spending a grant use) is atomic because what a job reads no other
+//! writer changes before the group commits. The audit chain the writer extends is its own
+//! (one per gateway, DESIGN §17): only it appends to it. Lazy writes are fsynced within the flush interval, or with the
 //! next durable group (the journal is one sequence, so an fsync covers everything before it).
 //!
 //! A job submitted from async code by a request that is alone in the gateway (an allowed
