@@ -238,17 +238,7 @@ impl<'a> Tx<'a> {
         end: &[u8],
         limit: usize,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
-        if let Some(e) = &self.failed {
-            return Err(e.clone());
-        }
-        let mut past_end = end.to_vec();
-        past_end.push(0);
-        self.shared
-            .backend
-            .iter(ks, Vec::new(), Some(past_end), false)
-            .take(limit)
-            .map(|e| e.map(|(k, _)| k))
-            .collect()
+        self.committed_keys_between(ks, &[], end, limit)
     }
 
     /// Keys of `ks` from `from` up to and including `end`, in order, as committed.

@@ -876,6 +876,31 @@ fn the_audit_log_is_exported_and_pruned_online_and_still_verifies() {
     for i in 0..5 {
         assert_eq!(gw.call("agent1", "echo.p", json!({"i": i}), None).0, 200);
     }
+    // A position is a seq or a cursor a page handed out; anything else is refused by name.
+    for bad in ["abc", "-1", "c7b", "c7b2278223a2d317d", "9007199254740992"] {
+        for path in ["/v1/audit", "/v1/audit/export"] {
+            let (s, b) = gw.req(
+                "GET",
+                &format!("{path}?after={bad}"),
+                Some("admin"),
+                None,
+                None,
+            );
+            assert_eq!(
+                (s, code(&b)),
+                (400, "request.invalid_field"),
+                "{path} {bad}: {b}"
+            );
+        }
+    }
+    let (s, b) = gw.req(
+        "POST",
+        "/v1/audit/prune",
+        Some("admin"),
+        Some(r#"{"before": 5, "chain": 7}"#),
+        None,
+    );
+    assert_eq!((s, code(&b)), (400, "request.invalid_field"), "{b}");
     // Nothing exported: refused.
     let (s, b) = gw.req(
         "POST",

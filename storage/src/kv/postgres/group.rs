@@ -240,33 +240,29 @@ impl PgKv {
     /// the commit was applied after all.
     fn failed(&self, conn: Arc<Conn>) {
         self.reread.store(true, Ordering::Release);
-        let c = conn.clone();
-        let rolled = self.run(async move {
-            c.client
-                .batch_execute("ROLLBACK")
-                .await
-                .map_err(unavailable)
-        });
-        if rolled.is_err() {
-            *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        }
+        self.roll_back_on(conn);
     }
 
     /// Ends the group in progress without writing.
     pub fn rollback(&self) {
         if let Some(group) = self.group.lock().unwrap_or_else(|e| e.into_inner()).take() {
             if group.begun {
-                let c = group.conn.clone();
-                let rolled = self.run(async move {
-                    c.client
-                        .batch_execute("ROLLBACK")
-                        .await
-                        .map_err(unavailable)
-                });
-                if rolled.is_err() {
-                    *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                }
+                self.roll_back_on(group.conn);
             }
+        }
+    }
+
+    /// Rolls back the transaction open on the writer's connection `conn`; a connection that
+    /// does not answer is dropped (the next group connects afresh, and takes the chain again).
+    fn roll_back_on(&self, conn: Arc<Conn>) {
+        let rolled = self.run(async move {
+            conn.client
+                .batch_execute("ROLLBACK")
+                .await
+                .map_err(unavailable)
+        });
+        if rolled.is_err() {
+            *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
 }
