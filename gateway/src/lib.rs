@@ -21,6 +21,7 @@ pub(crate) mod classifiers;
 pub mod cli;
 pub(crate) mod clock;
 pub(crate) mod config;
+pub(crate) mod deliveries;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod http;

@@ -164,6 +164,33 @@ fn build() -> Result<Metrics, prometheus::Error> {
     Ok(m)
 }
 
+/// Why a connection was closed or refused: the `reason` label of
+/// `airlock_connections_closed_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    HeaderTimeout,
+    IdleTimeout,
+    BodyTimeout,
+    TlsHandshakeTimeout,
+    /// Refused at accept: `max_connections` reached.
+    Limit,
+    /// Refused at accept: this client already holds `max_connections_per_client`.
+    ClientLimit,
+}
+
+impl CloseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::HeaderTimeout => "header_timeout",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::BodyTimeout => "body_timeout",
+            CloseReason::TlsHandshakeTimeout => "tls_handshake_timeout",
+            CloseReason::Limit => "max_connections",
+            CloseReason::ClientLimit => "max_connections_per_client",
+        }
+    }
+}
+
 impl Metrics {
     pub fn new() -> Result<Metrics, String> {
         build().map_err(|e| format!("cannot set up metrics: {e}"))
@@ -173,7 +200,7 @@ impl Metrics {
         self.calls.with_label_values(&[decision, outcome]).inc();
     }
 
-    pub fn connection_closed(&self, reason: crate::serve::guards::CloseReason) {
+    pub fn connection_closed(&self, reason: CloseReason) {
         self.connections_closed
             .with_label_values(&[reason.as_str()])
             .inc();

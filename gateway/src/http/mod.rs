@@ -24,8 +24,8 @@ use serde_json::{json, Map, Value};
 use crate::auth::{Need, Role};
 use crate::body::{full, json_response, read_body, Body, BodyLimits};
 use crate::error::{ApiError, Code};
+use crate::metrics::CloseReason;
 use crate::pipeline::admit;
-use crate::serve::guards::CloseReason;
 use crate::state::Gateway;
 
 use routes::{Access, Lookup, Op};

@@ -10,6 +10,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::error::Code;
+
 pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
@@ -95,7 +97,7 @@ struct LenientParams<'a> {
 pub fn parse(body: &[u8]) -> Result<Message, RpcError> {
     let value = match strict_json::parse(body, MAX_ARGS_DEPTH + 3) {
         Ok(v) => v,
-        Err(e) if e.code() == "request.invalid_json" => {
+        Err(e) if e.code() == Code::RequestInvalidJson.as_str() => {
             return Err(RpcError::intake(Value::Null, PARSE_ERROR, &e));
         }
         Err(e) => {

@@ -26,33 +26,7 @@ use tokio::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::config::ConnectionLimits;
-
-/// Why a connection was closed or refused: the `reason` label of
-/// `airlock_connections_closed_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CloseReason {
-    HeaderTimeout,
-    IdleTimeout,
-    BodyTimeout,
-    TlsHandshakeTimeout,
-    /// Refused at accept: `max_connections` reached.
-    Limit,
-    /// Refused at accept: this client already holds `max_connections_per_client`.
-    ClientLimit,
-}
-
-impl CloseReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CloseReason::HeaderTimeout => "header_timeout",
-            CloseReason::IdleTimeout => "idle_timeout",
-            CloseReason::BodyTimeout => "body_timeout",
-            CloseReason::TlsHandshakeTimeout => "tls_handshake_timeout",
-            CloseReason::Limit => "max_connections",
-            CloseReason::ClientLimit => "max_connections_per_client",
-        }
-    }
-}
+use crate::metrics::CloseReason;
 
 /// Counts open connections, in all and per client address.
 pub struct Gate {

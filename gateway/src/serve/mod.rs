@@ -24,9 +24,11 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConnectionLimits};
+use crate::error::Code;
 use crate::mcp::McpFront;
+use crate::metrics::CloseReason;
 use crate::state::Gateway;
-use guards::{watchdog, Activity, CloseReason, Gate, Watched};
+use guards::{watchdog, Activity, Gate, Watched};
 use threads::Servers;
 
 /// How long in-flight requests get to finish after shutdown starts.
@@ -90,21 +92,7 @@ pub async fn serve(
 ) -> Result<(), String> {
     let Prepared { gw, mcp, tls } = prepared;
     let header_limit = gw.config.max_header_bytes;
-    gw.spawn_tasks();
-    tokio::spawn(crate::webhooks::worker::run(gw.clone()));
-    tokio::spawn(gw.backends.mcp.clone().refresh_loop(gw.shutdown.clone()));
-    // Each issuer's keys are fetched at start, so the first token waits for no fetch; an
-    // issuer that cannot be reached is no reason not to serve (its tokens get 503 until it is).
-    for issuer in &gw.auth.issuers.list {
-        let issuer = issuer.clone();
-        tokio::spawn(async move {
-            let _ = issuer.keys.refresh(true).await;
-        });
-    }
-    let reload_gw = gw.clone();
-    let reload_token = shutdown.clone();
-    tokio::spawn(async move { reload_on_sighup(reload_gw, reload_token).await });
-
+    start_background(&gw, &shutdown);
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // hyper's own limit is above ours, so oversized headers get our JSON error and code.
@@ -163,37 +151,36 @@ pub async fn serve(
         let (gw, gate) = (gw.clone(), gate.clone());
         let (server, seat) = servers.pick();
         server.spawn(async move {
-            let stream = match tokio::net::TcpStream::from_std(stream) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!("cannot serve a connection: {e}");
-                    return;
-                }
-            };
-            let io = Watched::new(stream, conn.activity.clone());
-            match tls {
-                Some(acceptor) => {
-                    match tokio::time::timeout(limits.tls_handshake_timeout, acceptor.accept(io))
-                        .await
-                    {
-                        Ok(Ok(s)) => {
-                            if s.get_ref().1.alpn_protocol() == Some(b"h2") {
-                                conn.activity.set_h2();
-                            }
-                            conn.drive(s).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
-                        Err(_) => gw
-                            .metrics
-                            .connection_closed(CloseReason::TlsHandshakeTimeout),
-                    }
-                }
-                None => conn.drive(io).await,
-            }
+            conn.serve_stream(stream, tls).await;
             drop((admitted, seat));
             gw.metrics.connections_open.set(gate.open() as i64);
         });
     }
+    stop(gw, graceful, servers).await;
+    Ok(())
+}
+
+/// The gateway's own tasks beside the serving: expiry and the other timers, webhook
+/// deliveries, the MCP upstreams' list refresh, each issuer's first key fetch, and SIGHUP.
+fn start_background(gw: &Arc<Gateway>, shutdown: &CancellationToken) {
+    gw.spawn_tasks();
+    tokio::spawn(crate::deliveries::run(gw.clone()));
+    tokio::spawn(gw.backends.mcp.clone().refresh_loop(gw.shutdown.clone()));
+    // Each issuer's keys are fetched at start, so the first token waits for no fetch; an
+    // issuer that cannot be reached is no reason not to serve (its tokens get 503 until it is).
+    for issuer in &gw.auth.issuers.list {
+        let issuer = issuer.clone();
+        tokio::spawn(async move {
+            let _ = issuer.keys.refresh(true).await;
+        });
+    }
+    let reload_gw = gw.clone();
+    let reload_token = shutdown.clone();
+    tokio::spawn(async move { reload_on_sighup(reload_gw, reload_token).await });
+}
+
+/// The stop: held calls are told, connections drain, the store flushes, threads end.
+async fn stop(gw: Arc<Gateway>, graceful: GracefulShutdown, servers: Servers) {
     tracing::info!("shutting down: held calls answer 503, pending approvals persist");
     gw.shutdown.cancel();
     if tokio::time::timeout(DRAIN, graceful.shutdown())
@@ -214,7 +201,6 @@ pub async fn serve(
     // thread to see the stop.
     let _ = tokio::task::spawn_blocking(move || servers.stop()).await;
     drop(gw);
-    Ok(())
 }
 
 /// What one accepted connection needs to be served.
@@ -228,6 +214,35 @@ struct Connection {
 }
 
 impl Connection {
+    /// Serves a connection handed to this serving thread: its TLS handshake first, within
+    /// `tls_handshake_timeout`, when the listener speaks TLS.
+    async fn serve_stream(self, stream: std::net::TcpStream, tls: Option<TlsAcceptor>) {
+        let stream = match tokio::net::TcpStream::from_std(stream) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot serve a connection: {e}");
+                return;
+            }
+        };
+        let io = Watched::new(stream, self.activity.clone());
+        let Some(acceptor) = tls else {
+            return self.drive(io).await;
+        };
+        match tokio::time::timeout(self.limits.tls_handshake_timeout, acceptor.accept(io)).await {
+            Ok(Ok(s)) => {
+                if s.get_ref().1.alpn_protocol() == Some(b"h2") {
+                    self.activity.set_h2();
+                }
+                self.drive(s).await;
+            }
+            Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+            Err(_) => self
+                .gw
+                .metrics
+                .connection_closed(CloseReason::TlsHandshakeTimeout),
+        }
+    }
+
     /// Serves HTTP on `io` until the client closes, shutdown drains it, or a timer of
     /// [`crate::serve::guards`] fires (then the connection is dropped, which closes it).
     async fn drive<IO>(self, io: IO)
@@ -289,13 +304,16 @@ impl Connection {
 
 /// The answer written to a connection refused at accept.
 fn refusal_response() -> Vec<u8> {
-    let body = br#"{"error":{"code":"gateway.overloaded","message":"too many connections; retry later","details":{}}}"#;
+    let body = format!(
+        r#"{{"error":{{"code":"{}","message":"too many connections; retry later","details":{{}}}}}}"#,
+        Code::GatewayOverloaded.as_str()
+    );
     let mut r = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
         body.len()
     )
     .into_bytes();
-    r.extend_from_slice(body);
+    r.extend_from_slice(body.as_bytes());
     r
 }
 

@@ -1,7 +1,9 @@
 //! The webhook worker: leases due deliveries from the outbox, sends each signed per Standard
 //! Webhooks, records the answer (ack, retry with jitter or `Retry-After`, dead letter,
 //! `410` disabling), and turns a synchronous decision in a 2xx answer into an approver's
-//! decision through [`crate::pipeline::decide`].
+//! decision through [`crate::pipeline::decide`]. Like a front end, it feeds the pipeline
+//! (a webhook approver's decision) and nothing imports it but `serve/`, which starts it;
+//! which webhooks get which events is [`crate::webhooks`].
 
 use std::sync::Arc;
 use std::time::Duration;

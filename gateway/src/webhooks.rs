@@ -1,5 +1,6 @@
 //! Webhook approvers: which webhooks get which events, and their payloads. The worker that
-//! delivers them from the durable outbox, signed per Standard Webhooks, is [`worker`].
+//! delivers them from the durable outbox, signed per Standard Webhooks, is
+//! [`crate::deliveries`].
 //!
 //! Every delivery keeps its outbox id as `webhook-id` on every attempt. A 2xx acks it (never
 //! sent again); a 2xx body `{"decision":"approve"|"decline","reason"?}` to an
@@ -7,8 +8,6 @@
 //! any approver. `410` disables the endpoint until an admin enables it (its deliveries wait,
 //! parked). Anything else is retried on the webhook's schedule with ±20% jitter, or after the
 //! answer's `Retry-After` (capped at an hour), and dead-lettered when the schedule runs out.
-
-pub mod worker;
 
 use airlock_storage::{Kind, NewDelivery};
 use serde_json::{json, Value};
