@@ -30,7 +30,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use support::{client, closed_loop, pct, release_bin, send, start_backend, GatewayProcess};
+use support::{
+    client, closed_loop, cpu_seconds, pct, release_bin, send, settle, start_backend, GatewayProcess,
+};
 
 const AGENT: &str = "bench-agent-token";
 const ROUNDS: usize = 3;
@@ -110,31 +112,6 @@ impl Drop for Nginx {
             .args(["-QUIT", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
-    }
-}
-
-/// CPU seconds (user + system) a process has used, from /proc (clock ticks of 10 ms).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // After the name: state is field 3; utime and stime are fields 14 and 15.
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks as f64 / 100.0
-}
-
-/// Waits (up to 5 s) until the gateways in `pids` are quiet: under 2 % of a core over 200 ms,
-/// so one target's background work (the store flushing what the last load wrote) does not
-/// land in the next target's figures.
-fn settle(pids: &[u32]) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        let before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
-        std::thread::sleep(Duration::from_millis(200));
-        let after: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
-        if after - before < 0.004 {
-            return;
-        }
     }
 }
 

@@ -224,3 +224,28 @@ pub fn client() -> HttpClient {
 pub fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
+
+/// CPU seconds (user + system) a process has used, from /proc (clock ticks of 10 ms).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the name: state is field 3; utime and stime are fields 14 and 15.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+/// Waits (up to 5 s) until the gateways in `pids` are quiet: under 2 % of a core over 200 ms,
+/// so one target's background work (the store flushing what the last load wrote) does not
+/// land in the next target's figures.
+pub fn settle(pids: &[u32]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+        std::thread::sleep(Duration::from_millis(200));
+        let after: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+        if after - before < 0.004 {
+            return;
+        }
+    }
+}

@@ -50,12 +50,12 @@ pub async fn call(
     front: &Arc<McpFront>,
     principal: Principal,
     exchange: Exchange,
-    msg: Message,
+    mut msg: Message,
 ) -> Response<Body> {
     let id = msg.id();
     let modern = exchange.modern();
     let front_tag = Front::mcp(Some(exchange.revision), exchange.session.clone());
-    let call = match intake(gw, &principal, &msg, &front_tag).await {
+    let call = match intake(gw, &principal, &mut msg, &front_tag).await {
         Ok(c) => c,
         Err(mut e) => {
             e.id = id;
@@ -319,21 +319,25 @@ async fn stepped(
     json_response(StatusCode::OK, &wire::result(id, result))
 }
 
-/// The call as the pipeline takes it: the tool name, `arguments` through the strict intake
-/// of the pipeline (depth counts from `arguments` as level 1; refusals are audited there),
-/// and the MCP context.
+/// The call as the pipeline takes it: the tool name, `arguments` (taken out of the message)
+/// through the strict intake of the pipeline (depth counts from `arguments` as level 1;
+/// refusals are audited there), and the MCP context.
 async fn intake(
     gw: &Arc<Gateway>,
     principal: &Principal,
-    msg: &Message,
+    msg: &mut Message,
     front: &Front,
 ) -> Result<ToolCall, RpcError> {
+    let args = msg
+        .params
+        .as_object_mut()
+        .and_then(|p| p.remove("arguments"))
+        .unwrap_or_else(|| json!({}));
     let p = &msg.params;
     let id = msg.id();
     // The whole message went through the strict parser ([`wire::parse`]: duplicate keys,
     // unsafe numbers); what is left of §3's intake is the pipeline's.
     let name = p.get("name").and_then(Value::as_str);
-    let args = p.get("arguments").cloned().unwrap_or_else(|| json!({}));
     let meta = p.get("_meta");
     let text = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str);
     let mut context = Map::new();

@@ -134,13 +134,13 @@ impl HttpConn {
                 mode = Mode::Modern;
             }
             match self
-                .post(&mode, method, params.clone(), notify.clone(), asks.clone())
+                .post(&mode, method, &params, notify.clone(), asks.clone())
                 .await
             {
                 Err(Failure::Unavailable(why)) if why == "session expired" => {
                     *self.mode.lock().await = None;
                     let mode = self.mode(timeout).await?;
-                    self.post(&mode, method, params, notify, asks).await
+                    self.post(&mode, method, &params, notify, asks).await
                 }
                 other => other,
             }
@@ -198,7 +198,7 @@ impl HttpConn {
             .post(
                 &Mode::Legacy { session: None },
                 "initialize",
-                init,
+                &init,
                 None,
                 None,
             )
@@ -243,7 +243,7 @@ impl HttpConn {
         params: Value,
         notify: Option<Notifications>,
     ) -> Result<Value, Failure> {
-        self.post(mode, method, params, notify, None)
+        self.post(mode, method, &params, notify, None)
             .await
             .map(|(r, _)| r)
     }
@@ -327,12 +327,14 @@ impl HttpConn {
         &self,
         mode: &Mode,
         method: &str,
-        params: Value,
+        params: &Value,
         notify: Option<Notifications>,
         asks: Option<Asks>,
     ) -> Result<(Value, Option<String>), Failure> {
+        let modern;
         let params = if *mode == Mode::Modern {
-            with_modern_meta(params)
+            modern = with_modern_meta(params.clone());
+            &modern
         } else {
             params
         };
@@ -348,8 +350,14 @@ impl HttpConn {
                 _ => None,
             },
         };
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let req = self.pooled(mode, method, &params, body.to_string())?;
+        let body = serde_json::to_string(&Envelope {
+            jsonrpc: "2.0",
+            id,
+            method,
+            params,
+        })
+        .map_err(|e| Failure::Unavailable(format!("cannot write the request: {e}")))?;
+        let req = self.pooled(mode, method, params, body)?;
         let read =
             |resp: hyper::Response<hyper::body::Incoming>| self.read(resp, mode, id, notify, asks);
         let url = &self.url;
@@ -412,7 +420,7 @@ impl HttpConn {
                 String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
             ))
         })?;
-        match classify(&msg, Some(id)) {
+        match classify(msg, Some(id)) {
             Incoming::Answer(r) => r.map(|v| (v, session)),
             _ => Err(Failure::Unavailable(format!(
                 "HTTP {status} without an answer to the request"
@@ -454,7 +462,7 @@ impl HttpConn {
                 else {
                     continue;
                 };
-                match classify(&msg, Some(id)) {
+                match classify(msg, Some(id)) {
                     Incoming::Answer(r) => return r,
                     Incoming::Notification(n) if is_list_changed(&n) => {
                         self.changed.notify_one();
@@ -493,6 +501,15 @@ impl HttpConn {
             tracing::debug!(url = %self.url, "cannot send {method}: {e}");
         }
     }
+}
+
+/// A JSON-RPC request as sent, written from borrowed parts.
+#[derive(serde::Serialize)]
+struct Envelope<'a> {
+    jsonrpc: &'static str,
+    id: u64,
+    method: &'a str,
+    params: &'a Value,
 }
 
 /// Splits the first complete event (ended by a blank line) off an SSE buffer.

@@ -968,22 +968,25 @@ pub(crate) enum Incoming {
     Other,
 }
 
-pub(crate) fn classify(msg: &Value, id: Option<u64>) -> Incoming {
+pub(crate) fn classify(mut msg: Value, id: Option<u64>) -> Incoming {
     let has_method = msg.get("method").is_some();
     let msg_id = msg.get("id");
     if has_method && msg_id.is_some() {
-        return Incoming::Request(msg.clone());
+        return Incoming::Request(msg);
     }
     if has_method {
-        return Incoming::Notification(msg.clone());
+        return Incoming::Notification(msg);
     }
     if id.is_some() && msg_id.and_then(Value::as_u64) != id {
         return Incoming::Other;
     }
-    if let Some(r) = msg.get("result") {
-        return Incoming::Answer(Ok(r.clone()));
+    let Some(fields) = msg.as_object_mut() else {
+        return Incoming::Other;
+    };
+    if let Some(r) = fields.remove("result") {
+        return Incoming::Answer(Ok(r));
     }
-    if let Some(e) = msg.get("error") {
+    if let Some(e) = fields.remove("error") {
         return Incoming::Answer(Err(Failure::Rpc(RpcError {
             code: e.get("code").and_then(Value::as_i64).unwrap_or(-32603),
             message: e

@@ -286,9 +286,9 @@ impl StdioConn {
             tracing::warn!(mcp_server = %self.name, "not JSON-RPC on stdout: {line}");
             return;
         };
-        match classify(&msg, None) {
+        let id = msg.get("id").and_then(Value::as_u64).unwrap_or(0);
+        match classify(msg, None) {
             Incoming::Answer(r) => {
-                let id = msg.get("id").and_then(Value::as_u64).unwrap_or(0);
                 let tx = self
                     .waiting
                     .lock()
