@@ -333,9 +333,10 @@ async fn post(
     principal: Principal,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let headers = req.headers().clone();
+    let (parts, body) = req.into_parts();
     let get = |name: &str| {
-        headers
+        parts
+            .headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
@@ -344,7 +345,7 @@ async fn post(
         max_bytes: gw.config.max_body_bytes,
         timeout: gw.config.connections.body_timeout,
     };
-    let body = match read_body(req.into_body(), limits).await {
+    let body = match read_body(body, limits).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
