@@ -543,7 +543,7 @@ impl Gateway {
         }
     }
 
-    /// Background work: the expiry sweep (every 250 ms), events from other gateways on the
+    /// Background work: the expiry timer ([`Gateway::expiry_timer`]), events from other gateways on the
     /// same database and, for a policy read from disk, a watch for changes (every second, by
     /// modification time and size).
     pub fn spawn_tasks(self: &Arc<Self>) {
@@ -657,5 +657,127 @@ pub fn audit_fields(v: Value) -> Map<String, Value> {
     match v {
         Value::Object(m) => m,
         _ => Map::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+    use crate::pipeline::{run_call, Front, Hold, Outcome};
+    use airlock_policy::ToolCall;
+    use airlock_storage::{ApprovalStatus, CallStatus, Principal};
+
+    /// The status of approval `id` as the store has it.
+    async fn status(gw: &Arc<Gateway>, id: &str) -> ApprovalStatus {
+        let id = id.to_owned();
+        gw.store_op(move |s| s.approval(&id))
+            .await
+            .unwrap()
+            .unwrap()
+            .status
+    }
+
+    /// A gateway on the demo config in `dir`, its background tasks started, with its clock
+    /// following tokio's paused time; and the demo agent.
+    fn demo_on_paused_time(
+        dir: &std::path::Path,
+        suspend_ttl: Duration,
+    ) -> (Arc<Gateway>, Principal) {
+        crate::clock::follow_tokio_time();
+        let mut config = Config::demo();
+        config.data_dir = dir.to_path_buf();
+        config.suspend_ttl = suspend_ttl;
+        let gw = Gateway::open(config, CancellationToken::new()).unwrap();
+        gw.spawn_tasks();
+        let agent = Principal {
+            id: "demo-agent".into(),
+            role: "agent".into(),
+            ..Principal::default()
+        };
+        (gw, agent)
+    }
+
+    /// Waits (virtual time, 5 s at most) until `done` says so.
+    async fn within_5s<F, Fut>(mut done: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let mut waited = 0;
+        while !done().await {
+            assert!(waited < 5_000, "not expired 5 s after its deadline");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waited += 100;
+        }
+    }
+
+    /// The expiry timer ends a pending approval at its deadline, not before, on paused time:
+    /// 15 minutes (the demo policy's `approval_ttl`) pass in virtual time, with no sweep
+    /// polling in between (the timer sleeps to the store's next deadline, or 5 s at most).
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_approval_expires_at_its_deadline_and_not_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let (gw, agent) = demo_on_paused_time(dir.path(), Duration::from_secs(3600));
+        let call = ToolCall::new("demo.shell_preview", json!({"command": "ls"}), None).unwrap();
+        let opened = now_ms();
+        let pending = match run_call(&gw, agent, call, Hold::Async, Front::default()).await {
+            Ok(Outcome::Pending(p)) => p,
+            other => panic!("expected a pending approval, got {:?}", other.err()),
+        };
+        assert_eq!(pending.expires_at - opened, 15 * 60 * 1000);
+
+        // Ten seconds before its deadline it still waits.
+        tokio::time::sleep(Duration::from_millis(pending.expires_at - opened - 10_000)).await;
+        assert_eq!(
+            status(&gw, &pending.approval_id).await,
+            ApprovalStatus::Pending
+        );
+
+        // Within a few (virtual) seconds after it, it has expired.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let id = pending.approval_id.clone();
+        within_5s(|| async { status(&gw, &id).await != ApprovalStatus::Pending }).await;
+        assert_eq!(status(&gw, &id).await, ApprovalStatus::Expired);
+        assert!(now_ms() >= pending.expires_at);
+        gw.shutdown.cancel();
+    }
+
+    /// A suspended call (the demo's `demo.deploy` asks which environment) expires at its
+    /// `suspend_ttl`, not before, on paused time.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspended_call_expires_at_its_deadline_and_not_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let ttl = Duration::from_secs(600);
+        let (gw, agent) = demo_on_paused_time(dir.path(), ttl);
+        let call = ToolCall::new("demo.deploy", json!({"service": "api"}), None).unwrap();
+        let suspended = match run_call(&gw, agent, call, Hold::Async, Front::default()).await {
+            Ok(Outcome::Suspended(v)) => v,
+            Ok(_) => panic!("expected a suspended call"),
+            Err(e) => panic!("expected a suspended call, got {}", e.message),
+        };
+        let call_status = |id: String| {
+            let gw = gw.clone();
+            async move {
+                gw.store_op(move |s| s.call(&id))
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .status
+            }
+        };
+        let id = suspended.call_id.clone();
+
+        tokio::time::sleep(ttl - Duration::from_secs(10)).await;
+        assert_eq!(call_status(id.clone()).await, CallStatus::Suspended);
+
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        within_5s(|| {
+            let s = call_status(id.clone());
+            async move { s.await != CallStatus::Suspended }
+        })
+        .await;
+        assert_eq!(call_status(id).await, CallStatus::Expired);
+        gw.shutdown.cancel();
     }
 }
