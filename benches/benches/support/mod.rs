@@ -33,7 +33,19 @@ pub struct GatewayProcess {
 }
 
 impl Drop for GatewayProcess {
+    /// Stops the gateway as an operator would (SIGTERM: it drains and exits, so a profiler
+    /// wrapped around it writes its output), and kills it if it is still there after 10 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

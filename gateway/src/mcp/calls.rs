@@ -60,9 +60,9 @@ pub async fn call(
 
     // A 2026 retry that carries the state of an earlier `input_required`.
     if let Some(state) = msg.params.get("requestState") {
-        return retried(
+        return Box::pin(retried(
             gw, front, &principal, &exchange, &msg, &call, front_tag, state,
-        )
+        ))
         .await;
     }
 
@@ -79,9 +79,18 @@ pub async fn call(
     }
     // A client that asked for a task gets one instead of a held request (DESIGN §15).
     if super::tasks::asked(&exchange, &msg).is_some() {
-        let run = pipeline::run_call(gw, principal.clone(), call.clone(), Hold::Async, front_tag);
+        let run = Box::pin(pipeline::run_call(
+            gw,
+            principal.clone(),
+            call.clone(),
+            Hold::Async,
+            front_tag,
+        ));
         let outcome = INPUT_RELAY.scope(relay, run).await;
-        return finish(gw, front, &principal, &exchange, &msg, &call, outcome).await;
+        return Box::pin(finish(
+            gw, front, &principal, &exchange, &msg, &call, outcome,
+        ))
+        .await;
     }
     let mrtr = modern && exchange.url_elicitation();
     let hold = if mrtr {
@@ -89,7 +98,7 @@ pub async fn call(
     } else {
         Hold::Wait(gw.config.hold_timeout)
     };
-    let progress_token = msg.params.pointer("/_meta/progressToken").cloned();
+    let progress_token = wire::at(&msg.params, &["_meta", "progressToken"]).cloned();
     let cancel = exchange
         .session
         .as_deref()
@@ -122,12 +131,20 @@ pub async fn call(
             });
             let running = super::parked::start(run, takes);
             let step = front.parking.next(running, gw.config.max_hold).await;
-            stepped(gw, front, &principal, &exchange, id, &call, step).await
+            Box::pin(stepped(gw, front, &principal, &exchange, id, &call, step)).await
         }
         _ => {
+            // Boxed, as are the rarer branches' futures: what this function's future holds
+            // stays small, so the answer's way up the stack copies little.
             let run = INPUT_RELAY.scope(
                 relay,
-                pipeline::run_call(gw, principal.clone(), call.clone(), hold, front_tag),
+                Box::pin(pipeline::run_call(
+                    gw,
+                    principal.clone(),
+                    call.clone(),
+                    hold,
+                    front_tag,
+                )),
             );
             let outcome = match &cancel {
                 Some((sid, token)) => {
@@ -438,9 +455,7 @@ async fn input_responses_shape(
 
 /// The log level a 2026-07-28 request's `_meta` asks for.
 fn log_level(msg: &Message) -> Option<Value> {
-    msg.params
-        .pointer("/_meta/io.modelcontextprotocol~1logLevel")
-        .cloned()
+    wire::at(&msg.params, &["_meta", "io.modelcontextprotocol/logLevel"]).cloned()
 }
 
 /// What a 2026-07-28 client's request carries to the upstream and takes back of its input

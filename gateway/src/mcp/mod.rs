@@ -89,9 +89,7 @@ impl Exchange {
 
     /// The client can open a URL we send it (elicitation, `url` mode).
     pub fn url_elicitation(&self) -> bool {
-        self.capabilities
-            .pointer("/elicitation/url")
-            .is_some_and(Value::is_object)
+        wire::at(&self.capabilities, &["elicitation", "url"]).is_some_and(Value::is_object)
     }
 
     /// The client fills in forms we send it (elicitation, `form` mode; an `elicitation`

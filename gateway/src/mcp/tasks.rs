@@ -137,11 +137,7 @@ pub fn asked(exchange: &Exchange, msg: &Message) -> Option<Option<u64>> {
 
 /// The request's client capabilities declare the extension (2026-07-28).
 fn declared(exchange: &Exchange) -> bool {
-    exchange
-        .capabilities
-        .pointer("/extensions")
-        .and_then(|e| e.get(EXTENSION))
-        .is_some_and(Value::is_object)
+    wire::at(&exchange.capabilities, &["extensions", EXTENSION]).is_some_and(Value::is_object)
 }
 
 /// The principal's key for its tasks: a hash, since principal ids may hold any character.
