@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use super::{
     ask, classify, client_capabilities, client_info, is_list_changed, with_modern_meta, Asks,
-    Failure, Incoming, Notifications, LEGACY, MODERN,
+    Envelope, Failure, Incoming, Notifications, Params, LEGACY, MODERN,
 };
 use crate::backends::http::Upstreams;
 use crate::config::Target;
@@ -44,6 +44,9 @@ pub struct HttpConn {
     /// and read in the calling task, as a tool call to an HTTP backend is.
     pool: Arc<Upstreams>,
     headers: Vec<(String, String)>,
+    /// What every pooled request carries, parsed once: the path, `host`, `authorization`
+    /// from the URL's credentials, and the configured headers.
+    fixed: Fixed,
     /// A client (and so a connection pool) per thread: a connection's task runs on the
     /// runtime that opened it, so a request on a serving thread uses connections that thread
     /// drives, not another's (see [`crate::serve::threads`]).
@@ -83,11 +86,14 @@ impl HttpConn {
     ) -> Result<HttpConn, String> {
         // Built once here so a client that cannot be built is an error at start.
         let client = build_client()?;
+        let target = Target::parse(url)?;
+        let fixed = Fixed::new(&target, &headers)?;
         Ok(HttpConn {
             url: url.to_owned(),
-            target: Target::parse(url)?,
+            target,
             pool,
             headers,
+            fixed,
             clients: Mutex::new(HashMap::from([(
                 std::thread::current().id(),
                 client.clone(),
@@ -120,7 +126,7 @@ impl HttpConn {
     pub async fn request(
         &self,
         method: &str,
-        params: Value,
+        params: Params,
         timeout: Duration,
         notify: Option<Notifications>,
         asks: Option<Asks>,
@@ -198,7 +204,7 @@ impl HttpConn {
             .post(
                 &Mode::Legacy { session: None },
                 "initialize",
-                &init,
+                &init.into(),
                 None,
                 None,
             )
@@ -243,27 +249,23 @@ impl HttpConn {
         params: Value,
         notify: Option<Notifications>,
     ) -> Result<Value, Failure> {
-        self.post(mode, method, &params, notify, None)
+        self.post(mode, method, &params.into(), notify, None)
             .await
             .map(|(r, _)| r)
     }
 
-    /// The headers of a request in `mode`, beyond the content type and what it accepts.
-    fn headers_for<'a>(
-        &'a self,
+    /// The protocol's headers of a request in `mode` (beyond the content type, what it
+    /// accepts and the configured headers), each handed to `add`.
+    fn protocol_headers<'a>(
         mode: &'a Mode,
         method: &'a str,
         params: &'a Value,
-    ) -> Vec<(&'a str, &'a str)> {
-        let mut h: Vec<(&str, &str)> = self
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
+        mut add: impl FnMut(&'static str, &'a str),
+    ) {
         match mode {
             Mode::Modern => {
-                h.push(("mcp-protocol-version", MODERN));
-                h.push(("mcp-method", method));
+                add("mcp-protocol-version", MODERN);
+                add("mcp-method", method);
                 let name = match method {
                     "tools/call" | "prompts/get" => params.get("name"),
                     "resources/read" => params.get("uri"),
@@ -271,19 +273,18 @@ impl HttpConn {
                     _ => None,
                 };
                 if let Some(n) = name.and_then(Value::as_str) {
-                    h.push(("mcp-name", n));
+                    add("mcp-name", n);
                 }
             }
             Mode::Legacy { session } => {
                 if method != "initialize" {
-                    h.push(("mcp-protocol-version", LEGACY));
+                    add("mcp-protocol-version", LEGACY);
                 }
                 if let Some(s) = session {
-                    h.push(("mcp-session-id", s.as_str()));
+                    add("mcp-session-id", s.as_str());
                 }
             }
         }
-        h
     }
 
     /// A request sent out of band (a notification, an answer to the upstream's request),
@@ -294,13 +295,17 @@ impl HttpConn {
             .post(&self.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream");
-        for (k, v) in self.headers_for(mode, method, params) {
+        let mut extra: Vec<(&str, &str)> = Vec::new();
+        Self::protocol_headers(mode, method, params, |k, v| extra.push((k, v)));
+        let configured = self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        for (k, v) in configured.chain(extra) {
             req = req.header(k, v);
         }
         req
     }
 
-    /// A request of ours for the pool: POST to the upstream's path, with `body`.
+    /// A request of ours for the pool: POST to the upstream's path, with `body`. Its fixed
+    /// headers were parsed when the upstream was configured; only the protocol's are made here.
     fn pooled(
         &self,
         mode: &Mode,
@@ -308,18 +313,41 @@ impl HttpConn {
         params: &Value,
         body: String,
     ) -> Result<hyper::Request<Full<Bytes>>, Failure> {
-        let mut req = hyper::Request::post(self.target.path.as_str())
-            .header(hyper::header::HOST, self.target.authority.as_str())
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .header(hyper::header::ACCEPT, "application/json, text/event-stream");
-        if let Some(basic) = &self.target.basic {
-            req = req.header(hyper::header::AUTHORIZATION, basic.as_str());
+        use hyper::header::{HeaderName, HeaderValue};
+        let mut req = hyper::Request::new(Full::new(Bytes::from(body)));
+        *req.method_mut() = hyper::Method::POST;
+        *req.uri_mut() = self.fixed.path.clone();
+        let h = req.headers_mut();
+        h.insert(hyper::header::HOST, self.fixed.host.clone());
+        h.insert(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(
+            hyper::header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        if let Some(basic) = &self.fixed.basic {
+            h.insert(hyper::header::AUTHORIZATION, basic.clone());
         }
-        for (k, v) in self.headers_for(mode, method, params) {
-            req = req.header(k, v);
+        for (k, v) in &self.fixed.headers {
+            h.append(k.clone(), v.clone());
         }
-        req.body(Full::new(Bytes::from(body)))
-            .map_err(|e| Failure::Unavailable(format!("cannot make the request: {e}")))
+        let mut bad = None;
+        Self::protocol_headers(mode, method, params, |k, v| {
+            match HeaderValue::from_str(v) {
+                Ok(v) => {
+                    h.append(HeaderName::from_static(k), v);
+                }
+                Err(_) => bad = Some(k),
+            }
+        });
+        match bad {
+            Some(k) => Err(Failure::Unavailable(format!(
+                "cannot make the request: its `{k}` is not a valid header value"
+            ))),
+            None => Ok(req),
+        }
     }
 
     /// One JSON-RPC request; returns its result and the session id the answer named.
@@ -327,13 +355,16 @@ impl HttpConn {
         &self,
         mode: &Mode,
         method: &str,
-        params: &Value,
+        params: &Params,
         notify: Option<Notifications>,
         asks: Option<Asks>,
     ) -> Result<(Value, Option<String>), Failure> {
         let modern;
         let params = if *mode == Mode::Modern {
-            modern = with_modern_meta(params.clone());
+            modern = Params {
+                fields: with_modern_meta(params.fields.clone()),
+                arguments: params.arguments.clone(),
+            };
             &modern
         } else {
             params
@@ -357,7 +388,7 @@ impl HttpConn {
             params,
         })
         .map_err(|e| Failure::Unavailable(format!("cannot write the request: {e}")))?;
-        let req = self.pooled(mode, method, params, body)?;
+        let req = self.pooled(mode, method, &params.fields, body)?;
         let read =
             |resp: hyper::Response<hyper::body::Incoming>| self.read(resp, mode, id, notify, asks);
         let url = &self.url;
@@ -503,13 +534,40 @@ impl HttpConn {
     }
 }
 
-/// A JSON-RPC request as sent, written from borrowed parts.
-#[derive(serde::Serialize)]
-struct Envelope<'a> {
-    jsonrpc: &'static str,
-    id: u64,
-    method: &'a str,
-    params: &'a Value,
+/// What every pooled request to one upstream carries, parsed from its configuration once.
+struct Fixed {
+    path: hyper::Uri,
+    host: hyper::header::HeaderValue,
+    basic: Option<hyper::header::HeaderValue>,
+    headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+}
+
+impl Fixed {
+    fn new(target: &Target, headers: &[(String, String)]) -> Result<Fixed, String> {
+        use hyper::header::{HeaderName, HeaderValue};
+        let value = |what: &str, v: &str| {
+            HeaderValue::from_str(v).map_err(|e| format!("{what} is not a valid header value: {e}"))
+        };
+        Ok(Fixed {
+            path: target
+                .path
+                .parse()
+                .map_err(|e| format!("the URL's path does not parse: {e}"))?,
+            host: value("the URL's host", &target.authority)?,
+            basic: match &target.basic {
+                Some(b) => Some(value("the URL's credentials", b)?),
+                None => None,
+            },
+            headers: headers
+                .iter()
+                .map(|(k, v)| {
+                    let name = HeaderName::from_bytes(k.as_bytes())
+                        .map_err(|e| format!("header `{k}` is not a valid name: {e}"))?;
+                    Ok((name, value(&format!("header `{k}`"), v)?))
+                })
+                .collect::<Result<_, String>>()?,
+        })
+    }
 }
 
 /// Splits the first complete event (ended by a blank line) off an SSE buffer.

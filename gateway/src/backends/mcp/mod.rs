@@ -24,6 +24,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use serde::ser::SerializeMap;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -211,6 +214,47 @@ const LIVE_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Calls suspended on an upstream's open request at once, at most.
 const MAX_LIVE: usize = 10_000;
 
+/// A request's params as sent: a JSON object, and for a `tools/call` its arguments as the
+/// canonical text they were fingerprinted as, written into the message unchanged.
+pub struct Params {
+    pub fields: Value,
+    pub arguments: Option<Box<RawValue>>,
+}
+
+impl From<Value> for Params {
+    fn from(fields: Value) -> Params {
+        Params {
+            fields,
+            arguments: None,
+        }
+    }
+}
+
+impl Serialize for Params {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Some(arguments) = &self.arguments else {
+            return self.fields.serialize(s);
+        };
+        let mut m = s.serialize_map(None)?;
+        if let Value::Object(fields) = &self.fields {
+            for (k, v) in fields.iter().filter(|(k, _)| *k != "arguments") {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.serialize_entry("arguments", arguments)?;
+        m.end()
+    }
+}
+
+/// A JSON-RPC request as sent, written from borrowed parts.
+#[derive(Serialize)]
+pub(crate) struct Envelope<'a> {
+    pub(crate) jsonrpc: &'static str,
+    pub(crate) id: u64,
+    pub(crate) method: &'a str,
+    pub(crate) params: &'a Params,
+}
+
 /// One transport to one upstream.
 enum Conn {
     Http(Box<http::HttpConn>),
@@ -221,7 +265,7 @@ impl Conn {
     async fn request(
         &self,
         method: &str,
-        params: Value,
+        params: Params,
         timeout: Duration,
         notify: Option<Notifications>,
         asks: Option<Asks>,
@@ -258,7 +302,7 @@ impl Server {
         notify: Option<Notifications>,
     ) -> Result<Value, Failure> {
         self.conn
-            .request(method, params, self.config.timeout, notify, None)
+            .request(method, params.into(), self.config.timeout, notify, None)
             .await
     }
 
@@ -545,9 +589,9 @@ impl Registry {
         let mut params = tool_params(tool, canonical_args, meta, notify.is_some());
         // A relayed retry: the client's answers, under the upstream's keys, and its state.
         if let Ok(Some((responses, state))) = INPUT_RELAY.try_with(|r| r.retry.clone()) {
-            params["inputResponses"] = responses;
+            params.fields["inputResponses"] = responses;
             if let Some(s) = state.filter(|s| !s.is_null()) {
-                params["requestState"] = s;
+                params.fields["requestState"] = s;
             }
         }
         self.start_call(tool, params, notify).await
@@ -590,10 +634,10 @@ impl Registry {
             ));
         };
         let mut params = tool_params(tool, canonical_args, Map::new(), notify.is_some());
-        params["inputResponses"] = json!({key: answer});
+        params.fields["inputResponses"] = json!({key: answer});
         if let Some(rs) = state.as_ref().and_then(|s| s.get("request_state")) {
             if !rs.is_null() {
-                params["requestState"] = rs.clone();
+                params.fields["requestState"] = rs.clone();
             }
         }
         self.start_call(tool, params, notify).await
@@ -627,7 +671,7 @@ impl Registry {
     async fn start_call(
         &self,
         tool: &McpTool,
-        params: Value,
+        params: Params,
         notify: Option<Notifications>,
     ) -> Result<ToolAnswer, ApiError> {
         let (asks, ask_rx) = mpsc::unbounded_channel();

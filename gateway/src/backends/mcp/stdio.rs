@@ -20,8 +20,8 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::oneshot;
 
 use super::{
-    ask, classify, client_capabilities, client_info, is_list_changed, not_relayed, Asks, Failure,
-    Incoming, Notifications, LEGACY,
+    ask, classify, client_capabilities, client_info, is_list_changed, not_relayed, Asks, Envelope,
+    Failure, Incoming, Notifications, Params, LEGACY,
 };
 
 /// One running child.
@@ -81,7 +81,7 @@ impl StdioConn {
     pub async fn request(
         self: &Arc<Self>,
         method: &str,
-        params: Value,
+        params: Params,
         timeout: Duration,
         notify: Option<Notifications>,
         asks: Option<Asks>,
@@ -94,7 +94,7 @@ impl StdioConn {
     async fn request_inner(
         self: &Arc<Self>,
         method: &str,
-        mut params: Value,
+        mut params: Params,
         notify: Option<Notifications>,
         asks: Option<Asks>,
     ) -> Result<Value, Failure> {
@@ -111,7 +111,7 @@ impl StdioConn {
             }
             if let (Some(t), Some(n)) = (&token, notify) {
                 w.progress.insert(t.clone(), n);
-                if let Some(p) = params.as_object_mut() {
+                if let Some(p) = params.fields.as_object_mut() {
                     let meta = p.entry("_meta").or_insert_with(|| json!({}));
                     meta["progressToken"] = Value::String(t.clone());
                 }
@@ -123,8 +123,17 @@ impl StdioConn {
             token,
             answered: false,
         };
-        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let sent = self.write(&msg).await;
+        let line = serde_json::to_string(&Envelope {
+            jsonrpc: "2.0",
+            id,
+            method,
+            params: &params,
+        })
+        .map_err(|e| Failure::Unavailable(format!("cannot write the request: {e}")));
+        let sent = match line {
+            Ok(line) => self.write_line(line).await,
+            Err(e) => Err(e),
+        };
         let result = match sent {
             Ok(()) => rx
                 .await
@@ -136,12 +145,11 @@ impl StdioConn {
     }
 
     /// Writes one message, starting the child first if it is not running.
-    async fn write(self: &Arc<Self>, msg: &Value) -> Result<(), Failure> {
+    async fn write_line(self: &Arc<Self>, mut line: String) -> Result<(), Failure> {
         let mut running = self.running.lock().await;
         if running.is_none() {
             *running = Some(self.start().await?);
         }
-        let mut line = msg.to_string();
         line.push('\n');
         let Some(r) = running.as_mut() else {
             return Err(Failure::Unavailable("not running".into()));

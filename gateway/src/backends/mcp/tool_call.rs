@@ -10,13 +10,14 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{
-    not_relayed, Ask, Failure, McpTool, APPROVAL_KEY, CLIENT_ASKS, INPUT_RELAY, PROGRESS_TOKEN,
-    RELAYED_TO_CLIENT,
+    not_relayed, Ask, Failure, McpTool, Params, APPROVAL_KEY, CLIENT_ASKS, INPUT_RELAY,
+    PROGRESS_TOKEN, RELAYED_TO_CLIENT,
 };
 use crate::error::{ApiError, Code};
 
@@ -100,24 +101,32 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// The `tools/call` params for a tool and its canonical arguments.
+/// The `tools/call` params for a tool and its canonical arguments, which go out as the very
+/// text that was fingerprinted (DESIGN §3).
 pub(super) fn tool_params(
     tool: &McpTool,
     canonical_args: &str,
     mut meta: Map<String, Value>,
     progress: bool,
-) -> Value {
-    let arguments: Value =
-        serde_json::from_str(canonical_args).unwrap_or_else(|_| Value::Object(Map::new()));
+) -> Params {
     if progress && !meta.contains_key("progressToken") {
         // Asks the upstream for progress; the front end maps it to its client's token.
         meta.insert("progressToken".into(), Value::String(PROGRESS_TOKEN.into()));
     }
-    let mut params = json!({"name": tool.name, "arguments": arguments});
+    let mut fields = Map::new();
+    fields.insert("name".into(), Value::String(tool.name.clone()));
     if !meta.is_empty() {
-        params["_meta"] = Value::Object(meta);
+        fields.insert("_meta".into(), Value::Object(meta));
     }
-    params
+    // The canonical text is JSON (it was written from a parsed object); should it ever not
+    // be, the call goes out with an empty object rather than with anything else.
+    let arguments = RawValue::from_string(canonical_args.to_owned())
+        .or_else(|_| RawValue::from_string("{}".to_owned()))
+        .ok();
+    Params {
+        fields: Value::Object(fields),
+        arguments,
+    }
 }
 
 /// A form elicitation's message and schema; `None` for anything else (URL mode, sampling).
@@ -308,4 +317,42 @@ pub fn required_capabilities(e: &ApiError) -> Value {
         .split_once(DID_NOT_DECLARE)
         .and_then(|(_, json)| serde_json::from_str(json).ok())
         .unwrap_or_else(|| json!({}))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::backends::mcp::Envelope;
+
+    /// A `tools/call` carries its arguments as the canonical text that was fingerprinted,
+    /// byte for byte (`1e+21` stays as RFC 8785 writes it; serde would write `1e21`), beside
+    /// the other params, and an `arguments` among the fields gives way to it.
+    #[test]
+    fn arguments_go_out_as_the_canonical_text() {
+        let canonical = r#"{"big":1e+21,"list":[1,"\u007f"],"n":-0.5}"#;
+        let params = Params {
+            fields: json!({"name": "echo", "arguments": {"forged": true}, "_meta": {"progressToken": "p"}}),
+            arguments: Some(RawValue::from_string(canonical.to_owned()).unwrap()),
+        };
+        let line = serde_json::to_string(&Envelope {
+            jsonrpc: "2.0",
+            id: 7,
+            method: "tools/call",
+            params: &params,
+        })
+        .unwrap();
+        assert!(
+            line.contains(&format!(r#""arguments":{canonical}"#)),
+            "{line}"
+        );
+        assert!(!line.contains("forged"), "{line}");
+        let back: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back["params"]["name"], "echo");
+        assert_eq!(back["params"]["_meta"]["progressToken"], "p");
+        assert_eq!(back["id"], 7);
+        // Without raw arguments the fields are the params, as they are.
+        let plain = serde_json::to_string(&Params::from(json!({"cursor": "c"}))).unwrap();
+        assert_eq!(plain, r#"{"cursor":"c"}"#);
+    }
 }
