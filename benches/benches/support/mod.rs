@@ -36,8 +36,12 @@ impl Drop for GatewayProcess {
     /// Stops the gateway as an operator would (SIGTERM: it drains and exits, so a profiler
     /// wrapped around it writes its output), and kills it if it is still there after 10 s.
     fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
             .status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {

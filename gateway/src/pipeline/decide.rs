@@ -118,7 +118,8 @@ pub async fn policy(
     let classifiers = if names.is_empty() {
         BTreeMap::new()
     } else {
-        gw.classifiers.run(&names, call, &gw.metrics).await
+        // Boxed: a classifier's request is a large future the common call never needs.
+        Box::pin(gw.classifiers.run(&names, call, &gw.metrics)).await
     };
     let principal = principal_json(principal);
     let start = Instant::now();

@@ -176,22 +176,31 @@ async fn stages(
             let (record, guard) = claim::allowed(gw, &d).await?;
             forward::run(gw, record, None, guard).await
         }
-        DecisionKind::RequireApproval => {
-            let Some(settings) = d.decision.approval.clone() else {
-                return Err(ApiError::new(
-                    Code::Internal,
-                    "an approval decision without approval settings",
-                ));
-            };
-            let scope_key =
-                grant::scope_key(settings.grant.scope, &d.call_id, &d.call, &d.principal);
-            if let Some((record, guard)) = grant::spend(gw, &d, &scope_key).await? {
-                return forward::run(gw, record, None, guard).await;
-            }
-            if let Some(joined) = grant::join(gw, &d).await? {
-                return call_outcome(gw, &d.principal, &joined, hold.wait(), false).await;
-            }
-            hold::open(gw, d, settings, scope_key, hold).await
-        }
+        // Boxed: what waits for a decision is far larger than the allow path, and every
+        // caller's future would otherwise carry (and copy) it.
+        DecisionKind::RequireApproval => Box::pin(needs_approval(gw, d, hold)).await,
     }
+}
+
+/// A call that needs approval: a grant's use spent, an identical waiting call joined, or an
+/// approval opened and the request held.
+async fn needs_approval(
+    gw: &Arc<Gateway>,
+    d: decide::Decided,
+    hold: Hold,
+) -> Result<Outcome, ApiError> {
+    let Some(settings) = d.decision.approval.clone() else {
+        return Err(ApiError::new(
+            Code::Internal,
+            "an approval decision without approval settings",
+        ));
+    };
+    let scope_key = grant::scope_key(settings.grant.scope, &d.call_id, &d.call, &d.principal);
+    if let Some((record, guard)) = grant::spend(gw, &d, &scope_key).await? {
+        return forward::run(gw, record, None, guard).await;
+    }
+    if let Some(joined) = grant::join(gw, &d).await? {
+        return call_outcome(gw, &d.principal, &joined, hold.wait(), false).await;
+    }
+    hold::open(gw, d, settings, scope_key, hold).await
 }
