@@ -319,6 +319,11 @@ fn main() {
             }
         }
     });
+    println!(
+        "the MCP upstream served {} calls, the HTTP backend {}",
+        calls.load(Ordering::Relaxed),
+        served.load(Ordering::Relaxed)
+    );
     if results.len() < 4 {
         return;
     }
@@ -360,10 +365,5 @@ fn main() {
         "direct, 32 clients: MCP upstream {:.0} calls/s, HTTP backend {:.0} req/s",
         med(0, 2),
         med(1, 2)
-    );
-    println!(
-        "the MCP upstream served {} calls, the HTTP backend {}",
-        calls.load(Ordering::Relaxed),
-        served.load(Ordering::Relaxed)
     );
 }
