@@ -26,7 +26,12 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 }
 
 pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
-    let mut r = Response::new(full(serde_json::to_vec(value).unwrap_or_default()));
+    json_bytes_response(status, serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// [`json_response`] for a body already written as JSON.
+pub fn json_bytes_response(status: StatusCode, json: Vec<u8>) -> Response<Body> {
+    let mut r = Response::new(full(json));
     *r.status_mut() = status;
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,

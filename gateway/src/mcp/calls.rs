@@ -30,7 +30,7 @@ use super::seal::{self, State};
 use super::wire::{self, Message, RpcError};
 use super::{rpc_error, Exchange, McpFront};
 use crate::backends::mcp::{InputRelay, INPUT_RELAY};
-use crate::body::{json_response, Body};
+use crate::body::{json_bytes_response, Body};
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
 use crate::pipeline::{self, suspend, Front, Hold, Outcome};
@@ -66,17 +66,7 @@ pub async fn call(
         .await;
     }
 
-    // Answers a 2026 client sends without a state of ours (an upstream's ephemeral input
-    // request, answered up front) go to the upstream as they are, audited.
-    let mut relay = input_relay(&exchange, &msg);
-    if let Some(responses) = msg
-        .params
-        .get("inputResponses")
-        .filter(|r| modern && r.is_object())
-    {
-        audit_relay(gw, &principal, &call, "to_upstream", responses).await;
-        relay.retry = Some((responses.clone(), None));
-    }
+    let relay = relay_with_answers(gw, &principal, &exchange, &msg, &call).await;
     // A client that asked for a task gets one instead of a held request (DESIGN §15).
     if super::tasks::asked(&exchange, &msg).is_some() {
         let run = Box::pin(pipeline::run_call(
@@ -146,25 +136,55 @@ pub async fn call(
                     front_tag,
                 )),
             );
-            let outcome = match &cancel {
-                Some((sid, token)) => {
-                    let o = tokio::select! {
-                        o = run => Some(o),
-                        _ = token.cancelled() => None,
-                    };
-                    front.done(sid, &id);
-                    match o {
-                        Some(o) => o,
-                        // Cancelled: the client expects no answer to this request.
-                        None => return super::empty(StatusCode::ACCEPTED),
-                    }
-                }
-                None => run.await,
+            let Some(outcome) = cancellable(run, front, cancel.as_ref(), &id).await else {
+                // Cancelled: the client expects no answer to this request.
+                return super::empty(StatusCode::ACCEPTED);
             };
             relayed_out(gw, &principal, &call, &outcome).await;
             answer(gw, front, &principal, &exchange, id, &call, outcome)
         }
     }
+}
+
+/// What the call carries to its upstream of the client ([`input_relay`]), with the answers
+/// a 2026 client sends without a state of ours (an upstream's ephemeral input request,
+/// answered up front): they go to the upstream as they are, audited.
+async fn relay_with_answers(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    exchange: &Exchange,
+    msg: &Message,
+    call: &ToolCall,
+) -> InputRelay {
+    let mut relay = input_relay(exchange, msg);
+    if let Some(responses) = msg
+        .params
+        .get("inputResponses")
+        .filter(|r| exchange.modern() && r.is_object())
+    {
+        audit_relay(gw, principal, call, "to_upstream", responses).await;
+        relay.retry = Some((responses.clone(), None));
+    }
+    relay
+}
+
+/// The call's outcome, or `None` when a 2025 client cancelled it first
+/// (`notifications/cancelled` names its request in the session).
+async fn cancellable(
+    run: impl std::future::Future<Output = Result<Outcome, ApiError>>,
+    front: &McpFront,
+    cancel: Option<&(String, tokio_util::sync::CancellationToken)>,
+    id: &Value,
+) -> Option<Result<Outcome, ApiError>> {
+    let Some((sid, token)) = cancel else {
+        return Some(run.await);
+    };
+    let outcome = tokio::select! {
+        o = run => Some(o),
+        _ = token.cancelled() => None,
+    };
+    front.done(sid, id);
+    outcome
 }
 
 /// A 2026 retry with the state of an earlier `input_required` of ours: opened and spent
@@ -324,7 +344,7 @@ async fn stepped(
         parked: Some(key.clone()),
     };
     let result = sealed_input(front, &key, request, state);
-    json_response(StatusCode::OK, &wire::result(id, result))
+    json_bytes_response(StatusCode::OK, wire::result_bytes(&id, &result))
 }
 
 /// The call as the pipeline takes it: the tool name, `arguments` (taken out of the message)

@@ -30,7 +30,7 @@ use serde_json::{json, Map, Value};
 
 use crate::auth::{Need, Role};
 use crate::backends::mcp::{self as upstream, LEGACY, MODERN};
-use crate::body::{json_response, read_body, Body, BodyLimits};
+use crate::body::{json_bytes_response, json_response, read_body, Body, BodyLimits};
 use crate::config::Upstream;
 use crate::error::Code;
 use crate::pipeline::{admit, Front};
@@ -300,8 +300,8 @@ fn exchange_of(
 ) -> Result<Exchange, Box<Response<Body>>> {
     let accepts_sse = get("accept").is_some_and(|a| a.contains("text/event-stream"));
     let version_header = get("mcp-protocol-version");
-    let meta = msg.params.get("_meta").cloned().unwrap_or(Value::Null);
-    let meta_version = meta.get("io.modelcontextprotocol/protocolVersion").cloned();
+    let meta = msg.params.get("_meta").unwrap_or(&Value::Null);
+    let meta_version = meta.get("io.modelcontextprotocol/protocolVersion");
     let modern_signal = meta_version.is_some() || version_header.as_deref() == Some(MODERN);
     if let Some(removed) = msg.method.as_deref().filter(|m| {
         modern_signal && get("mcp-session-id").is_none() && REMOVED_IN_MODERN.contains(m)
@@ -365,7 +365,7 @@ fn exchange_of(
             }
         }
     } else if meta_version.is_some() || version_header.as_deref() == Some(MODERN) {
-        if let Err(e) = check_modern(msg, &meta, version_header.as_deref(), get) {
+        if let Err(e) = check_modern(msg, meta, version_header.as_deref(), get) {
             return Err(Box::new(rpc_error(&e, true)));
         }
         Exchange {
@@ -540,7 +540,7 @@ fn respond(
                     }
                 }
             }
-            json_response(StatusCode::OK, &wire::result(id, result))
+            json_bytes_response(StatusCode::OK, wire::result_bytes(&id, &result))
         }
         Err(mut e) => {
             e.id = id;

@@ -23,7 +23,7 @@ use super::wire::{self, RpcError};
 use super::{rpc_error, Exchange, McpFront};
 use crate::auth::random_hex;
 use crate::backends::mcp::required_capabilities;
-use crate::body::{json_response, Body};
+use crate::body::{json_bytes_response, Body};
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
 use crate::pipeline::{self, suspend, Outcome};
@@ -54,7 +54,7 @@ pub fn answer(
         }
     }
     let result = tool_result(gw, front, principal, exchange, call, outcome);
-    json_response(StatusCode::OK, &wire::result(id, result))
+    json_bytes_response(StatusCode::OK, wire::result_bytes(&id, &result))
 }
 
 /// The MCP result for an outcome.

@@ -33,7 +33,7 @@ use super::results::{answer, input_request, link, tool_result};
 use super::wire::{self, Message, RpcError};
 use super::{Exchange, McpFront};
 use crate::backends::mcp::LEGACY;
-use crate::body::{json_response, Body};
+use crate::body::{json_bytes_response, json_response, Body};
 use crate::clock::{now_ms, rfc3339};
 use crate::error::{ApiError, Code};
 use crate::pipeline::{self, suspend, Outcome};
@@ -236,7 +236,7 @@ pub async fn create(
     } else {
         json!({"task": envelope(&task, &state, seen, false)})
     };
-    json_response(StatusCode::OK, &wire::result(id, result))
+    json_bytes_response(StatusCode::OK, wire::result_bytes(&id, &result))
 }
 
 /// `tasks/*`: the methods of the request's revision, for the principal's own tasks.

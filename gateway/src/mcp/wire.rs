@@ -197,6 +197,23 @@ pub fn result(id: Value, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
+/// A result message written straight to bytes, the same text as [`result`]'s (keys in the
+/// same order), without building the message as a tree first.
+pub fn result_bytes(id: &Value, result: &Value) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Out<'a> {
+        id: &'a Value,
+        jsonrpc: &'static str,
+        result: &'a Value,
+    }
+    serde_json::to_vec(&Out {
+        id,
+        jsonrpc: "2.0",
+        result,
+    })
+    .unwrap_or_default()
+}
+
 /// A notification message.
 pub fn notification(method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "method": method, "params": params})
@@ -206,6 +223,27 @@ pub fn notification(method: &str, params: Value) -> Value {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The result written straight to bytes is the very text of the result message.
+    #[test]
+    fn result_bytes_are_the_result_messages_text() {
+        for (id, result) in [
+            (
+                json!(1),
+                json!({"content": [{"type": "text", "text": "a\"b"}], "isError": false}),
+            ),
+            (
+                json!("req-7"),
+                json!({"resultType": "complete", "z": null, "a": [1.5, -2]}),
+            ),
+        ] {
+            let tree = serde_json::to_vec(&super::result(id.clone(), result.clone())).unwrap();
+            assert_eq!(
+                String::from_utf8(result_bytes(&id, &result)).unwrap(),
+                String::from_utf8(tree).unwrap()
+            );
+        }
+    }
 
     fn code_of(body: &str) -> (i64, Option<String>) {
         let e = parse(body.as_bytes()).unwrap_err();
