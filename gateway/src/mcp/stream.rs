@@ -24,7 +24,7 @@ use crate::auth::random_hex;
 use crate::backends::mcp::{not_relayed, Ask, InputRelay, CLIENT_ASKS, INPUT_RELAY, NOTIFICATIONS};
 use crate::body::Body;
 use crate::error::{ApiError, Code};
-use crate::pipeline::{self, suspend, Front, Hold, Outcome};
+use crate::pipeline::{self, suspend, Front, Hold, Outcome, Pending};
 use crate::state::Gateway;
 
 /// How often a held call tells a client with a progress token that it still waits.
@@ -84,40 +84,90 @@ pub(super) fn stream_with_progress(
                 front_tag,
             ),
         );
-        let Some(mut outcome) = relay.drive(first).await else {
+        let Some(outcome) = relay.drive(first).await else {
             return;
         };
-        if let (true, Ok(Outcome::Pending(p))) = (elicit, &outcome) {
-            let (approval_id, call_id) = (p.approval_id.clone(), p.call_id.clone());
-            let ask = json!({"jsonrpc": "2.0", "id": format!("airlock-elicitation-{approval_id}"),
-            "method": "elicitation/create", "params": {
-                "mode": "url",
-                "url": link(&gw, &approval_id),
-                "elicitationId": approval_id,
-                "message": format!("`{}` needs approval. Open the link to see the call and decide; the call continues once it is decided.", call.tool),
-            }});
-            if relay.tx.send(sse(&ask)).await.is_err() {
-                return;
-            }
-            let wait = NOTIFICATIONS.scope(
-                up_tx.clone(),
-                pipeline::call_outcome(&gw, &principal, &call_id, gw.config.hold_timeout, true),
-            );
-            let Some(next) = relay.drive(wait).await else {
-                return;
-            };
-            outcome = next;
-            if !matches!(outcome, Ok(Outcome::Pending(_))) {
-                let done = wire::notification(
-                    "notifications/elicitation/complete",
-                    json!({"elicitationId": approval_id}),
-                );
-                let _ = relay.tx.send(sse(&done)).await;
-            }
+        let s = Streamed {
+            gw,
+            front,
+            principal,
+            exchange,
+            call,
+            up_tx,
+        };
+        let outcome = match outcome {
+            Ok(Outcome::Pending(p)) if elicit => match s.approval_by_url(&mut relay, p).await {
+                Some(o) => o,
+                None => return,
+            },
+            other => other,
+        };
+        let Some(outcome) = s.input_on_stream(&mut relay, outcome).await else {
+            return;
+        };
+        relayed_out(&s.gw, &s.principal, &s.call, &outcome).await;
+        let result = tool_result(&s.gw, &s.front, &s.principal, &s.exchange, &s.call, outcome);
+        let _ = relay.tx.send(sse(&wire::result(id, result))).await;
+    });
+    crate::body::sse_response(rx)
+}
+
+/// A call being answered on its event stream, and what its steps share.
+struct Streamed {
+    gw: Arc<Gateway>,
+    front: Arc<McpFront>,
+    principal: Principal,
+    exchange: Exchange,
+    call: ToolCall,
+    /// Where the upstream's notifications for the call go (relayed on the stream).
+    up_tx: mpsc::UnboundedSender<Value>,
+}
+
+impl Streamed {
+    /// A held call of a 2025 client that opens URLs: the inbox link as an `elicitation/create`
+    /// on the stream, then the wait for the decision, then `notifications/elicitation/complete`
+    /// once decided. `None` when the stream went away.
+    async fn approval_by_url(
+        &self,
+        relay: &mut Relay,
+        p: Pending,
+    ) -> Option<Result<Outcome, ApiError>> {
+        let (approval_id, call_id) = (p.approval_id.clone(), p.call_id.clone());
+        let ask = json!({"jsonrpc": "2.0", "id": format!("airlock-elicitation-{approval_id}"),
+        "method": "elicitation/create", "params": {
+            "mode": "url",
+            "url": link(&self.gw, &approval_id),
+            "elicitationId": approval_id,
+            "message": format!("`{}` needs approval. Open the link to see the call and decide; the call continues once it is decided.", self.call.tool),
+        }});
+        if relay.tx.send(sse(&ask)).await.is_err() {
+            return None;
         }
-        // A suspended call asks the client for its input on this stream (2025-11-25): a
-        // form when the client fills forms and the schema is flat, else the inbox's resume
-        // form by URL. Each answer resumes it; it may suspend again.
+        let gw = &self.gw;
+        let wait = NOTIFICATIONS.scope(
+            self.up_tx.clone(),
+            pipeline::call_outcome(gw, &self.principal, &call_id, gw.config.hold_timeout, true),
+        );
+        let outcome = relay.drive(wait).await?;
+        if !matches!(outcome, Ok(Outcome::Pending(_))) {
+            let done = wire::notification(
+                "notifications/elicitation/complete",
+                json!({"elicitationId": approval_id}),
+            );
+            let _ = relay.tx.send(sse(&done)).await;
+        }
+        Some(outcome)
+    }
+
+    /// A suspended call asks the client for its input on this stream (2025-11-25): a form
+    /// when the client fills forms and the schema is flat, else the inbox's resume form by
+    /// URL. Each answer resumes it; it may suspend again. `None` when the stream went away.
+    async fn input_on_stream(
+        &self,
+        relay: &mut Relay,
+        mut outcome: Result<Outcome, ApiError>,
+    ) -> Option<Result<Outcome, ApiError>> {
+        let (gw, front, exchange) = (&self.gw, &self.front, &self.exchange);
         while let Ok(Outcome::Suspended(v)) = &outcome {
             let v = v.clone();
             let form = exchange.form_elicitation() && suspend::is_flat(&v.resume_schema);
@@ -125,16 +175,17 @@ pub(super) fn stream_with_progress(
                 break;
             };
             let ask_id = format!("airlock-input-{}-{}", v.call_id, v.count);
-            let params = input_request(&gw, &v, form)["params"].clone();
+            let params = input_request(gw, &v, form)["params"].clone();
             let ask = json!({"jsonrpc": "2.0", "id": ask_id, "method": "elicitation/create", "params": params});
             let reply = front.expect_reply(sid, &ask_id);
             if relay.tx.send(sse(&ask)).await.is_err() {
                 front.forget_reply(sid, &ask_id);
-                return;
+                return None;
             }
-            let (gw2, principal2, call_id) = (gw.clone(), principal.clone(), v.call_id.clone());
+            let (gw2, principal2, call_id) =
+                (gw.clone(), self.principal.clone(), v.call_id.clone());
             let wait = gw.config.max_hold;
-            let step = NOTIFICATIONS.scope(up_tx.clone(), async move {
+            let step = NOTIFICATIONS.scope(self.up_tx.clone(), async move {
                 if !form {
                     return suspend::wait_resumed(&gw2, &call_id, wait).await;
                 }
@@ -155,18 +206,15 @@ pub(super) fn stream_with_progress(
             });
             let next = relay.drive(step).await;
             front.forget_reply(sid, &ask_id);
-            let Some(next) = next else { return };
+            let next = next?;
             let same = matches!(&next, Ok(Outcome::Suspended(n)) if n.count == v.count);
             outcome = next;
             if same {
                 break;
             }
         }
-        relayed_out(&gw, &principal, &call, &outcome).await;
-        let result = tool_result(&gw, &front, &principal, &exchange, &call, outcome);
-        let _ = relay.tx.send(sse(&wire::result(id, result))).await;
-    });
-    crate::body::sse_response(rx)
+        Some(outcome)
+    }
 }
 
 /// What a call's event stream relays while the call runs.
