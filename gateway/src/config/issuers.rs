@@ -3,6 +3,7 @@
 //!
 //! It checks the text only; fetching discovery documents and keys is `crate::identity`'s.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -107,26 +108,7 @@ pub(super) fn validate(
                 }
             }
         }
-        let mut roles = Vec::new();
-        for name in r.roles.keys() {
-            if !matches!(name.as_str(), "agent" | "approver" | "admin") {
-                return Err(err(
-                    key("roles"),
-                    format!("`{name}` is not a role: agent, approver or admin"),
-                ));
-            }
-        }
-        for role in ["admin", "approver", "agent"] {
-            if let Some(groups) = r.roles.get(role) {
-                roles.push((role.to_owned(), groups.clone()));
-            }
-        }
-        if roles.iter().all(|(_, g)| g.is_empty()) {
-            return Err(err(
-                key("roles"),
-                "maps no group to a role: every token of this issuer would be refused",
-            ));
-        }
+        let roles = roles(&key("roles"), &r.roles)?;
         let rate = match &r.rate {
             Some(t) => Some(Rate::parse(t, r.burst).map_err(|m| err(key("rate"), m))?),
             None if r.burst.is_some() => return Err(err(key("burst"), "a burst needs a `rate`")),
@@ -169,6 +151,34 @@ pub(super) fn validate(
         ));
     }
     Ok(issuers)
+}
+
+/// An issuer's `roles`: which groups make a principal an admin, an approver or an agent, most
+/// powerful first. Only those three roles, and at least one group in all.
+fn roles(
+    key: &str,
+    raw: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<(String, Vec<String>)>, ConfigError> {
+    if let Some(name) = raw
+        .keys()
+        .find(|n| !matches!(n.as_str(), "agent" | "approver" | "admin"))
+    {
+        return Err(err(
+            key,
+            format!("`{name}` is not a role: agent, approver or admin"),
+        ));
+    }
+    let roles: Vec<(String, Vec<String>)> = ["admin", "approver", "agent"]
+        .into_iter()
+        .filter_map(|role| raw.get(role).map(|g| (role.to_owned(), g.clone())))
+        .collect();
+    if roles.iter().all(|(_, g)| g.is_empty()) {
+        return Err(err(
+            key,
+            "maps no group to a role: every token of this issuer would be refused",
+        ));
+    }
+    Ok(roles)
 }
 
 pub(super) fn validate_inbox(
