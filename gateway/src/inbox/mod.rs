@@ -160,28 +160,7 @@ async fn post(
             redirect("/inbox/login", Some(clear_cookie(gw)))
         }
         ["inbox", "approvals", id, verb @ ("approve" | "decline")] => {
-            let approve = *verb == "approve";
-            if !approve && reason.is_none() {
-                let e = ApiError::new(
-                    Code::RequestMissingReason,
-                    "a decline needs a reason: the agent reads it",
-                );
-                return approval(gw, session, id, Some(e)).await;
-            }
-            let edit = match urlencoded::get(form, "args").filter(|a| !a.trim().is_empty()) {
-                None => None,
-                Some(text) => match airlock_policy::json::parse(
-                    text.as_bytes(),
-                    airlock_policy::MAX_ARGS_DEPTH,
-                ) {
-                    Ok(v) => Some(v),
-                    Err(e) => return approval(gw, session, id, Some(ApiError::from(e))).await,
-                },
-            };
-            match crate::pipeline::decide(gw, id, &session.principal, approve, reason, edit).await {
-                Ok(_) => redirect(&format!("/inbox/approvals/{id}"), None),
-                Err(e) => approval(gw, session, id, Some(e)).await,
-            }
+            decide_one(gw, session, id, *verb == "approve", reason, form).await
         }
         ["inbox", "approvals", id, "preview"] => preview(gw, id, form).await,
         ["inbox", "calls", id, "resume"] => {
@@ -202,51 +181,86 @@ async fn post(
                 Err(e) => call_page(gw, session, id, Some(e)).await,
             }
         }
-        ["inbox", "runs", "decide"] => {
-            let run = urlencoded::get(form, "run_id").unwrap_or("").to_owned();
-            let approve = urlencoded::get(form, "verb") == Some("approve");
-            if !approve && reason.is_none() {
-                let e = ApiError::new(
-                    Code::RequestMissingReason,
-                    "a decline needs a reason: the agent reads it",
-                );
-                return page(StatusCode::BAD_REQUEST, pages::refusal(&e));
-            }
-            let filter = ApprovalFilter {
-                status: Some(ApprovalStatus::Pending),
-                run_id: Some(run.clone()),
-                ..Default::default()
-            };
-            let pending = match gw
-                .store_op(move |s| s.list_approvals(&filter, None, 500))
-                .await
-            {
-                Ok((list, _)) => list,
-                Err(e) => return refusal_page(&e),
-            };
-            let mut results = Vec::new();
-            for a in pending {
-                let r = crate::pipeline::decide(
-                    gw,
-                    &a.id,
-                    &session.principal,
-                    approve,
-                    reason.clone(),
-                    None,
-                )
-                .await;
-                results.push((a.id, a.tool, r.err()));
-            }
-            page(
-                StatusCode::OK,
-                pages::run_result(&session_view(session), &run, &results),
-            )
-        }
+        ["inbox", "runs", "decide"] => decide_run(gw, session, form, reason).await,
         _ => page(
             StatusCode::NOT_FOUND,
             pages::message("Not found", "There is no such action in the inbox."),
         ),
     }
+}
+
+/// A decline without a reason, refused: the agent reads the reason.
+fn missing_reason() -> ApiError {
+    ApiError::new(
+        Code::RequestMissingReason,
+        "a decline needs a reason: the agent reads it",
+    )
+}
+
+/// Approve or decline one approval from its page, with edited args when the form has them;
+/// a refusal is shown on the approval's page.
+async fn decide_one(
+    gw: &Arc<Gateway>,
+    session: &Session,
+    id: &str,
+    approve: bool,
+    reason: Option<String>,
+    form: &[(String, String)],
+) -> Response<Body> {
+    if !approve && reason.is_none() {
+        return approval(gw, session, id, Some(missing_reason())).await;
+    }
+    let edit = match urlencoded::get(form, "args").filter(|a| !a.trim().is_empty()) {
+        None => None,
+        Some(text) => {
+            match airlock_policy::json::parse(text.as_bytes(), airlock_policy::MAX_ARGS_DEPTH) {
+                Ok(v) => Some(v),
+                Err(e) => return approval(gw, session, id, Some(ApiError::from(e))).await,
+            }
+        }
+    };
+    match crate::pipeline::decide(gw, id, &session.principal, approve, reason, edit).await {
+        Ok(_) => redirect(&format!("/inbox/approvals/{id}"), None),
+        Err(e) => approval(gw, session, id, Some(e)).await,
+    }
+}
+
+/// Approve or decline every pending approval of a run (up to 500), each under the same rules
+/// as one; the page lists what each got.
+async fn decide_run(
+    gw: &Arc<Gateway>,
+    session: &Session,
+    form: &[(String, String)],
+    reason: Option<String>,
+) -> Response<Body> {
+    let run = urlencoded::get(form, "run_id").unwrap_or("").to_owned();
+    let approve = urlencoded::get(form, "verb") == Some("approve");
+    if !approve && reason.is_none() {
+        return page(StatusCode::BAD_REQUEST, pages::refusal(&missing_reason()));
+    }
+    let filter = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        run_id: Some(run.clone()),
+        ..Default::default()
+    };
+    let pending = match gw
+        .store_op(move |s| s.list_approvals(&filter, None, 500))
+        .await
+    {
+        Ok((list, _)) => list,
+        Err(e) => return refusal_page(&e),
+    };
+    let mut results = Vec::new();
+    for a in pending {
+        let r =
+            crate::pipeline::decide(gw, &a.id, &session.principal, approve, reason.clone(), None)
+                .await;
+        results.push((a.id, a.tool, r.err()));
+    }
+    page(
+        StatusCode::OK,
+        pages::run_result(&session_view(session), &run, &results),
+    )
 }
 
 /// The new decision and a diff for edited args, before they are submitted.
