@@ -117,23 +117,16 @@ impl SignIns {
     }
 }
 
-/// Exchanges the code, checks the ID token and names the principal. The error is said in
-/// words for the page (never a token or a code).
-pub async fn finish(
+/// The authorization code redeemed at the token endpoint (with the PKCE verifier, and the
+/// client's credentials as RFC 6749 §2.3.1 says): the provider's JSON answer.
+async fn redeem_code(
     issuer: &Issuer,
     config: &InboxOidcConfig,
+    token_endpoint: &str,
     redirect_uri: &str,
     code: &str,
     pending: &Pending,
-) -> Result<Verified, String> {
-    let endpoints = issuer
-        .keys
-        .endpoints()
-        .await
-        .map_err(|e| format!("the identity provider cannot be reached ({e})"))?;
-    let token_endpoint = endpoints
-        .token_endpoint
-        .ok_or("the identity provider's discovery document names no token endpoint")?;
+) -> Result<Value, String> {
     let mut form = vec![
         ("grant_type", "authorization_code"),
         ("code", code),
@@ -151,7 +144,7 @@ pub async fn finish(
     let mut req = issuer
         .keys
         .client()
-        .post(&token_endpoint)
+        .post(token_endpoint)
         .header("content-type", "application/x-www-form-urlencoded")
         .header("accept", "application/json")
         .body(body);
@@ -170,12 +163,33 @@ pub async fn finish(
         .await
         .map_err(|_| "the identity provider's token endpoint cannot be reached".to_owned());
     let tokens = match answer {
-        Ok(r) => read_json(&token_endpoint, r).await.map_err(|_| {
+        Ok(r) => read_json(token_endpoint, r).await.map_err(|_| {
             "the identity provider refused the code (it may have been used already, or be too old)"
                 .to_owned()
         })?,
         Err(e) => return Err(e),
     };
+    Ok(tokens)
+}
+
+/// Exchanges the code, checks the ID token and names the principal. The error is said in
+/// words for the page (never a token or a code).
+pub async fn finish(
+    issuer: &Issuer,
+    config: &InboxOidcConfig,
+    redirect_uri: &str,
+    code: &str,
+    pending: &Pending,
+) -> Result<Verified, String> {
+    let endpoints = issuer
+        .keys
+        .endpoints()
+        .await
+        .map_err(|e| format!("the identity provider cannot be reached ({e})"))?;
+    let token_endpoint = endpoints
+        .token_endpoint
+        .ok_or("the identity provider's discovery document names no token endpoint")?;
+    let tokens = redeem_code(issuer, config, &token_endpoint, redirect_uri, code, pending).await?;
     let id_token = tokens["id_token"]
         .as_str()
         .ok_or("the identity provider answered without an ID token")?;
