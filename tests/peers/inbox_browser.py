@@ -98,6 +98,8 @@ def idp_login(d, user):
     WebDriverWait(d, 15).until(lambda d: "/inbox/" in d.current_url or d.find_elements(By.CSS_SELECTOR, "input[value=consent]"))
     if "/inbox/" not in d.current_url:
         d.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        # The click does not wait for the way back: the consent page is still the one shown.
+        WebDriverWait(d, 15).until(lambda d: "/inbox/" in d.current_url)
 
 
 def wait_rows(d, n, timeout=15):
@@ -516,7 +518,9 @@ def main():
                 robot.get(BASE + "/inbox/")
                 WebDriverWait(robot, 10).until(EC.presence_of_element_located((By.ID, "oidc"))).click()
                 idp_login(robot, "robot")
-                WebDriverWait(robot, 15).until(EC.presence_of_element_located((By.TAG_NAME, "h1")))
+                WebDriverWait(robot, 15).until(
+                    lambda d: d.current_url.startswith(BASE) and d.find_elements(By.TAG_NAME, "main")
+                )
                 out(robot_page=robot.find_element(By.TAG_NAME, "main").text, robot_cookie=session_cookie(robot))
                 shot(robot, "inbox-oidc-agent-refused")
             finally:

@@ -47,13 +47,28 @@ pub fn peers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")
 }
 
-/// A loopback port nothing listens on right now.
+/// A loopback port nothing listens on right now, for a process that must be told its port before
+/// it starts (a URL in another's config). It is taken below the kernel's ephemeral range, where
+/// `bind(…:0)` never hands out ports: a port from that range could be given to another process
+/// (the provider, a backend) between this call and the bind. Each call in this process moves on
+/// to the next port, and each test binary starts at its own offset.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let floor = 10_000u32.min(low / 2);
+    let span = low - floor;
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let port = floor + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    panic!("no free loopback port below {low}");
 }
 
 /// The `airlock` binary cargo built next to this test.
