@@ -13,6 +13,27 @@ use crate::error::StoreError;
 use crate::keys::Ks;
 use crate::kv::{Change, Entry, Expect, Staged};
 
+/// What a commit announces to the other gateways: its own change, widened by one committed
+/// earlier whose announcement failed (then "anything may have changed", and the audit records
+/// of both); `None` when there is nothing to tell.
+fn announcement(change: &Change, missed: Option<&Change>) -> Option<Change> {
+    let Some(missed) = missed else {
+        return (!change.is_empty()).then(|| change.clone());
+    };
+    let audit = match (missed.audit, change.audit) {
+        (Some((from, _)), Some((_, to))) => Some((from, to)),
+        (a, b) => b.or(a),
+    };
+    Some(Change {
+        calls: Vec::new(),
+        runs: Vec::new(),
+        all: true,
+        audit,
+        chain: missed.chain.clone(),
+        remote: false,
+    })
+}
+
 /// A group of changes in progress: its connection, whether its transaction has begun, and
 /// the keys it has locked.
 pub(super) struct Group {
@@ -217,22 +238,50 @@ impl PgKv {
             sql.push_str(&deletes.join(","));
             sql.push_str(");");
         }
-        if !change.is_empty() {
-            let payload = notification(&self.origin, change);
-            sql.push_str(&format!(
-                "SELECT pg_notify('{}', convert_from({}, 'UTF8'));",
+        sql.push_str("COMMIT;");
+        // The announcement goes after the commit, in a transaction of its own that waits for no
+        // WAL flush, sent in the same round trip. Inside the group's transaction it would hold
+        // PostgreSQL's one lock for every notifying commit of the database through the group's
+        // WAL flush, and so make every gateway's durable commits wait for one another's.
+        let missed = self
+            .unannounced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let announce = announcement(change, missed.as_ref()).map(|change| {
+            let payload = notification(&self.origin, &change);
+            let sql = format!(
+                "SELECT set_config('synchronous_commit', 'off', true), pg_notify('{}', convert_from({}, 'UTF8'))",
                 self.channel,
                 bytea(payload.as_bytes())
-            ));
-        }
-        sql.push_str("COMMIT;");
+            );
+            (change, sql)
+        });
         let conn = group.conn.clone();
-        let done =
-            self.run(async move { conn.client.batch_execute(&sql).await.map_err(unavailable) });
-        if done.is_err() {
-            self.failed(group.conn);
+        let done = self.run(async move {
+            let commit = conn.client.batch_execute(&sql);
+            let Some((change, announce)) = announce else {
+                return commit.await.map(|()| None).map_err(unavailable);
+            };
+            // Both messages leave before either answer is read: one round trip.
+            let (committed, announced) = tokio::join!(commit, conn.client.batch_execute(&announce));
+            committed.map_err(unavailable)?;
+            Ok(announced.is_err().then_some(change))
+        });
+        match done {
+            Ok(missed) => {
+                // Committed, but the others were not told: the next commit tells them that
+                // anything may have changed, and of these audit records too.
+                *self.unannounced.lock().unwrap_or_else(|e| e.into_inner()) = missed;
+                Ok(())
+            }
+            Err(e) => {
+                // Not committed: what was not announced before still waits for the next one.
+                *self.unannounced.lock().unwrap_or_else(|e| e.into_inner()) = missed;
+                self.failed(group.conn);
+                Err(e)
+            }
         }
-        done
     }
 
     /// After a group failed: its transaction is rolled back if the connection still answers
@@ -264,5 +313,38 @@ impl PgKv {
         if rolled.is_err() {
             *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(calls: &[&str], audit: Option<(u64, u64)>) -> Change {
+        Change {
+            calls: calls.iter().map(|c| (*c).to_owned()).collect(),
+            audit,
+            chain: "gw-a".into(),
+            ..Change::default()
+        }
+    }
+
+    #[test]
+    fn a_commit_announces_its_change_and_one_that_was_missed_before_it() {
+        // Nothing to tell: no announcement.
+        assert_eq!(announcement(&change(&[], None), None), None);
+        let now = change(&["call_2"], Some((8, 9)));
+        assert_eq!(announcement(&now, None), Some(now.clone()));
+        // A committed change whose announcement failed widens the next one: anything may have
+        // changed, and the audit records of both are told.
+        let missed = change(&["call_1"], Some((5, 7)));
+        let told = announcement(&now, Some(&missed)).unwrap();
+        assert!(told.all);
+        assert_eq!(told.audit, Some((5, 9)));
+        assert_eq!(told.chain, "gw-a");
+        // Even when the next commit has nothing of its own to tell.
+        let told = announcement(&change(&[], None), Some(&missed)).unwrap();
+        assert!(told.all);
+        assert_eq!(told.audit, Some((5, 7)));
     }
 }

@@ -21,9 +21,13 @@
 //!   before the answer); a lazy one (an allowed call's outcome, or `batched` mode) with it off,
 //!   so a crash of PostgreSQL itself may lose the last moments of lazy writes, never a durable
 //!   one.
-//! - **Wake-ups across gateways**: a commit sends a `NOTIFY` (on a channel of its schema's) with
-//!   the calls and runs it changed and the seqs of the audit records it appended; every gateway
-//!   `LISTEN`s and wakes what waits on them. After the listening
+//! - **Wake-ups across gateways**: a commit is followed, in the same round trip, by a `NOTIFY`
+//!   (on a channel of its schema's) with the calls and runs it changed and the seqs of the
+//!   audit records it appended; every gateway `LISTEN`s and wakes what waits on them. The
+//!   `NOTIFY` is a transaction of its own, after the group's: PostgreSQL lets one notifying
+//!   transaction of a database commit at a time, and a group that notified itself would make
+//!   every gateway's commits wait for its WAL flush. One that fails after its group committed
+//!   is told again with the next commit, as "anything may have changed". After the listening
 //!   connection is (re)established, the listener is told "anything may have changed", so a
 //!   decision made while it was away is re-read, not missed.
 //! - **Faults**: an operation that cannot reach the database fails with `store.unavailable`
@@ -148,6 +152,9 @@ pub(crate) struct PgKv {
     reread: AtomicBool,
     /// The group in progress, once it began.
     group: Mutex<Option<Group>>,
+    /// A committed change whose announcement to the other gateways failed: the next commit
+    /// announces it (see `group.rs`).
+    unannounced: Mutex<Option<Change>>,
     /// Whether the listening connection is up.
     up: Arc<AtomicBool>,
     /// Tells this process's own notifications apart from other gateways'.
@@ -208,6 +215,7 @@ impl PgKv {
             writer: Mutex::new(None),
             reread: AtomicBool::new(false),
             group: Mutex::new(None),
+            unannounced: Mutex::new(None),
             up: Arc::new(AtomicBool::new(true)),
             origin: format!("{:x}", uuid::Uuid::now_v7().as_u128()),
             channel: String::new(),
