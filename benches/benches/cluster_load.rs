@@ -11,7 +11,8 @@
 //!   approval cycles/s of one gateway against three, decision -> answer across gateways.
 //!
 //! `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench
-//! cluster_load`. The database is a throwaway cluster the bench starts (Debian's PostgreSQL,
+//! cluster_load`; with `AIRLOCK_BENCH_ONLY=delay` only the part over TCP runs, and with
+//! `AIRLOCK_BENCH_BIN=<path>` the gateways are that build of `airlock`. The database is a throwaway cluster the bench starts (Debian's PostgreSQL,
 //! `scripts/postgres.sh`), or `AIRLOCK_TEST_DATABASE_URL`'s.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -54,7 +55,12 @@ fn gateway(backend: u16, url: Option<&str>, instance: &str) -> GatewayProcess {
         hash(AGENT),
         hash(APPROVER),
     );
-    GatewayProcess::start(&config, POLICY)
+    // `AIRLOCK_BENCH_BIN=<path to another airlock build>`: that build's gateways are measured,
+    // to set two builds side by side run after run.
+    match std::env::var_os("AIRLOCK_BENCH_BIN") {
+        Some(bin) => GatewayProcess::start_bin(std::path::Path::new(&bin), &config, POLICY),
+        None => GatewayProcess::start(&config, POLICY),
+    }
 }
 
 fn main() {
@@ -63,6 +69,28 @@ fn main() {
     }
     let db = pg::Database::fresh();
 
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (backend, _) = start_backend();
+    let http = client();
+    // `AIRLOCK_BENCH_ONLY=delay`: only the part over TCP, directly and through the delay.
+    if std::env::var("AIRLOCK_BENCH_ONLY").as_deref() != Ok("delay") {
+        over_unix_sockets(&rt, &http, &db, backend);
+    }
+    through_a_delay(&rt, &http, &db, backend);
+}
+
+/// Approval cycles of the store on fjall and PostgreSQL; allowed calls of three gateways on
+/// one database (over its Unix socket) against one on fjall and one on PostgreSQL; decision ->
+/// answer across gateways.
+fn over_unix_sockets(
+    rt: &tokio::runtime::Runtime,
+    http: &support::HttpClient,
+    db: &pg::Database,
+    backend: u16,
+) {
     // Approval cycles: fjall and PostgreSQL, 1 and 8 threads, alternating.
     let dir = tempfile::tempdir().unwrap();
     let fjall = Store::open(dir.path(), StoreOptions::default()).unwrap();
@@ -93,12 +121,6 @@ fn main() {
     );
     drop(pg);
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (backend, _) = start_backend();
-    let http = client();
     let body = r#"{"tool":"bench.allow","args":{"n":1}}"#;
 
     // Allowed calls: three gateways on one database against one on fjall.
@@ -134,15 +156,13 @@ fn main() {
     drop(solo);
 
     // Decision -> answer across gateways.
-    let lat = decision_to_answer(&rt, &http, &cluster[0], &cluster[1], 100);
+    let lat = decision_to_answer(rt, http, &cluster[0], &cluster[1], 100);
     println!(
         "decision on B -> answer on A: p50 {:.2} ms, p99 {:.2} ms (100 calls)",
         lat.0, lat.1
     );
     drop(cluster);
     drop(single);
-
-    through_a_delay(&rt, &http, &db, backend);
 }
 
 /// Gateways that reach PostgreSQL over TCP, directly and through a proxy that adds 1 ms each

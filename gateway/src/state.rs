@@ -102,7 +102,7 @@ pub struct Gateway {
     pub schemas: crate::schemas::Schemas,
     /// Woken when a deadline may have come nearer (an approval, a grant or a suspension was
     /// written, here or by another gateway), so the expiry timer looks at the next one again.
-    pub deadlines: tokio::sync::Notify,
+    pub deadlines: Arc<tokio::sync::Notify>,
     /// The audit records other gateways on the same database appended, by seq range: the
     /// approvals and calls in them are told on this gateway's event streams too.
     remote_audit: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64, u64)>>>,
@@ -217,7 +217,15 @@ impl Gateway {
         let holds = Arc::new(Holds::default());
         let told = holds.clone();
         let (remote_tx, remote_rx) = tokio::sync::mpsc::unbounded_channel();
+        // The expiry timer looks again for its next deadline when another gateway scheduled
+        // one (or anything may have changed), not at every change another gateway makes: on
+        // a busy cluster that was a database read for every other gateway's commit.
+        let deadlines = Arc::new(tokio::sync::Notify::new());
+        let nearer = deadlines.clone();
         store.on_changes(Box::new(move |change| {
+            if change.remote && (change.all || change.deadline.is_some()) {
+                nearer.notify_one();
+            }
             if let (true, Some((from, to))) = (change.remote, change.audit) {
                 let _ = remote_tx.send((change.chain.clone(), from, to));
             }
@@ -255,7 +263,7 @@ impl Gateway {
             limits,
             attached: Mutex::new(attached),
             schemas: Default::default(),
-            deadlines: tokio::sync::Notify::new(),
+            deadlines,
             remote_audit: Mutex::new(Some(remote_rx)),
             config,
         };
@@ -563,8 +571,6 @@ impl Gateway {
                         },
                         _ = gw.shutdown.cancelled() => break,
                     };
-                    // Another gateway may have written a nearer deadline.
-                    gw.deadlines.notify_one();
                     // Nobody listening: nothing to read or build.
                     if gw.events.receiver_count() > 0 {
                         gw.tell_remote(chain, from, to).await;

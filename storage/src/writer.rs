@@ -320,7 +320,8 @@ impl<'a> Tx<'a> {
         &self.shared.instance
     }
 
-    /// What this group changed: the calls it wrote, the runs it wrote audit records for.
+    /// What this group changed: the calls it wrote, the runs it wrote audit records for, the
+    /// earliest expiry it scheduled.
     fn change(&self) -> Change {
         let mut calls: Vec<String> = self
             .staged
@@ -333,12 +334,19 @@ impl<'a> Tx<'a> {
         let mut runs = self.runs.clone();
         runs.sort_unstable();
         runs.dedup();
+        let deadline = self
+            .staged
+            .iter()
+            .filter(|s| s.ks == Ks::Expiry && s.value.is_some())
+            .filter_map(|s| keys::split_timed(&s.key).map(|(at, _)| at))
+            .min();
         Change {
             calls,
             runs,
             all: false,
             audit: (self.head.seq >= self.first_seq).then_some((self.first_seq, self.head.seq)),
             chain: self.shared.chain.clone(),
+            deadline,
             remote: false,
         }
     }

@@ -904,13 +904,45 @@ fn another_store_on_the_same_schema_hears_of_each_commit_and_no_other_schema_doe
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let heard = heard.lock().unwrap();
-    assert_eq!(heard.len(), 1, "{heard:?}");
-    assert_eq!(heard[0].calls, vec!["c-twin".to_owned()]);
+    let seen = heard.lock().unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].calls, vec!["c-twin".to_owned()]);
     // The audit records it appended, by chain and seq, for the gateway's event streams.
-    let (from, to) = heard[0].audit.unwrap();
-    assert_eq!(heard[0].chain, "twin");
+    let (from, to) = seen[0].audit.unwrap();
+    assert_eq!(seen[0].chain, "twin");
     let records = a.audit_range("twin", from, to).unwrap();
     assert_eq!(records.len() as u64, to - from + 1);
     assert_eq!(records[0]["call_id"], "c-twin");
+    // An allowed call schedules no expiry; an approval opened elsewhere tells when it expires
+    // (what makes this gateway's expiry timer look again, and nothing else does).
+    assert_eq!(seen[0].deadline, None);
+    drop(seen);
+    let h = held(
+        "c-held",
+        "sha256:dd",
+        &agent("bot"),
+        &["finance"],
+        1,
+        1,
+        1000,
+        60_000,
+    );
+    let expires = h.approval.expires_at;
+    twin.create_approval(h.call, h.approval, no_fields())
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let found = heard
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|c| c.calls == vec!["c-held".to_owned()])
+            .map(|c| c.deadline);
+        if let Some(found) = found {
+            assert_eq!(found, Some(expires));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no notification");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

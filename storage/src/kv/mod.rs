@@ -49,8 +49,8 @@ pub(crate) struct Expect {
     pub what: String,
 }
 
-/// What a committed group changed that someone may be waiting on: the calls it wrote and the
-/// runs it wrote audit records for. `all` says "assume anything changed" (after a reconnect,
+/// What a committed group changed that someone may be waiting on: the calls it wrote, the
+/// runs it wrote audit records for, and the earliest expiry it scheduled. `all` says "assume anything changed" (after a reconnect,
 /// when another gateway's changes may have been missed, or when the list was too long to send).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Change {
@@ -61,6 +61,9 @@ pub struct Change {
     /// `chain`.
     pub audit: Option<(u64, u64)>,
     pub chain: String,
+    /// The earliest expiry the group scheduled (an approval or suspension opened), if any:
+    /// what makes another gateway look again for its next deadline.
+    pub deadline: Option<u64>,
     /// Whether another gateway made the change (PostgreSQL): this one has not told its own
     /// listeners (event streams) of it.
     pub remote: bool,
@@ -68,7 +71,7 @@ pub struct Change {
 
 impl Change {
     pub fn is_empty(&self) -> bool {
-        !self.all && self.calls.is_empty() && self.runs.is_empty()
+        !self.all && self.calls.is_empty() && self.runs.is_empty() && self.deadline.is_none()
     }
 }
 

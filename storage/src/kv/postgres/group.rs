@@ -24,12 +24,17 @@ fn announcement(change: &Change, missed: Option<&Change>) -> Option<Change> {
         (Some((from, _)), Some((_, to))) => Some((from, to)),
         (a, b) => b.or(a),
     };
+    let deadline = match (missed.deadline, change.deadline) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     Some(Change {
         calls: Vec::new(),
         runs: Vec::new(),
         all: true,
         audit,
         chain: missed.chain.clone(),
+        deadline,
         remote: false,
     })
 }
@@ -346,5 +351,18 @@ mod tests {
         let told = announcement(&change(&[], None), Some(&missed)).unwrap();
         assert!(told.all);
         assert_eq!(told.audit, Some((5, 7)));
+        // The earlier of two scheduled expiries is told.
+        let missed = Change {
+            deadline: Some(900),
+            ..missed
+        };
+        let now = Change {
+            deadline: Some(400),
+            ..now
+        };
+        assert_eq!(
+            announcement(&now, Some(&missed)).unwrap().deadline,
+            Some(400)
+        );
     }
 }

@@ -518,13 +518,13 @@ pub fn migrate_database(options: &PgOptions) -> Result<(i32, i32), StoreError> {
 fn notification(origin: &str, change: &Change) -> String {
     let full = serde_json::json!({
         "o": origin, "c": change.calls, "r": change.runs, "all": change.all, "a": change.audit,
-        "ch": change.chain
+        "ch": change.chain, "d": change.deadline
     });
     let text = full.to_string();
     if text.len() <= MAX_PAYLOAD {
         text
     } else {
-        serde_json::json!({"o": origin, "all": true, "a": change.audit, "ch": change.chain})
+        serde_json::json!({"o": origin, "all": true, "a": change.audit, "ch": change.chain, "d": change.deadline})
             .to_string()
     }
 }
@@ -556,6 +556,7 @@ fn parse_notification(origin: &str, payload: &str) -> Option<Change> {
             .and_then(serde_json::Value::as_str)
             .unwrap_or_default()
             .to_owned(),
+        deadline: v.get("d").and_then(serde_json::Value::as_u64),
         remote: true,
     })
 }
@@ -642,6 +643,7 @@ mod tests {
             all: false,
             audit: Some((7, 9)),
             chain: "gw-a".into(),
+            deadline: Some(1_700_000_000_000),
             remote: false,
         };
         let payload = notification("me", &change);
