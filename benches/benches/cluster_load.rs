@@ -143,9 +143,9 @@ fn over_unix_sockets(
             let rates = futures_join(loops.collect()).await;
             three.push(rates.iter().sum::<f64>());
             let uri = format!("http://127.0.0.1:{}/v1/calls", single.port);
-            one.push(closed_loop(&http, &uri, Some(AGENT), body, 32, 3).await);
+            one.push(closed_loop(http, &uri, Some(AGENT), body, 32, 3).await);
             let uri = format!("http://127.0.0.1:{}/v1/calls", solo.port);
-            one_pg.push(closed_loop(&http, &uri, Some(AGENT), body, 32, 3).await);
+            one_pg.push(closed_loop(http, &uri, Some(AGENT), body, 32, 3).await);
         }
     });
     let (three, one, one_pg) = (median(three), median(one), median(one_pg));
