@@ -189,61 +189,7 @@ impl PgKv {
         if !group.begun && staged.is_empty() && expects.is_empty() {
             return Ok(());
         }
-        // Only each key's last write counts, and PostgreSQL refuses to upsert a row twice in
-        // one statement. A key is inserted as new only if every write of it in the group
-        // created it.
-        type Last = (Option<Vec<u8>>, bool);
-        let mut last: std::collections::HashMap<(i16, Vec<u8>), Last> =
-            std::collections::HashMap::new();
-        for s in staged {
-            let entry = last.entry((ks_id(s.ks), s.key)).or_insert((None, true));
-            entry.0 = s.value;
-            entry.1 &= s.new;
-        }
-        let (mut inserts, mut puts, mut deletes) = (Vec::new(), Vec::new(), Vec::new());
-        for ((ks, k), (v, new)) in last {
-            match (v, new) {
-                (Some(v), true) => inserts.push(format!("({ks},{},{})", bytea(&k), bytea(&v))),
-                (Some(v), false) => puts.push(format!("({ks},{},{})", bytea(&k), bytea(&v))),
-                // Created and dropped in one group: nothing to write.
-                (None, true) => {}
-                (None, false) => deletes.push(format!("({ks},{})", bytea(&k))),
-            }
-        }
-        // One round trip: the statements go as one message, in the group's transaction; the
-        // first that fails stops the rest, COMMIT included. Values travel as hex literals, so
-        // no byte of them is ever read as SQL.
-        let mut sql = String::new();
-        if !group.begun {
-            sql.push_str("BEGIN;");
-        }
-        if !durable {
-            sql.push_str("SET LOCAL synchronous_commit TO off;");
-        }
-        for e in expects {
-            sql.push_str(&format!(
-                "SELECT airlock_expect(EXISTS (SELECT 1 FROM airlock_kv WHERE ks = {} AND k = {}), convert_from({}, 'UTF8'));",
-                ks_id(e.ks),
-                bytea(&e.key),
-                bytea(e.what.as_bytes())
-            ));
-        }
-        if !inserts.is_empty() {
-            sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");
-            sql.push_str(&inserts.join(","));
-            sql.push(';');
-        }
-        if !puts.is_empty() {
-            sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");
-            sql.push_str(&puts.join(","));
-            sql.push_str(" ON CONFLICT (ks, k) DO UPDATE SET v = EXCLUDED.v;");
-        }
-        if !deletes.is_empty() {
-            sql.push_str("DELETE FROM airlock_kv WHERE (ks, k) IN (");
-            sql.push_str(&deletes.join(","));
-            sql.push_str(");");
-        }
-        sql.push_str("COMMIT;");
+        let sql = group_sql(staged, expects, group.begun, durable);
         // The announcement goes after the commit, in a transaction of its own that waits for no
         // WAL flush, sent in the same round trip. Inside the group's transaction it would hold
         // PostgreSQL's one lock for every notifying commit of the database through the group's
@@ -319,6 +265,67 @@ impl PgKv {
             *self.writer.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
+}
+
+/// The one message that commits a group: `BEGIN` unless a locked read began it, what its
+/// jobs expected, each key's last write, `COMMIT`.
+fn group_sql(staged: Vec<Staged>, expects: &[Expect], begun: bool, durable: bool) -> String {
+    // Only each key's last write counts, and PostgreSQL refuses to upsert a row twice in
+    // one statement. A key is inserted as new only if every write of it in the group
+    // created it.
+    type Last = (Option<Vec<u8>>, bool);
+    let mut last: std::collections::HashMap<(i16, Vec<u8>), Last> =
+        std::collections::HashMap::new();
+    for s in staged {
+        let entry = last.entry((ks_id(s.ks), s.key)).or_insert((None, true));
+        entry.0 = s.value;
+        entry.1 &= s.new;
+    }
+    let (mut inserts, mut puts, mut deletes) = (Vec::new(), Vec::new(), Vec::new());
+    for ((ks, k), (v, new)) in last {
+        match (v, new) {
+            (Some(v), true) => inserts.push(format!("({ks},{},{})", bytea(&k), bytea(&v))),
+            (Some(v), false) => puts.push(format!("({ks},{},{})", bytea(&k), bytea(&v))),
+            // Created and dropped in one group: nothing to write.
+            (None, true) => {}
+            (None, false) => deletes.push(format!("({ks},{})", bytea(&k))),
+        }
+    }
+    // One round trip: the statements go as one message, in the group's transaction; the
+    // first that fails stops the rest, COMMIT included. Values travel as hex literals, so
+    // no byte of them is ever read as SQL.
+    let mut sql = String::new();
+    if !begun {
+        sql.push_str("BEGIN;");
+    }
+    if !durable {
+        sql.push_str("SET LOCAL synchronous_commit TO off;");
+    }
+    for e in expects {
+        sql.push_str(&format!(
+            "SELECT airlock_expect(EXISTS (SELECT 1 FROM airlock_kv WHERE ks = {} AND k = {}), convert_from({}, 'UTF8'));",
+            ks_id(e.ks),
+            bytea(&e.key),
+            bytea(e.what.as_bytes())
+        ));
+    }
+    if !inserts.is_empty() {
+        sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");
+        sql.push_str(&inserts.join(","));
+        sql.push(';');
+    }
+    if !puts.is_empty() {
+        sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");
+        sql.push_str(&puts.join(","));
+        sql.push_str(" ON CONFLICT (ks, k) DO UPDATE SET v = EXCLUDED.v;");
+    }
+    if !deletes.is_empty() {
+        sql.push_str("DELETE FROM airlock_kv WHERE (ks, k) IN (");
+        sql.push_str(&deletes.join(","));
+        sql.push_str(");");
+    }
+    sql.push_str("COMMIT;");
+    sql
 }
 
 #[cfg(test)]
