@@ -102,10 +102,10 @@ pub struct Gateway {
     pub schemas: crate::schemas::Schemas,
     /// Woken when a deadline may have come nearer (an approval, a grant or a suspension was
     /// written, here or by another gateway), so the expiry timer looks at the next one again.
-    pub deadlines: Arc<tokio::sync::Notify>,
+    pub deadlines: Arc<Notify>,
     /// The audit records other gateways on the same database appended, by seq range: the
     /// approvals and calls in them are told on this gateway's event streams too.
-    remote_audit: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64, u64)>>>,
+    remote_audit: Mutex<Option<RemoteAudit>>,
 }
 
 /// How long the expiry timer sleeps at most before it looks at the next deadline again.
@@ -141,40 +141,7 @@ impl Gateway {
         let classifiers = Classifiers::new(&config.classifiers, config.classifier_cache_ttl)?;
         let policy = load_policy(&config.policy, &classifiers.names())
             .map_err(|e| format!("the policy does not load:\n{e}"))?;
-        let options = StoreOptions {
-            redact: config.redact.clone(),
-            flush_interval: config.flush_interval,
-            instance: String::new(),
-        };
-        let store = match &config.store {
-            StoreKind::Fjall => {
-                std::fs::create_dir_all(&config.data_dir)
-                    .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
-                Store::open(&config.data_dir, options)
-            }
-            StoreKind::Postgres {
-                url, instance, ca, ..
-            } => {
-                let ca_pem =
-                    match ca {
-                        Some(path) => Some(std::fs::read(path).map_err(|e| {
-                            format!("store.ca: cannot read {}: {e}", path.display())
-                        })?),
-                        None => None,
-                    };
-                Store::open_postgres(
-                    &PgOptions {
-                        url: url.clone(),
-                        ca_pem,
-                    },
-                    StoreOptions {
-                        instance: instance.clone(),
-                        ..options
-                    },
-                )
-            }
-        }
-        .map_err(|e| e.to_string())?;
+        let store = open_store(&config)?;
         let metrics = Metrics::new()?;
         let pending = store
             .list_approvals(
@@ -215,31 +182,7 @@ impl Gateway {
         // Held calls and run streams wait on the hold registry; the store tells it which calls
         // and runs each commit changed, this gateway's and (on PostgreSQL) every other's.
         let holds = Arc::new(Holds::default());
-        let told = holds.clone();
-        let (remote_tx, remote_rx) = tokio::sync::mpsc::unbounded_channel();
-        // The expiry timer looks again for its next deadline when another gateway scheduled
-        // one (or anything may have changed), not at every change another gateway makes: on
-        // a busy cluster that was a database read for every other gateway's commit.
-        let deadlines = Arc::new(tokio::sync::Notify::new());
-        let nearer = deadlines.clone();
-        store.on_changes(Box::new(move |change| {
-            if change.remote && (change.all || change.deadline.is_some()) {
-                nearer.notify_one();
-            }
-            if let (true, Some((from, to))) = (change.remote, change.audit) {
-                let _ = remote_tx.send((change.chain.clone(), from, to));
-            }
-            if change.all {
-                told.notify_all();
-                return;
-            }
-            for call in &change.calls {
-                told.notify(call);
-            }
-            for run in &change.runs {
-                told.notify(&run_key(run));
-            }
-        }));
+        let (deadlines, remote_rx) = listen_for_changes(&store, &holds);
         // One set of per-thread connection pools for HTTP backends and MCP upstreams alike.
         let pool = Arc::new(Upstreams::new(&config)?);
         let gw = Gateway {
@@ -625,6 +568,79 @@ impl Gateway {
     pub fn is_ready(&self) -> bool {
         self.store.is_available() && self.policy_loaded.load(Ordering::Acquire)
     }
+}
+
+/// The store `[store]` names: fjall in `data_dir` (made if missing), or PostgreSQL.
+fn open_store(config: &Config) -> Result<Store, String> {
+    let options = StoreOptions {
+        redact: config.redact.clone(),
+        flush_interval: config.flush_interval,
+        instance: String::new(),
+    };
+    match &config.store {
+        StoreKind::Fjall => {
+            std::fs::create_dir_all(&config.data_dir)
+                .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
+            Store::open(&config.data_dir, options)
+        }
+        StoreKind::Postgres {
+            url, instance, ca, ..
+        } => {
+            let ca_pem = match ca {
+                Some(path) => Some(
+                    std::fs::read(path)
+                        .map_err(|e| format!("store.ca: cannot read {}: {e}", path.display()))?,
+                ),
+                None => None,
+            };
+            Store::open_postgres(
+                &PgOptions {
+                    url: url.clone(),
+                    ca_pem,
+                },
+                StoreOptions {
+                    instance: instance.clone(),
+                    ..options
+                },
+            )
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// The other gateways' audit records, by chain and seq range (PostgreSQL).
+type RemoteAudit = tokio::sync::mpsc::UnboundedReceiver<(String, u64, u64)>;
+
+/// Has the store tell `holds` which calls and runs each commit changed, this gateway's and
+/// (on PostgreSQL) every other's. Returns what wakes the expiry timer, and where the audit
+/// ranges other gateways appended arrive.
+fn listen_for_changes(store: &Store, holds: &Arc<Holds>) -> (Arc<Notify>, RemoteAudit) {
+    let told = holds.clone();
+    let (remote_tx, remote_rx) = tokio::sync::mpsc::unbounded_channel();
+    // The expiry timer looks again for its next deadline when another gateway scheduled one
+    // (or anything may have changed), not at every change another gateway makes: on a busy
+    // cluster that was a database read for every other gateway's commit.
+    let deadlines = Arc::new(Notify::new());
+    let nearer = deadlines.clone();
+    store.on_changes(Box::new(move |change| {
+        if change.remote && (change.all || change.deadline.is_some()) {
+            nearer.notify_one();
+        }
+        if let (true, Some((from, to))) = (change.remote, change.audit) {
+            let _ = remote_tx.send((change.chain.clone(), from, to));
+        }
+        if change.all {
+            told.notify_all();
+            return;
+        }
+        for call in &change.calls {
+            told.notify(call);
+        }
+        for run in &change.runs {
+            told.notify(&run_key(run));
+        }
+    }));
+    (deadlines, remote_rx)
 }
 
 /// The modification times and sizes of the policy files: what the watch compares.
