@@ -50,8 +50,9 @@ pub(crate) struct Expect {
 }
 
 /// What a committed group changed that someone may be waiting on: the calls it wrote, the
-/// runs it wrote audit records for, and the earliest expiry it scheduled. `all` says "assume anything changed" (after a reconnect,
-/// when another gateway's changes may have been missed, or when the list was too long to send).
+/// runs it wrote audit records for, and the earliest expiry it scheduled. `all` says "assume
+/// anything changed" (after a reconnect, when another gateway's changes may have been missed,
+/// or when the list was too long to send).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Change {
     pub calls: Vec<String>,
