@@ -610,6 +610,7 @@ fn run(shared: &Shared, rx: Receiver<Job>, core: &Mutex<Core>, flush_interval: D
     if lock(core).unsynced.is_some() {
         let _ = sync(shared, core);
     }
+    shared.backend.announce(true);
 }
 
 /// What the writer got while it waited for work.
@@ -621,8 +622,9 @@ enum Waited {
     Stopped,
 }
 
-/// Waits for the next job: with no timeout when nothing waits for an fsync and there was no
-/// work in the last interval, else until the fsync of lazy writes is due, which it then does.
+/// Waits for the next job: with no timeout when nothing waits for an fsync or an announcement
+/// and there was no work in the last interval, else until the fsync of lazy writes or the
+/// announcement of held-back commits (PostgreSQL) is due, which it then does.
 fn next_job(
     shared: &Shared,
     rx: &Receiver<Job>,
@@ -644,12 +646,21 @@ fn next_job(
             Some((since + flush_interval).saturating_duration_since(Instant::now()))
         }
     };
+    let announce = shared
+        .backend
+        .announce_due()
+        .map(|due| due.saturating_duration_since(Instant::now()));
+    let wait = match (wait, announce) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let Some(wait) = wait else {
         return rx.recv().map_or(Waited::Stopped, Waited::Job);
     };
     match rx.recv_timeout(wait) {
         Ok(job) => Waited::Job(job),
         Err(mpsc::RecvTimeoutError::Timeout) => {
+            shared.backend.announce(false);
             // Due only if what waits now has waited the whole interval: a durable write on a
             // caller's thread may have fsynced what this wait was for, and what was written
             // since has a deadline of its own.

@@ -946,3 +946,59 @@ fn another_store_on_the_same_schema_hears_of_each_commit_and_no_other_schema_doe
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+#[test]
+fn a_burst_of_commits_is_told_in_fewer_announcements_that_name_every_call() {
+    if !on_postgres() {
+        return; // one process holds a fjall store: there is nobody else to tell
+    }
+    let here = Place::new();
+    let a = here.open(StoreOptions::default()).unwrap();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = heard.clone();
+    a.on_changes(Box::new(move |c| {
+        if c.remote && !c.all {
+            h.lock().unwrap().push(c.clone());
+        }
+    }));
+    let twin = here
+        .open(StoreOptions {
+            instance: "twin".into(),
+            ..StoreOptions::default()
+        })
+        .unwrap();
+    // Commits back to back, each its own group: faster than one announcement per interval.
+    let ids: Vec<String> = (0..40).map(|i| format!("c-burst-{i}")).collect();
+    for id in &ids {
+        twin.record_call(
+            call(id, "sha256:ee", &agent("bot"), "allow", 1000),
+            Default::default(),
+            false,
+        )
+        .unwrap();
+    }
+    // The last commits are told without another commit to carry them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let told: std::collections::HashSet<String> = heard
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|c| c.calls.clone())
+            .collect();
+        if ids.iter().all(|id| told.contains(id)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not told: {told:?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let seen = heard.lock().unwrap();
+    assert!(seen.len() < ids.len(), "{} announcements", seen.len());
+    // Their audit ranges follow one another: every record of the chain is told, once.
+    let mut next = seen[0].audit.unwrap().0;
+    for c in seen.iter() {
+        let (from, to) = c.audit.unwrap();
+        assert_eq!((c.chain.as_str(), from), ("twin", next), "{seen:?}");
+        next = to + 1;
+    }
+}

@@ -49,6 +49,9 @@ pub(crate) struct Expect {
     pub what: String,
 }
 
+/// The most calls and runs a merged [`Change`] names before it becomes `all`.
+const MAX_NAMED: usize = 256;
+
 /// What a committed group changed that someone may be waiting on: the calls it wrote, the
 /// runs it wrote audit records for, and the earliest expiry it scheduled. `all` says "assume
 /// anything changed" (after a reconnect, when another gateway's changes may have been missed,
@@ -73,6 +76,40 @@ pub struct Change {
 impl Change {
     pub fn is_empty(&self) -> bool {
         !self.all && self.calls.is_empty() && self.runs.is_empty() && self.deadline.is_none()
+    }
+
+    /// Adds what `later`, committed after this change on the same chain, changed: the calls
+    /// and runs of both (each once), the audit records from this one's first to `later`'s
+    /// last, the earlier expiry. One announcement of the result tells as much as two.
+    pub fn absorb(&mut self, later: &Change) {
+        for call in &later.calls {
+            if !self.calls.contains(call) {
+                self.calls.push(call.clone());
+            }
+        }
+        for run in &later.runs {
+            if !self.runs.contains(run) {
+                self.runs.push(run.clone());
+            }
+        }
+        self.all |= later.all;
+        if self.calls.len() + self.runs.len() > MAX_NAMED {
+            // More than an announcement can name: "anything may have changed" says it all.
+            self.all = true;
+            self.calls.clear();
+            self.runs.clear();
+        }
+        self.audit = match (self.audit, later.audit) {
+            (Some((from, _)), Some((_, to))) => Some((from, to)),
+            (a, b) => a.or(b),
+        };
+        if self.chain.is_empty() {
+            self.chain.clone_from(&later.chain);
+        }
+        self.deadline = match (self.deadline, later.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 }
 
@@ -183,6 +220,23 @@ impl Backend {
         match self {
             Backend::Fjall(f) => f.commit(staged),
             Backend::Postgres(p) => p.commit(staged, expects, durable, change),
+        }
+    }
+
+    /// When commits held back from announcement to the other gateways are due to be announced
+    /// (PostgreSQL; `None` when none wait, and always with fjall).
+    pub fn announce_due(&self) -> Option<std::time::Instant> {
+        match self {
+            Backend::Fjall(_) => None,
+            Backend::Postgres(p) => p.announce_due(),
+        }
+    }
+
+    /// Announces the commits held back, if they are due or `now_anyway`; called by the writer
+    /// between groups.
+    pub fn announce(&self, now_anyway: bool) {
+        if let Backend::Postgres(p) = self {
+            p.announce(now_anyway);
         }
     }
 

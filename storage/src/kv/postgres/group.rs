@@ -7,36 +7,63 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{bytea, connect, ks_id, notification, unavailable, unhex, Conn, PgKv};
 use crate::error::StoreError;
 use crate::keys::Ks;
 use crate::kv::{Change, Entry, Expect, Staged};
 
-/// What a commit announces to the other gateways: its own change, widened by one committed
-/// earlier whose announcement failed (then "anything may have changed", and the audit records
-/// of both); `None` when there is nothing to tell.
-fn announcement(change: &Change, missed: Option<&Change>) -> Option<Change> {
-    let Some(missed) = missed else {
-        return (!change.is_empty()).then(|| change.clone());
-    };
-    let audit = match (missed.audit, change.audit) {
-        (Some((from, _)), Some((_, to))) => Some((from, to)),
-        (a, b) => b.or(a),
-    };
-    let deadline = match (missed.deadline, change.deadline) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    Some(Change {
-        calls: Vec::new(),
-        runs: Vec::new(),
-        all: true,
-        audit,
-        chain: missed.chain.clone(),
-        deadline,
-        remote: false,
-    })
+/// How often, at most, a gateway announces its commits to the others. A commit within this
+/// time of the last announcement is not announced at once: it waits, merged with the commits
+/// after it, until the time has passed (with the next commit then, or alone if none comes).
+/// Every announcement wakes every listening gateway and the database process that serves it;
+/// on a busy cluster this is one announcement per interval instead of one per commit, and
+/// another gateway hears of a change at most this much later.
+pub(crate) const ANNOUNCE_EVERY: Duration = Duration::from_millis(10);
+
+/// This gateway's announcements: what it committed and has not yet told the others, and when
+/// the last announcement went out.
+#[derive(Default)]
+pub(super) struct Announcer {
+    pending: Option<Change>,
+    last: Option<Instant>,
+}
+
+impl Announcer {
+    /// Whether an announcement may go at `now`.
+    fn may_send(&self, now: Instant) -> bool {
+        self.last
+            .is_none_or(|last| now.saturating_duration_since(last) >= ANNOUNCE_EVERY)
+    }
+
+    /// Adds `later` to what waits. Only an announcement that failed on its way is put back
+    /// ahead of what waits; whatever else comes was committed after what waits.
+    fn keep(&mut self, later: Change) {
+        match self.pending.as_mut() {
+            Some(waiting) => waiting.absorb(&later),
+            None => self.pending = Some(later),
+        }
+    }
+
+    /// When what waits should be announced: `None` while nothing waits.
+    fn due(&self) -> Option<Instant> {
+        self.pending.as_ref()?;
+        Some(self.last.map_or_else(Instant::now, |last| last + ANNOUNCE_EVERY))
+    }
+}
+
+/// What is to be told once `change` commits: what waits, widened by `change`; `None` when
+/// there is nothing to tell.
+fn merged(waiting: Option<&Change>, change: &Change) -> Option<Change> {
+    match waiting {
+        None => (!change.is_empty()).then(|| change.clone()),
+        Some(waiting) => {
+            let mut all = waiting.clone();
+            all.absorb(change);
+            Some(all)
+        }
+    }
 }
 
 /// A group of changes in progress: its connection, whether its transaction has begun, and
@@ -174,8 +201,10 @@ impl PgKv {
         Ok(value)
     }
 
-    /// Checks what the group's jobs expected, writes its final values, announces its change,
-    /// and commits: one round trip (with `BEGIN` first, when no read began the transaction).
+    /// Checks what the group's jobs expected, writes its final values, and commits: one round
+    /// trip (with `BEGIN` first, when no read began the transaction). The announcement of its
+    /// change goes in the same round trip, with whatever waits, or waits itself (see
+    /// [`ANNOUNCE_EVERY`]).
     pub fn commit(
         &self,
         staged: Vec<Staged>,
@@ -194,44 +223,107 @@ impl PgKv {
         // WAL flush, sent in the same round trip. Inside the group's transaction it would hold
         // PostgreSQL's one lock for every notifying commit of the database through the group's
         // WAL flush, and so make every gateway's durable commits wait for one another's.
-        let missed = self
-            .unannounced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let announce = announcement(change, missed.as_ref()).map(|change| {
-            let payload = notification(&self.origin, &change);
-            let sql = format!(
-                "SELECT set_config('synchronous_commit', 'off', true), pg_notify('{}', convert_from({}, 'UTF8'))",
-                self.channel,
-                bytea(payload.as_bytes())
-            );
-            (change, sql)
-        });
+        let now = Instant::now();
+        let (waiting, told, send) = {
+            let mut held = self.announcer.lock().unwrap_or_else(|e| e.into_inner());
+            let waiting = held.pending.take();
+            let told = merged(waiting.as_ref(), change);
+            let send = told.clone().filter(|_| held.may_send(now));
+            if send.is_some() {
+                held.last = Some(now);
+            }
+            (waiting, told, send.map(|c| self.announce_sql(&c)))
+        };
         let conn = group.conn.clone();
         let done = self.run(async move {
             let commit = conn.client.batch_execute(&sql);
-            let Some((change, announce)) = announce else {
-                return commit.await.map(|()| None).map_err(unavailable);
+            let Some(announce) = send else {
+                return commit.await.map(|()| false).map_err(unavailable);
             };
             // Both messages leave before either answer is read: one round trip.
             let (committed, announced) = tokio::join!(commit, conn.client.batch_execute(&announce));
             committed.map_err(unavailable)?;
-            Ok(announced.is_err().then_some(change))
+            Ok(announced.is_ok())
         });
+        let mut held = self.announcer.lock().unwrap_or_else(|e| e.into_inner());
         match done {
-            Ok(missed) => {
-                // Committed, but the others were not told: the next commit tells them that
-                // anything may have changed, and of these audit records too.
-                *self.unannounced.lock().unwrap_or_else(|e| e.into_inner()) = missed;
+            Ok(announced) => {
+                // Committed: what was told no longer waits; what was not (held back, or its
+                // announcement failed) waits for the next.
+                if let (false, Some(told)) = (announced, told) {
+                    held.keep(told);
+                }
                 Ok(())
             }
             Err(e) => {
-                // Not committed: what was not announced before still waits for the next one.
-                *self.unannounced.lock().unwrap_or_else(|e| e.into_inner()) = missed;
+                // Not committed: what waited before still waits, and nothing of this group.
+                if let Some(waiting) = waiting {
+                    held.keep(waiting);
+                }
+                drop(held);
                 self.failed(group.conn);
                 Err(e)
             }
+        }
+    }
+
+    /// The statement that announces `change`: `pg_notify` in a transaction that waits for no
+    /// WAL flush.
+    fn announce_sql(&self, change: &Change) -> String {
+        let payload = notification(&self.origin, change);
+        format!(
+            "SELECT set_config('synchronous_commit', 'off', true), pg_notify('{}', convert_from({}, 'UTF8'))",
+            self.channel,
+            bytea(payload.as_bytes())
+        )
+    }
+
+    /// When commits held back from announcement should be announced (`None`: none wait).
+    pub fn announce_due(&self) -> Option<Instant> {
+        self.announcer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .due()
+    }
+
+    /// Announces the commits held back, if their time has come or `now_anyway` (the writer is
+    /// stopping). The announcement goes on a reading connection, and the writer does not wait
+    /// for it: its connection stays free for the next group. One that fails is merged back
+    /// into what waits, and tried again an interval later.
+    pub fn announce(&self, now_anyway: bool) {
+        let now = Instant::now();
+        let told = {
+            let mut held = self.announcer.lock().unwrap_or_else(|e| e.into_inner());
+            if held.pending.is_none() || !(now_anyway || held.may_send(now)) {
+                return;
+            }
+            held.last = Some(now);
+            held.pending.take()
+        };
+        let Some(told) = told else { return };
+        let sql = self.announce_sql(&told);
+        let announcer = self.announcer.clone();
+        // What waits meanwhile was committed later: it is merged in after.
+        let back = move |told: Change| {
+            let mut held = announcer.lock().unwrap_or_else(|e| e.into_inner());
+            let later = held.pending.replace(told);
+            if let Some(later) = later {
+                held.keep(later);
+            }
+        };
+        let conn = match self.reader() {
+            Ok(conn) => conn,
+            Err(_) => return back(told),
+        };
+        let sent = self.handle.spawn(async move {
+            let sent = tokio::time::timeout(super::TIMEOUT, conn.client.batch_execute(&sql)).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                back(told);
+            }
+        });
+        if now_anyway {
+            // The writer is stopping: what it announces last goes before it ends.
+            let _ = self.handle.block_on(sent);
         }
     }
 
@@ -342,34 +434,50 @@ mod tests {
     }
 
     #[test]
-    fn a_commit_announces_its_change_and_one_that_was_missed_before_it() {
-        // Nothing to tell: no announcement.
-        assert_eq!(announcement(&change(&[], None), None), None);
+    fn commits_held_back_are_told_together_and_no_sooner_than_the_interval() {
+        // Nothing to tell: nothing waits.
+        assert_eq!(merged(None, &change(&[], None)), None);
         let now = change(&["call_2"], Some((8, 9)));
-        assert_eq!(announcement(&now, None), Some(now.clone()));
-        // A committed change whose announcement failed widens the next one: anything may have
-        // changed, and the audit records of both are told.
-        let missed = change(&["call_1"], Some((5, 7)));
-        let told = announcement(&now, Some(&missed)).unwrap();
-        assert!(told.all);
-        assert_eq!(told.audit, Some((5, 9)));
-        assert_eq!(told.chain, "gw-a");
-        // Even when the next commit has nothing of its own to tell.
-        let told = announcement(&change(&[], None), Some(&missed)).unwrap();
-        assert!(told.all);
-        assert_eq!(told.audit, Some((5, 7)));
-        // The earlier of two scheduled expiries is told.
-        let missed = Change {
+        assert_eq!(merged(None, &now), Some(now.clone()));
+        // What waits is widened by the next commit: the calls of both, the audit records from
+        // the first to the last, the earlier expiry.
+        let waiting = Change {
             deadline: Some(900),
-            ..missed
+            ..change(&["call_1", "call_2"], Some((5, 7)))
         };
-        let now = Change {
+        let later = Change {
             deadline: Some(400),
             ..now
         };
-        assert_eq!(
-            announcement(&now, Some(&missed)).unwrap().deadline,
-            Some(400)
-        );
+        let told = merged(Some(&waiting), &later).unwrap();
+        assert!(!told.all);
+        assert_eq!(told.calls, ["call_1", "call_2"]);
+        assert_eq!(told.audit, Some((5, 9)));
+        assert_eq!(told.chain, "gw-a");
+        assert_eq!(told.deadline, Some(400));
+        // Even a commit with nothing of its own to tell carries what waits.
+        let told = merged(Some(&waiting), &change(&[], None)).unwrap();
+        assert_eq!((told.calls.len(), told.audit), (2, Some((5, 7))));
+        // More calls than an announcement names: anything may have changed.
+        let mut many = change(&[], None);
+        for i in 0..300 {
+            many.absorb(&change(&[&format!("call_{i}")], None));
+        }
+        assert!(many.all && many.calls.len() < 300);
+
+        // The first announcement goes at once; the next not before the interval has passed.
+        let start = Instant::now();
+        let mut a = Announcer::default();
+        assert!(a.may_send(start) && a.due().is_none());
+        a.last = Some(start);
+        assert!(!a.may_send(start + ANNOUNCE_EVERY / 2));
+        assert!(a.may_send(start + ANNOUNCE_EVERY));
+        // What waits is due an interval after the last announcement.
+        a.keep(waiting);
+        assert_eq!(a.due(), Some(start + ANNOUNCE_EVERY));
+        // A later commit is added after it: the audit records run from the first to the last.
+        a.keep(change(&["call_3"], Some((10, 11))));
+        let waits = a.pending.as_ref().unwrap();
+        assert_eq!((waits.calls.len(), waits.audit), (3, Some((5, 11))));
     }
 }

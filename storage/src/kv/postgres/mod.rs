@@ -152,9 +152,9 @@ pub(crate) struct PgKv {
     reread: AtomicBool,
     /// The group in progress, once it began.
     group: Mutex<Option<Group>>,
-    /// A committed change whose announcement to the other gateways failed: the next commit
-    /// announces it (see `group.rs`).
-    unannounced: Mutex<Option<Change>>,
+    /// What this gateway committed and has not yet told the others, and when it last told
+    /// them (see `group.rs`).
+    announcer: Arc<Mutex<group::Announcer>>,
     /// Whether the listening connection is up.
     up: Arc<AtomicBool>,
     /// Tells this process's own notifications apart from other gateways'.
@@ -215,7 +215,7 @@ impl PgKv {
             writer: Mutex::new(None),
             reread: AtomicBool::new(false),
             group: Mutex::new(None),
-            unannounced: Mutex::new(None),
+            announcer: Arc::new(Mutex::new(group::Announcer::default())),
             up: Arc::new(AtomicBool::new(true)),
             origin: format!("{:x}", uuid::Uuid::now_v7().as_u128()),
             channel: String::new(),
