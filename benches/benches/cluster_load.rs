@@ -9,7 +9,8 @@
 //!   another zone, `support::delay`), with 8 connections per gateway so the network and not
 //!   this machine's cores is what limits: a lone allowed call's latency, allowed calls/s and
 //!   approval cycles/s of one gateway against three (alternating, five rounds: the medians and
-//!   each round's ratio), decision -> answer across gateways.
+//!   each round's ratio; only the gateways measured run, started afresh each round),
+//!   decision -> answer across gateways.
 //!
 //! `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench
 //! cluster_load`; with `AIRLOCK_BENCH_ONLY=delay` only the part over TCP runs, and with
@@ -196,13 +197,19 @@ fn through_a_delay(
         let url = url(port);
         let rtt = select_one_round_trip(&url);
         let tag = if port == pg_port { "t" } else { "d" };
-        let solo = gateway(backend, Some(&url), &format!("{tag}-solo"));
-        let three: Vec<GatewayProcess> = ["a", "b", "c"]
-            .iter()
-            .map(|n| gateway(backend, Some(&url), &format!("{tag}-{n}")))
-            .collect();
+        // Only the gateways measured run: one gateway alone is a cluster of one, and an idle
+        // gateway still hears (and its database process delivers) every commit's announcement.
+        // Each round starts its gateways afresh, with chains of their own.
+        let start_one = |round: usize| gateway(backend, Some(&url), &format!("{tag}-solo-{round}"));
+        let start_three = |round: usize| -> Vec<GatewayProcess> {
+            ["a", "b", "c"]
+                .iter()
+                .map(|n| gateway(backend, Some(&url), &format!("{tag}-{n}-{round}")))
+                .collect()
+        };
         let body = r#"{"tool":"bench.allow","args":{"n":1}}"#;
-        let (lone, allowed, cycles) = rt.block_on(async {
+        let lone = rt.block_on(async {
+            let solo = start_one(0);
             let uri = format!("http://127.0.0.1:{}/v1/calls", solo.port);
             let mut lone = Vec::new();
             for _ in 0..100 {
@@ -212,12 +219,27 @@ fn through_a_delay(
                 lone.push(start.elapsed());
             }
             lone.sort();
-            // One against three, alternating, ROUNDS times: the machine is shared and noisy,
-            // so each round's ratio is printed and the medians are what count.
-            let mut allowed = Vec::new();
-            let mut cycles = Vec::new();
-            for _ in 0..DELAY_ROUNDS {
-                let one = closed_loop(http, &uri, Some(AGENT), body, 8, 3).await;
+            pct(&lone, 0.5)
+        });
+        // One against three, alternating, DELAY_ROUNDS times: the machine is shared and noisy,
+        // so each round's ratio is printed and the medians are what count.
+        let mut allowed = Vec::new();
+        let mut cycles = Vec::new();
+        let mut three = Vec::new();
+        for round in 1..=DELAY_ROUNDS {
+            let solo = start_one(round);
+            let uri = format!("http://127.0.0.1:{}/v1/calls", solo.port);
+            let (one_allowed, one_cycles) = rt.block_on(async {
+                warm_up(http, solo.port, body).await;
+                let allowed = closed_loop(http, &uri, Some(AGENT), body, 8, 3).await;
+                (allowed, approval_cycles(http, solo.port, 8, 3).await)
+            });
+            drop(solo);
+            three = start_three(round);
+            let (all_allowed, all_cycles) = rt.block_on(async {
+                for g in &three {
+                    warm_up(http, g.port, body).await;
+                }
                 let loops = three.iter().map(|g| {
                     let (http, uri) = (
                         http.clone(),
@@ -225,18 +247,20 @@ fn through_a_delay(
                     );
                     async move { closed_loop(&http, &uri, Some(AGENT), body, 8, 3).await }
                 });
-                let all: f64 = futures_join(loops.collect()).await.iter().sum();
-                allowed.push((one, all));
-                let one = approval_cycles(http, solo.port, 8, 3).await;
+                let allowed: f64 = futures_join(loops.collect()).await.iter().sum();
                 let loops = three.iter().map(|g| {
                     let (http, port) = (http.clone(), g.port);
                     async move { approval_cycles(&http, port, 8, 3).await }
                 });
-                let all: f64 = futures_join(loops.collect()).await.iter().sum();
-                cycles.push((one, all));
+                let cycles: f64 = futures_join(loops.collect()).await.iter().sum();
+                (allowed, cycles)
+            });
+            allowed.push((one_allowed, all_allowed));
+            cycles.push((one_cycles, all_cycles));
+            if round < DELAY_ROUNDS {
+                drop(std::mem::take(&mut three));
             }
-            (pct(&lone, 0.5), allowed, cycles)
-        });
+        }
         let (p50, p99) = decision_to_answer(rt, http, &three[0], &three[1], 50);
         println!("PostgreSQL over TCP, {label} (SELECT 1 round trip {rtt:.2} ms):");
         println!(
@@ -253,6 +277,23 @@ fn through_a_delay(
         );
         println!("  decision on B -> answer on A: p50 {p50:.2} ms, p99 {p99:.2} ms (50 calls)");
     }
+}
+
+/// A fresh gateway's first calls, before it is measured: its connections to the database are
+/// opened as they are first needed.
+async fn warm_up(http: &support::HttpClient, port: u16, body: &str) {
+    let uri = format!("http://127.0.0.1:{port}/v1/calls");
+    let calls = (0..8).map(|_| {
+        let (http, uri, body) = (http.clone(), uri.clone(), body.to_owned());
+        async move {
+            for _ in 0..4 {
+                let (status, _) = send(&http, &uri, Some(AGENT), None, body.clone()).await;
+                assert_eq!(status, 200);
+            }
+            0.0
+        }
+    });
+    futures_join(calls.collect()).await;
 }
 
 /// Rounds of (one gateway, three gateways) rates: the medians of each and of the rounds'
