@@ -49,7 +49,10 @@ impl Announcer {
     /// When what waits should be announced: `None` while nothing waits.
     fn due(&self) -> Option<Instant> {
         self.pending.as_ref()?;
-        Some(self.last.map_or_else(Instant::now, |last| last + ANNOUNCE_EVERY))
+        Some(
+            self.last
+                .map_or_else(Instant::now, |last| last + ANNOUNCE_EVERY),
+        )
     }
 }
 
