@@ -862,28 +862,37 @@ fn a_database_schema_newer_than_the_binary_refuses_to_open() {
     assert_eq!(err.code(), "store.schema_too_new");
 }
 
-#[test]
-fn another_store_on_the_same_schema_hears_of_each_commit_and_no_other_schema_does() {
-    if !on_postgres() {
-        return; // one process holds a fjall store: there is nobody else to tell
-    }
-    let (here, elsewhere) = (Place::new(), Place::new());
+/// What another gateway's commits were heard as, on PostgreSQL.
+type Heard = std::sync::Arc<std::sync::Mutex<Vec<airlock_storage::Change>>>;
+
+/// A store at `here` that keeps every specific change it hears from other gateways, and
+/// another gateway's store on the same schema, with a chain of its own (a second store
+/// claiming the first's chain would wait for it, then be refused).
+fn listener_and_twin(here: &Place) -> (Store, Heard, Store) {
     let a = here.open(StoreOptions::default()).unwrap();
-    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let heard = Heard::default();
     let h = heard.clone();
     a.on_changes(Box::new(move |c| {
         if c.remote && !c.all {
             h.lock().unwrap().push(c.clone());
         }
     }));
-    // Another gateway, with a chain of its own (a second store claiming `a`'s chain would
-    // wait for it, then be refused).
     let twin = here
         .open(StoreOptions {
             instance: "twin".into(),
             ..StoreOptions::default()
         })
         .unwrap();
+    (a, heard, twin)
+}
+
+#[test]
+fn another_store_on_the_same_schema_hears_of_each_commit_and_no_other_schema_does() {
+    if !on_postgres() {
+        return; // one process holds a fjall store: there is nobody else to tell
+    }
+    let (here, elsewhere) = (Place::new(), Place::new());
+    let (a, heard, twin) = listener_and_twin(&here);
     let other = elsewhere.open(StoreOptions::default()).unwrap();
     other
         .record_call(
@@ -953,20 +962,7 @@ fn a_burst_of_commits_is_told_in_fewer_announcements_that_name_every_call() {
         return; // one process holds a fjall store: there is nobody else to tell
     }
     let here = Place::new();
-    let a = here.open(StoreOptions::default()).unwrap();
-    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let h = heard.clone();
-    a.on_changes(Box::new(move |c| {
-        if c.remote && !c.all {
-            h.lock().unwrap().push(c.clone());
-        }
-    }));
-    let twin = here
-        .open(StoreOptions {
-            instance: "twin".into(),
-            ..StoreOptions::default()
-        })
-        .unwrap();
+    let (_a, heard, twin) = listener_and_twin(&here);
     // Commits back to back, each its own group: faster than one announcement per interval.
     let ids: Vec<String> = (0..40).map(|i| format!("c-burst-{i}")).collect();
     for id in &ids {
