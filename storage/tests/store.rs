@@ -6,8 +6,8 @@
 mod support;
 
 use airlock_storage::{
-    ApprovalFilter, ApprovalStatus, Begin, CallOutcome, CallStatus, Kind, NewDelivery, Store,
-    StoreOptions, Verdict,
+    ApprovalFilter, ApprovalStatus, Begin, CallOutcome, CallStatus, Durability, Kind, NewDelivery,
+    Store, StoreOptions, Verdict,
 };
 use support::*;
 
@@ -836,6 +836,80 @@ fn a_gateway_recovers_only_the_calls_it_left_executing() {
         c.outcome.unwrap().error.as_deref(),
         Some("call.interrupted")
     );
+}
+
+#[test]
+fn what_a_group_expected_is_checked_at_its_commit_and_a_missing_key_fails_the_whole_group() {
+    let place = Place::new();
+    let Some(url) = place.url() else {
+        return; // fjall checks an expectation at once, against its one writer's state
+    };
+    let store = place.open(StoreOptions::default()).unwrap();
+    let claim = |id: &str| {
+        store
+            .record_call(
+                call(id, "sha256:aa", &agent("bot"), "allow", 1000),
+                Default::default(),
+                true,
+            )
+            .unwrap()
+    };
+    let (gone, kept) = (claim("c-gone"), claim("c-kept"));
+    // Behind the store's back, `c-gone` stops executing: its executing-index entry (keyspace
+    // 1, `x\0\0{id}`) is deleted.
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let deleted = client
+        .execute(
+            "DELETE FROM airlock_kv WHERE ks = 1 AND k = $1",
+            &[&b"x\0\0c-gone".to_vec()],
+        )
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let outcome = || CallOutcome {
+        upstream_status: Some(200),
+        result: Some(serde_json::json!({"ok": true})),
+        error: None,
+        message: None,
+    };
+    // Both outcomes go to the writer at once, so they most often share a group; whether they
+    // do or not, the one whose key is missing is refused with what its job said, and nothing
+    // of its group is written.
+    let (failed, done) = rt.block_on(async {
+        tokio::join!(
+            store.complete_claimed_async(gone, outcome(), 2000, Durability::Durable, false),
+            store.complete_claimed_async(kept.clone(), outcome(), 2000, Durability::Durable, false),
+        )
+    });
+    let err = failed.expect_err("the missing key fails the group");
+    assert!(
+        err.to_string()
+            .contains("call c-gone is no longer executing"),
+        "{err}"
+    );
+    assert_eq!(
+        store.call("c-gone").unwrap().unwrap().status,
+        CallStatus::Executing
+    );
+    // The other outcome committed unless it shared the failed group; then it failed with it,
+    // and completing it again succeeds.
+    if done.is_err() {
+        let again = rt.block_on(store.complete_claimed_async(
+            kept,
+            outcome(),
+            2000,
+            Durability::Durable,
+            false,
+        ));
+        again.unwrap();
+    }
+    assert_eq!(
+        store.call("c-kept").unwrap().unwrap().status,
+        CallStatus::Completed
+    );
+    assert!(store.verify_audit().unwrap().is_ok());
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{bytea, connect, ks_id, notification, unavailable, unhex, Conn, PgKv};
+use super::{bytea, connect, ks_id, notification, unavailable, unhex, with_causes, Conn, PgKv};
 use crate::error::StoreError;
 use crate::keys::Ks;
 use crate::kv::{Change, Entry, Expect, Staged};
@@ -241,11 +241,11 @@ impl PgKv {
         let done = self.run(async move {
             let commit = conn.client.batch_execute(&sql);
             let Some(announce) = send else {
-                return commit.await.map(|()| false).map_err(unavailable);
+                return commit.await.map(|()| false).map_err(with_causes);
             };
             // Both messages leave before either answer is read: one round trip.
             let (committed, announced) = tokio::join!(commit, conn.client.batch_execute(&announce));
-            committed.map_err(unavailable)?;
+            committed.map_err(with_causes)?;
             Ok(announced.is_ok())
         });
         let mut held = self.announcer.lock().unwrap_or_else(|e| e.into_inner());
@@ -396,13 +396,26 @@ fn group_sql(staged: Vec<Staged>, expects: &[Expect], begun: bool, durable: bool
     if !durable {
         sql.push_str("SET LOCAL synchronous_commit TO off;");
     }
-    for e in expects {
-        sql.push_str(&format!(
-            "SELECT airlock_expect(EXISTS (SELECT 1 FROM airlock_kv WHERE ks = {} AND k = {}), convert_from({}, 'UTF8'));",
-            ks_id(e.ks),
-            bytea(&e.key),
-            bytea(e.what.as_bytes())
-        ));
+    if !expects.is_empty() {
+        // One statement for all of them: the keys that are missing, of which the first fails
+        // the group with what its job said. Nothing is called for a key that is there.
+        let rows: Vec<String> = expects
+            .iter()
+            .map(|e| {
+                format!(
+                    "({}::smallint,{}::bytea,convert_from({}, 'UTF8'))",
+                    ks_id(e.ks),
+                    bytea(&e.key),
+                    bytea(e.what.as_bytes())
+                )
+            })
+            .collect();
+        sql.push_str("SELECT airlock_expect(false, e.what) FROM (VALUES ");
+        sql.push_str(&rows.join(","));
+        sql.push_str(
+            ") AS e(ks, k, what) WHERE NOT EXISTS \
+             (SELECT 1 FROM airlock_kv a WHERE a.ks = e.ks AND a.k = e.k) LIMIT 1;",
+        );
     }
     if !inserts.is_empty() {
         sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");

@@ -175,9 +175,10 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("the database: {e}"))
 }
 
-/// A failed connection, with its causes (a TLS certificate the server's name does not match,
-/// a refused connection, ...).
-fn not_connected(e: tokio_postgres::Error) -> StoreError {
+/// A failed connection or statement, with its causes (a TLS certificate the server's name does
+/// not match, a refused connection, the server's own message for a statement it refused: what
+/// a group's job expected and did not find, ...).
+fn with_causes(e: tokio_postgres::Error) -> StoreError {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(&e);
     while let Some(cause) = source {
@@ -399,7 +400,7 @@ async fn connect(
     config: &tokio_postgres::Config,
     tls: MakeRustlsConnect,
 ) -> Result<Conn, StoreError> {
-    let (client, connection) = config.connect(tls).await.map_err(not_connected)?;
+    let (client, connection) = config.connect(tls).await.map_err(with_causes)?;
     tokio::spawn(connection);
     client
         .batch_execute(&format!(
@@ -446,7 +447,7 @@ async fn migrate(
     config: &tokio_postgres::Config,
     tls: MakeRustlsConnect,
 ) -> Result<Migrated, StoreError> {
-    let (client, connection) = config.connect(tls).await.map_err(not_connected)?;
+    let (client, connection) = config.connect(tls).await.map_err(with_causes)?;
     tokio::spawn(connection);
     client
         .batch_execute(&format!(
