@@ -913,6 +913,59 @@ fn what_a_group_expected_is_checked_at_its_commit_and_a_missing_key_fails_the_wh
 }
 
 #[test]
+fn connections_the_database_ended_between_writes_are_replaced_before_the_next_write() {
+    let place = Place::new();
+    let Some(url) = place.url() else {
+        return; // fjall has no connections
+    };
+    // Named after its schema: the tests running beside it keep their connections.
+    let schema = url
+        .rsplit("search_path=")
+        .next()
+        .unwrap()
+        .trim_end_matches('\'');
+    let name = format!("airlock-{schema}");
+    let store = support::open_at(
+        &format!("pg:{url} application_name={name}"),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    let record = |id: &str| {
+        store.record_call(
+            call(id, "sha256:aa", &agent("bot"), "allow", 1000),
+            Default::default(),
+            false,
+        )
+    };
+    record("c-before").unwrap();
+    // The database ends every connection of the store (an administrator, a failover).
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let ended = client
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .get::<_, i64>(0);
+    assert!(ended >= 2, "{ended}");
+    // Once the store hears the database again, the next write goes through at its first try:
+    // the writer's dead connection is noticed before the write, not by failing it.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !store.is_available() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store stays unavailable"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    record("c-after").unwrap();
+    assert!(store.call("c-after").unwrap().is_some());
+    assert!(store.verify_audit().unwrap().is_ok());
+}
+
+#[test]
 fn a_database_schema_newer_than_the_binary_refuses_to_open() {
     let place = Place::new();
     let Some(url) = place.url() else {

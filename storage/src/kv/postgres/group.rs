@@ -94,6 +94,10 @@ impl PgKv {
     /// group on it. Returns the chain's last record (`Some`) when the connection is new or the
     /// last commit failed: the head this writer kept may be out of date.
     pub fn begin(&self, chain: &[u8]) -> Result<Option<Option<Entry>>, StoreError> {
+        // Between groups nobody drives the writer's connection: what the database said
+        // meanwhile (that it ended the connection) is read now, so a connection it closed is
+        // replaced before the group instead of failing it.
+        self.settle_writer();
         let mut slot = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut fresh = self.reread.swap(false, Ordering::AcqRel);
         let conn = match slot.as_ref().filter(|c| !c.client.is_closed()) {
@@ -103,7 +107,7 @@ impl PgKv {
                 fresh = true;
                 let (config, tls) = (self.config.clone(), self.tls.clone());
                 let lock = self.lock_id(None, chain);
-                let conn = Arc::new(self.run(async move {
+                let conn = Arc::new(self.run_writer(async move {
                     let conn = connect(&config, tls).await?;
                     let row = conn
                         .client
@@ -149,7 +153,7 @@ impl PgKv {
         let from = chain.to_vec();
         let to = crate::kv::prefix_end(chain).unwrap_or_default();
         let ks = ks_id(Ks::Audit);
-        self.run(async move {
+        self.run_writer(async move {
             let row = c
                 .client
                 .query_opt(&c.scan_rev_to, &[&ks, &from, &to, &1i64])
@@ -184,7 +188,7 @@ impl PgKv {
         // Whatever happens next, the transaction may be open: it must be ended.
         group.begun = true;
         let conn = group.conn.clone();
-        let value = self.run(async move {
+        let value = self.run_writer(async move {
             let messages = conn.client.simple_query(&sql).await.map_err(unavailable)?;
             for m in messages {
                 // The lock's SELECT answers a row of one column; the value's has two.
@@ -238,7 +242,7 @@ impl PgKv {
             (waiting, told, send.map(|c| self.announce_sql(&c)))
         };
         let conn = group.conn.clone();
-        let done = self.run(async move {
+        let done = self.run_writer(async move {
             let commit = conn.client.batch_execute(&sql);
             let Some(announce) = send else {
                 return commit.await.map(|()| false).map_err(with_causes);
@@ -350,7 +354,7 @@ impl PgKv {
     /// Rolls back the transaction open on the writer's connection `conn`; a connection that
     /// does not answer is dropped (the next group connects afresh, and takes the chain again).
     fn roll_back_on(&self, conn: Arc<Conn>) {
-        let rolled = self.run(async move {
+        let rolled = self.run_writer(async move {
             conn.client
                 .batch_execute("ROLLBACK")
                 .await

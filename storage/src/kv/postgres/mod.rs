@@ -39,7 +39,9 @@
 //!   and a schema newer than this binary refuses to open.
 //!
 //! The store's API is synchronous; this backend runs its connections on a small runtime of its
-//! own and waits for their answers on the calling thread.
+//! own and waits for their answers on the calling thread. The writer's connection is driven by
+//! the writer's thread itself, on a runtime of its own, while a group waits for its answer: a
+//! group's round trip wakes no other thread in this process.
 //!
 //! TLS: see [`PgOptions`]; the server's certificate is always verified.
 //!
@@ -141,6 +143,10 @@ struct Conn {
 pub(crate) struct PgKv {
     rt: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
+    /// The writer's connection runs here, driven by the thread that runs the group (the
+    /// store's writer) while it waits for an answer: a round trip of a group costs no hand-off
+    /// to another thread and back.
+    writer_rt: Option<tokio::runtime::Runtime>,
     config: tokio_postgres::Config,
     tls: MakeRustlsConnect,
     readers: Vec<Mutex<Option<Arc<Conn>>>>,
@@ -165,7 +171,10 @@ pub(crate) struct PgKv {
 
 impl Drop for PgKv {
     fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
+        for rt in [self.rt.take(), self.writer_rt.take()]
+            .into_iter()
+            .flatten()
+        {
             rt.shutdown_background();
         }
     }
@@ -206,9 +215,14 @@ impl PgKv {
             .build()
             .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
         let handle = rt.handle().clone();
+        let writer_rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Unavailable(format!("cannot start a runtime: {e}")))?;
         let kv = PgKv {
             rt: Some(rt),
             handle,
+            writer_rt: Some(writer_rt),
             config,
             tls: tls(options)?,
             readers: (0..READERS).map(|_| Mutex::new(None)).collect(),
@@ -254,6 +268,46 @@ impl PgKv {
         });
         rx.recv()
             .map_err(|_| unavailable("the connection runtime stopped"))?
+    }
+
+    /// Runs `fut`, which uses the writer's connection, on the writer's runtime, on this thread
+    /// (the store's writer), blocking it until the answer. A caller inside an async runtime
+    /// (a store opened from async code claims its chain) is served on a thread of its own.
+    fn run_writer<T, F>(&self, fut: F) -> Result<T, StoreError>
+    where
+        T: Send,
+        F: Future<Output = Result<T, StoreError>> + Send,
+    {
+        let Some(rt) = self.writer_rt.as_ref() else {
+            return Err(unavailable("the connection runtime stopped"));
+        };
+        let run = || {
+            rt.block_on(async move {
+                match tokio::time::timeout(TIMEOUT, fut).await {
+                    Ok(out) => out,
+                    Err(_) => Err(unavailable("no answer in time")),
+                }
+            })
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return run();
+        }
+        std::thread::scope(|s| {
+            s.spawn(run)
+                .join()
+                .unwrap_or_else(|_| Err(unavailable("the connection runtime stopped")))
+        })
+    }
+
+    /// Lets the writer's connection read what the database sent while no group ran.
+    fn settle_writer(&self) {
+        // The first yield lets the runtime poll its sockets, the second lets the connection
+        // act on what they said.
+        let _ = self.run_writer(async {
+            tokio::task::yield_now().await;
+            tokio::task::yield_now().await;
+            Ok(())
+        });
     }
 
     /// The connection in `slot`, connecting it if it is missing or closed.
@@ -373,14 +427,17 @@ fn unhex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The connection settings every connection uses: the URL's, with a connect timeout, our
-/// application name, and TCP keepalives (a database host that vanishes is noticed, not waited
-/// on for ever).
+/// The connection settings every connection uses: the URL's, with a connect timeout, the
+/// application name `airlock` unless the URL names one (so an operator can tell gateways apart
+/// in `pg_stat_activity`), and TCP keepalives (a database host that vanishes is noticed, not
+/// waited on for ever).
 fn config_of(options: &PgOptions) -> Result<tokio_postgres::Config, StoreError> {
     let mut config = tokio_postgres::Config::from_str(&options.url)
         .map_err(|e| StoreError::Unavailable(format!("the database URL is invalid: {e}")))?;
     config.connect_timeout(CONNECT_TIMEOUT);
-    config.application_name("airlock");
+    if config.get_application_name().is_none() {
+        config.application_name("airlock");
+    }
     config.keepalives(true);
     config.keepalives_idle(Duration::from_secs(10));
     Ok(config)
