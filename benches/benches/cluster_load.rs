@@ -9,7 +9,8 @@
 //!   another zone, `support::delay`), with 8 connections per gateway so the network and not
 //!   this machine's cores is what limits: a lone allowed call's latency, allowed calls/s and
 //!   approval cycles/s of one gateway against three (alternating, five rounds: the medians and
-//!   each round's ratio; only the gateways measured run, started afresh each round),
+//!   each round's ratio; only the gateways measured run, started afresh each round), the CPU
+//!   of the gateways and of PostgreSQL per allowed call,
 //!   decision -> answer across gateways.
 //!
 //! `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench
@@ -23,12 +24,15 @@
 mod pg;
 mod support;
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use airlock_benches::cycle_rate;
 use airlock_storage::{PgOptions, Store, StoreOptions};
 use sha2::{Digest, Sha256};
-use support::{client, closed_loop, pct, send, start_backend, GatewayProcess};
+use support::{
+    client, closed_loop, cpu_seconds, pct, send, start_backend, try_cpu_seconds, GatewayProcess,
+};
 
 const AGENT: &str = "bench-agent-token";
 const APPROVER: &str = "bench-approver-token";
@@ -226,12 +230,15 @@ fn through_a_delay(
         let mut allowed = Vec::new();
         let mut cycles = Vec::new();
         let mut three = Vec::new();
+        let (mut cpu_one, mut cpu_three) = (Vec::new(), Vec::new());
         for round in 1..=DELAY_ROUNDS {
             let solo = start_one(round);
             let uri = format!("http://127.0.0.1:{}/v1/calls", solo.port);
             let (one_allowed, one_cycles) = rt.block_on(async {
                 warm_up(http, solo.port, body).await;
+                let mark = CpuMark::now(&[&solo]);
                 let allowed = closed_loop(http, &uri, Some(AGENT), body, 8, 3).await;
+                cpu_one.push(mark.per_call(allowed * 3.0));
                 (allowed, approval_cycles(http, solo.port, 8, 3).await)
             });
             drop(solo);
@@ -247,7 +254,9 @@ fn through_a_delay(
                     );
                     async move { closed_loop(&http, &uri, Some(AGENT), body, 8, 3).await }
                 });
+                let mark = CpuMark::now(&three.iter().collect::<Vec<_>>());
                 let allowed: f64 = futures_join(loops.collect()).await.iter().sum();
+                cpu_three.push(mark.per_call(allowed * 3.0));
                 let loops = three.iter().map(|g| {
                     let (http, port) = (http.clone(), g.port);
                     async move { approval_cycles(&http, port, 8, 3).await }
@@ -272,6 +281,11 @@ fn through_a_delay(
             one_against_three(&allowed)
         );
         println!(
+            "  CPU per allowed call, gateways + PostgreSQL: one gateway {}, three {} (medians)",
+            cpu_per_call(&cpu_one),
+            cpu_per_call(&cpu_three)
+        );
+        println!(
             "  approval cycles/s, 8 connections per gateway: {}",
             one_against_three(&cycles)
         );
@@ -294,6 +308,63 @@ async fn warm_up(http: &support::HttpClient, port: u16, body: &str) {
         }
     });
     futures_join(calls.collect()).await;
+}
+
+/// CPU time used by the gateways measured and by every PostgreSQL process on this machine
+/// (the bench's database is the only one that works while it measures), read when a load
+/// starts: what the load cost each side, per call, is read from it when the load ends. A
+/// database process that exits during the load is not counted (none does: each gateway's
+/// connections live as long as it does).
+struct CpuMark {
+    gateways: Vec<u32>,
+    gateways_then: f64,
+    postgres_then: HashMap<u32, f64>,
+}
+
+impl CpuMark {
+    fn now(gateways: &[&GatewayProcess]) -> CpuMark {
+        let gateways: Vec<u32> = gateways.iter().map(|g| g.child.id()).collect();
+        CpuMark {
+            gateways_then: gateways.iter().map(|p| cpu_seconds(*p)).sum(),
+            gateways,
+            postgres_then: postgres_cpu(),
+        }
+    }
+
+    /// Microseconds of CPU per call, (gateways, PostgreSQL), for `calls` calls since the mark.
+    fn per_call(&self, calls: f64) -> (f64, f64) {
+        let gateways: f64 = self.gateways.iter().map(|p| cpu_seconds(*p)).sum();
+        let postgres: f64 = postgres_cpu()
+            .iter()
+            .map(|(pid, now)| now - self.postgres_then.get(pid).unwrap_or(&0.0))
+            .sum();
+        let per = |seconds: f64| seconds / calls * 1e6;
+        (per(gateways - self.gateways_then), per(postgres))
+    }
+}
+
+/// CPU seconds used so far by each process named `postgres`.
+fn postgres_cpu() -> HashMap<u32, f64> {
+    let Ok(proc) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    proc.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|name| name.trim_end() == "postgres")
+        })
+        .filter_map(|pid| Some((pid, try_cpu_seconds(pid)?)))
+        .collect()
+}
+
+/// Rounds' CPU per call, (gateways, PostgreSQL) µs: the medians of each.
+fn cpu_per_call(rounds: &[(f64, f64)]) -> String {
+    format!(
+        "{:.0} + {:.0} us",
+        median(rounds.iter().map(|r| r.0).collect()),
+        median(rounds.iter().map(|r| r.1).collect())
+    )
 }
 
 /// Rounds of (one gateway, three gateways) rates: the medians of each and of the rounds'

@@ -243,12 +243,17 @@ pub fn pct(sorted: &[Duration], p: f64) -> Duration {
 
 /// CPU seconds (user + system) a process has used, from /proc (clock ticks of 10 ms).
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    try_cpu_seconds(pid).expect("the process's /proc/PID/stat")
+}
+
+/// [`cpu_seconds`] of a process that may have exited meanwhile (`None` then).
+pub fn try_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = after.split_whitespace().collect();
     // After the name: state is field 3; utime and stime are fields 14 and 15.
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks as f64 / 100.0
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
 }
 
 /// Waits (up to 5 s) until the gateways in `pids` are quiet: under 2 % of a core over 200 ms,
