@@ -1,7 +1,8 @@
 //! A group of changes on PostgreSQL: the writer's connection, which holds this gateway's chain;
 //! the group's transaction, begun by its first locked read or by its commit; each key a job
 //! reads locked until the group ends; what a job created inserted, what it expected checked,
-//! and the commit sent as one message (DESIGN §17).
+//! and the commit's statements (prepared, their rows bound as arrays) sent together: one round
+//! trip (DESIGN §17).
 //!
 //! What it does not do: reads outside a group, connections' set-up, migrations (`mod.rs`).
 
@@ -225,7 +226,8 @@ impl PgKv {
         if !group.begun && staged.is_empty() && expects.is_empty() {
             return Ok(());
         }
-        let sql = group_sql(staged, expects, group.begun, durable);
+        let writes = Writes::of(staged, expects);
+        let opening = opening(group.begun, durable);
         // The announcement goes after the commit, in a transaction of its own that waits for no
         // WAL flush, sent in the same round trip. Inside the group's transaction it would hold
         // PostgreSQL's one lock for every notifying commit of the database through the group's
@@ -242,16 +244,8 @@ impl PgKv {
             (waiting, told, send.map(|c| self.announce_sql(&c)))
         };
         let conn = group.conn.clone();
-        let done = self.run_writer(async move {
-            let commit = conn.client.batch_execute(&sql);
-            let Some(announce) = send else {
-                return commit.await.map(|()| false).map_err(with_causes);
-            };
-            // Both messages leave before either answer is read: one round trip.
-            let (committed, announced) = tokio::join!(commit, conn.client.batch_execute(&announce));
-            committed.map_err(with_causes)?;
-            Ok(announced.is_ok())
-        });
+        let done =
+            self.run_writer(async move { writes.commit(&conn, opening, send.as_deref()).await });
         let mut held = self.announcer.lock().unwrap_or_else(|e| e.into_inner());
         match done {
             Ok(announced) => {
@@ -366,78 +360,140 @@ impl PgKv {
     }
 }
 
-/// The one message that commits a group: `BEGIN` unless a locked read began it, what its
-/// jobs expected, each key's last write, `COMMIT`.
-fn group_sql(staged: Vec<Staged>, expects: &[Expect], begun: bool, durable: bool) -> String {
-    // Only each key's last write counts, and PostgreSQL refuses to upsert a row twice in
-    // one statement. A key is inserted as new only if every write of it in the group
-    // created it.
-    type Last = (Option<Vec<u8>>, bool);
-    let mut last: std::collections::HashMap<(i16, Vec<u8>), Last> =
-        std::collections::HashMap::new();
-    for s in staged {
-        let entry = last.entry((ks_id(s.ks), s.key)).or_insert((None, true));
-        entry.0 = s.value;
-        entry.1 &= s.new;
+/// One column each of keyspaces, keys and values (or, for expectations, what each job said),
+/// bound as arrays to one prepared statement: no value is ever read as SQL, and the database
+/// parses and plans the statement once per connection, not once per group.
+#[derive(Debug, Default, PartialEq)]
+struct Columns {
+    ks: Vec<i16>,
+    k: Vec<Vec<u8>>,
+    v: Vec<Vec<u8>>,
+}
+
+impl Columns {
+    fn push(&mut self, ks: i16, k: Vec<u8>, v: Vec<u8>) {
+        self.ks.push(ks);
+        self.k.push(k);
+        self.v.push(v);
     }
-    let (mut inserts, mut puts, mut deletes) = (Vec::new(), Vec::new(), Vec::new());
-    for ((ks, k), (v, new)) in last {
-        match (v, new) {
-            (Some(v), true) => inserts.push(format!("({ks},{},{})", bytea(&k), bytea(&v))),
-            (Some(v), false) => puts.push(format!("({ks},{},{})", bytea(&k), bytea(&v))),
-            // Created and dropped in one group: nothing to write.
-            (None, true) => {}
-            (None, false) => deletes.push(format!("({ks},{})", bytea(&k))),
+
+    /// Runs `statement` over these rows on `client`, or nothing if there are none; with
+    /// `values` false the statement takes the keyspaces and keys only. The request leaves
+    /// when the future is first polled.
+    async fn run(
+        &self,
+        client: &tokio_postgres::Client,
+        statement: &tokio_postgres::Statement,
+        values: bool,
+    ) -> Result<(), tokio_postgres::Error> {
+        if self.ks.is_empty() {
+            return Ok(());
         }
+        if values {
+            client
+                .execute(statement, &[&self.ks, &self.k, &self.v])
+                .await?;
+        } else {
+            client.execute(statement, &[&self.ks, &self.k]).await?;
+        }
+        Ok(())
     }
-    // One round trip: the statements go as one message, in the group's transaction; the
-    // first that fails stops the rest, COMMIT included. Values travel as hex literals, so
-    // no byte of them is ever read as SQL.
-    let mut sql = String::new();
-    if !begun {
-        sql.push_str("BEGIN;");
+}
+
+/// What a group's commit writes and checks: the keys its jobs expected, and each key's last
+/// write, split into keys created (inserted: one already there fails the group), keys
+/// overwritten (upserted) and keys deleted.
+#[derive(Debug, Default, PartialEq)]
+struct Writes {
+    expected: Columns,
+    inserts: Columns,
+    puts: Columns,
+    deletes: Columns,
+}
+
+impl Writes {
+    fn of(staged: Vec<Staged>, expects: &[Expect]) -> Writes {
+        let mut writes = Writes::default();
+        for e in expects {
+            let what = e.what.as_bytes().to_vec();
+            writes.expected.push(ks_id(e.ks), e.key.clone(), what);
+        }
+        // Only each key's last write counts, and PostgreSQL refuses to upsert a row twice in
+        // one statement. A key is inserted as new only if every write of it in the group
+        // created it. Sorted, so that two groups writing the same keys lock them in one order.
+        type Last = (Option<Vec<u8>>, bool);
+        let mut last: std::collections::BTreeMap<(i16, Vec<u8>), Last> = Default::default();
+        for s in staged {
+            let entry = last.entry((ks_id(s.ks), s.key)).or_insert((None, true));
+            entry.0 = s.value;
+            entry.1 &= s.new;
+        }
+        for ((ks, k), (v, new)) in last {
+            match (v, new) {
+                (Some(v), true) => writes.inserts.push(ks, k, v),
+                (Some(v), false) => writes.puts.push(ks, k, v),
+                // Created and dropped in one group: nothing to write.
+                (None, true) => {}
+                (None, false) => writes.deletes.push(ks, k, Vec::new()),
+            }
+        }
+        writes
     }
-    if !durable {
-        sql.push_str("SET LOCAL synchronous_commit TO off;");
-    }
-    if !expects.is_empty() {
-        // One statement for all of them: the keys that are missing, of which the first fails
-        // the group with what its job said. Nothing is called for a key that is there.
-        let rows: Vec<String> = expects
-            .iter()
-            .map(|e| {
-                format!(
-                    "({}::smallint,{}::bytea,convert_from({}, 'UTF8'))",
-                    ks_id(e.ks),
-                    bytea(&e.key),
-                    bytea(e.what.as_bytes())
-                )
-            })
-            .collect();
-        sql.push_str("SELECT airlock_expect(false, e.what) FROM (VALUES ");
-        sql.push_str(&rows.join(","));
-        sql.push_str(
-            ") AS e(ks, k, what) WHERE NOT EXISTS \
-             (SELECT 1 FROM airlock_kv a WHERE a.ks = e.ks AND a.k = e.k) LIMIT 1;",
+
+    /// Sends the group's statements on `conn`, after `opening` (`BEGIN`, and or the lazy
+    /// commit's setting) and before `COMMIT`, then `announce` if any, and reads their answers:
+    /// one round trip. tokio-postgres sends a request when its future is first polled, and
+    /// `join!` polls them first in the order written, so the statements run in that order.
+    /// The first that fails makes the rest fail (the transaction is aborted) and `COMMIT`
+    /// roll back; its error is the group's. Returns whether the announcement went.
+    async fn commit(
+        &self,
+        conn: &Conn,
+        opening: Option<&str>,
+        announce: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let c = &conn.client;
+        let opened = async {
+            match opening {
+                Some(sql) => c.batch_execute(sql).await,
+                None => Ok(()),
+            }
+        };
+        let announced = async {
+            match announce {
+                Some(sql) => c.batch_execute(sql).await.is_ok(),
+                None => false,
+            }
+        };
+        let (opened, expected, inserted, put, deleted, committed, announced) = tokio::join!(
+            opened,
+            self.expected.run(c, &conn.expect, true),
+            self.inserts.run(c, &conn.insert, true),
+            self.puts.run(c, &conn.upsert, true),
+            self.deletes.run(c, &conn.delete, false),
+            c.batch_execute("COMMIT"),
+            announced,
         );
+        opened
+            .and(expected)
+            .and(inserted)
+            .and(put)
+            .and(deleted)
+            .and(committed)
+            .map_err(with_causes)?;
+        Ok(announced)
     }
-    if !inserts.is_empty() {
-        sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");
-        sql.push_str(&inserts.join(","));
-        sql.push(';');
+}
+
+/// What opens a group's commit: `BEGIN` unless a locked read began the transaction, and for a
+/// lazy group the setting that its commit waits for no WAL flush.
+fn opening(begun: bool, durable: bool) -> Option<&'static str> {
+    match (begun, durable) {
+        (true, true) => None,
+        (true, false) => Some("SET LOCAL synchronous_commit TO off"),
+        (false, true) => Some("BEGIN"),
+        (false, false) => Some("BEGIN; SET LOCAL synchronous_commit TO off"),
     }
-    if !puts.is_empty() {
-        sql.push_str("INSERT INTO airlock_kv (ks, k, v) VALUES ");
-        sql.push_str(&puts.join(","));
-        sql.push_str(" ON CONFLICT (ks, k) DO UPDATE SET v = EXCLUDED.v;");
-    }
-    if !deletes.is_empty() {
-        sql.push_str("DELETE FROM airlock_kv WHERE (ks, k) IN (");
-        sql.push_str(&deletes.join(","));
-        sql.push_str(");");
-    }
-    sql.push_str("COMMIT;");
-    sql
 }
 
 #[cfg(test)]
@@ -451,6 +507,72 @@ mod tests {
             chain: "gw-a".into(),
             ..Change::default()
         }
+    }
+
+    #[test]
+    fn a_group_writes_each_keys_last_write_once_and_inserts_only_what_it_created() {
+        let staged = |ks: Ks, key: &str, value: Option<&str>, new: bool| Staged {
+            ks,
+            key: key.as_bytes().to_vec(),
+            value: value.map(|v| v.as_bytes().to_vec()),
+            new,
+        };
+        let expect = Expect {
+            ks: Ks::ApprovalIndex,
+            key: b"executing/c1".to_vec(),
+            what: "call c1 is no longer executing".into(),
+        };
+        let writes = Writes::of(
+            vec![
+                // Written twice: the last value counts, and it was not created by both.
+                staged(Ks::Calls, "c1", Some("v1"), false),
+                staged(Ks::Calls, "c1", Some("v2"), true),
+                // Created twice in the group: inserted, with its last value.
+                staged(Ks::Audit, "a/2", Some("r2"), true),
+                staged(Ks::Audit, "a/1", Some("r1"), true),
+                staged(Ks::Audit, "a/1", Some("r1b"), true),
+                // Created and dropped: nothing written.
+                staged(Ks::Calls, "c2", Some("x"), true),
+                staged(Ks::Calls, "c2", None, true),
+                // Dropped.
+                staged(Ks::ApprovalIndex, "executing/c1", None, false),
+            ],
+            std::slice::from_ref(&expect),
+        );
+        let id = |ks: Ks| ks_id(ks);
+        assert_eq!(
+            writes.inserts,
+            Columns {
+                ks: vec![id(Ks::Audit), id(Ks::Audit)],
+                k: vec![b"a/1".to_vec(), b"a/2".to_vec()],
+                v: vec![b"r1b".to_vec(), b"r2".to_vec()],
+            }
+        );
+        assert_eq!(
+            writes.puts,
+            Columns {
+                ks: vec![id(Ks::Calls)],
+                k: vec![b"c1".to_vec()],
+                v: vec![b"v2".to_vec()],
+            }
+        );
+        assert_eq!(writes.deletes.k, vec![b"executing/c1".to_vec()]);
+        assert_eq!(writes.deletes.ks, vec![id(Ks::ApprovalIndex)]);
+        assert_eq!(
+            writes.expected,
+            Columns {
+                ks: vec![id(Ks::ApprovalIndex)],
+                k: vec![expect.key.clone()],
+                v: vec![expect.what.as_bytes().to_vec()],
+            }
+        );
+        // BEGIN unless a read began the transaction; a lazy group's commit waits for no flush.
+        assert_eq!(opening(true, true), None);
+        assert_eq!(opening(false, true), Some("BEGIN"));
+        assert!(opening(true, false)
+            .unwrap()
+            .contains("synchronous_commit TO off"));
+        assert!(opening(false, false).unwrap().starts_with("BEGIN;"));
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!   Two gateways wait for each other only on a key both touch. Keys a group only creates
 //!   (calls, audit records) are inserted and fail the group if present; keys it only expects
 //!   are checked in the commit. A group that reads nothing is one round trip: `BEGIN`, its
-//!   writes and `COMMIT` go as one message. A deadlock between two gateways' groups (jobs
+//!   writes (prepared statements, each over arrays of rows) and `COMMIT` are sent together,
+//!   before any answer is read. A deadlock between two gateways' groups (jobs
 //!   that lock the same keys in opposite orders) is broken by PostgreSQL failing one group,
 //!   whose callers hear `store.unavailable`; nothing of it is written.
 //! - **Durability**: a durable group commits with `synchronous_commit` on (the WAL is flushed
@@ -138,6 +139,14 @@ struct Conn {
     scan_from_to: Statement,
     scan_rev: Statement,
     scan_rev_to: Statement,
+    /// A group's commit: the keys its jobs expected, of which the first missing fails it.
+    expect: Statement,
+    /// A group's commit: keys it created (one already there fails it).
+    insert: Statement,
+    /// A group's commit: keys it overwrote.
+    upsert: Statement,
+    /// A group's commit: keys it deleted.
+    delete: Statement,
 }
 
 pub(crate) struct PgKv {
@@ -465,27 +474,51 @@ async fn connect(
         ))
         .await
         .map_err(unavailable)?;
+    // Prepared together: one round trip. The group's statements take their rows as arrays
+    // (keyspaces, keys, values), so each is parsed and planned once per connection.
     let prepare = |sql: &'static str| client.prepare(sql);
-    let get = prepare("SELECT v FROM airlock_kv WHERE ks = $1 AND k = $2").await;
-    let scan_from =
-        prepare("SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k LIMIT $3").await;
-    let scan_from_to = prepare(
-        "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 ORDER BY k LIMIT $4",
-    )
-    .await;
-    let scan_rev =
-        prepare("SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k DESC LIMIT $3")
-            .await;
-    let scan_rev_to = prepare(
-        "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 ORDER BY k DESC LIMIT $4",
-    )
-    .await;
+    let (get, scan_from, scan_from_to, scan_rev, scan_rev_to, expect, insert, upsert, delete) = tokio::join!(
+        prepare("SELECT v FROM airlock_kv WHERE ks = $1 AND k = $2"),
+        prepare("SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k LIMIT $3"),
+        prepare(
+            "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 ORDER BY k LIMIT $4"
+        ),
+        prepare("SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k DESC LIMIT $3"),
+        prepare(
+            "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 \
+             ORDER BY k DESC LIMIT $4"
+        ),
+        // Nothing is called for a key that is there.
+        prepare(
+            "SELECT airlock_expect(false, convert_from(e.what, 'UTF8')) \
+             FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) AS e(ks, k, what) \
+             WHERE NOT EXISTS (SELECT 1 FROM airlock_kv a WHERE a.ks = e.ks AND a.k = e.k) \
+             LIMIT 1"
+        ),
+        prepare(
+            "INSERT INTO airlock_kv (ks, k, v) \
+             SELECT * FROM unnest($1::int2[], $2::bytea[], $3::bytea[])"
+        ),
+        prepare(
+            "INSERT INTO airlock_kv (ks, k, v) \
+             SELECT * FROM unnest($1::int2[], $2::bytea[], $3::bytea[]) \
+             ON CONFLICT (ks, k) DO UPDATE SET v = EXCLUDED.v"
+        ),
+        prepare(
+            "DELETE FROM airlock_kv a USING unnest($1::int2[], $2::bytea[]) AS d(ks, k) \
+             WHERE a.ks = d.ks AND a.k = d.k"
+        ),
+    );
     Ok(Conn {
         get: get.map_err(unavailable)?,
         scan_from: scan_from.map_err(unavailable)?,
         scan_from_to: scan_from_to.map_err(unavailable)?,
         scan_rev: scan_rev.map_err(unavailable)?,
         scan_rev_to: scan_rev_to.map_err(unavailable)?,
+        expect: expect.map_err(unavailable)?,
+        insert: insert.map_err(unavailable)?,
+        upsert: upsert.map_err(unavailable)?,
+        delete: delete.map_err(unavailable)?,
         client,
     })
 }
