@@ -14,7 +14,9 @@
 //!   decision -> answer across gateways.
 //!
 //! `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench
-//! cluster_load`; with `AIRLOCK_BENCH_ONLY=delay` only the part over TCP runs, and with
+//! cluster_load`; with `AIRLOCK_BENCH_ONLY=delay` only the part over TCP runs, with
+//! `AIRLOCK_BENCH_ONLY=allowed` only its allowed calls through the delay (the rounds of one
+//! gateway against three and their CPU per call, in about a minute), and with
 //! `AIRLOCK_BENCH_BIN=<path>` the gateways are that build of `airlock`. The database is a throwaway cluster the bench starts (Debian's PostgreSQL,
 //! `scripts/postgres.sh`), or `AIRLOCK_TEST_DATABASE_URL`'s.
 
@@ -83,11 +85,13 @@ fn main() {
         .unwrap();
     let (backend, _) = start_backend();
     let http = client();
-    // `AIRLOCK_BENCH_ONLY=delay`: only the part over TCP, directly and through the delay.
-    if std::env::var("AIRLOCK_BENCH_ONLY").as_deref() != Ok("delay") {
+    // `AIRLOCK_BENCH_ONLY=delay`: only the part over TCP, directly and through the delay;
+    // `allowed`: only its allowed calls through the delay.
+    let only = std::env::var("AIRLOCK_BENCH_ONLY").unwrap_or_default();
+    if only != "delay" && only != "allowed" {
         over_unix_sockets(&rt, &http, &db, backend);
     }
-    through_a_delay(&rt, &http, &db, backend);
+    through_a_delay(&rt, &http, &db, backend, only == "allowed");
 }
 
 /// Approval cycles of the store on fjall and PostgreSQL; allowed calls of three gateways on
@@ -182,6 +186,7 @@ fn through_a_delay(
     http: &support::HttpClient,
     db: &pg::Database,
     backend: u16,
+    allowed_only: bool,
 ) {
     let pg_port: u16 = db
         .url
@@ -198,6 +203,9 @@ fn through_a_delay(
         )
     };
     for (label, port) in [("direct", pg_port), ("1 ms each way", proxy.port)] {
+        if allowed_only && port == pg_port {
+            continue;
+        }
         let url = url(port);
         let rtt = select_one_round_trip(&url);
         let tag = if port == pg_port { "t" } else { "d" };
@@ -239,6 +247,9 @@ fn through_a_delay(
                 let mark = CpuMark::now(&[&solo]);
                 let allowed = closed_loop(http, &uri, Some(AGENT), body, 8, 3).await;
                 cpu_one.push(mark.per_call(allowed * 3.0));
+                if allowed_only {
+                    return (allowed, 0.0);
+                }
                 (allowed, approval_cycles(http, solo.port, 8, 3).await)
             });
             drop(solo);
@@ -257,6 +268,9 @@ fn through_a_delay(
                 let mark = CpuMark::now(&three.iter().collect::<Vec<_>>());
                 let allowed: f64 = futures_join(loops.collect()).await.iter().sum();
                 cpu_three.push(mark.per_call(allowed * 3.0));
+                if allowed_only {
+                    return (allowed, 0.0);
+                }
                 let loops = three.iter().map(|g| {
                     let (http, port) = (http.clone(), g.port);
                     async move { approval_cycles(&http, port, 8, 3).await }
@@ -270,7 +284,6 @@ fn through_a_delay(
                 drop(std::mem::take(&mut three));
             }
         }
-        let (p50, p99) = decision_to_answer(rt, http, &three[0], &three[1], 50);
         println!("PostgreSQL over TCP, {label} (SELECT 1 round trip {rtt:.2} ms):");
         println!(
             "  lone allowed call p50 {:.2} ms",
@@ -285,10 +298,14 @@ fn through_a_delay(
             cpu_per_call(&cpu_one),
             cpu_per_call(&cpu_three)
         );
+        if allowed_only {
+            continue;
+        }
         println!(
             "  approval cycles/s, 8 connections per gateway: {}",
             one_against_three(&cycles)
         );
+        let (p50, p99) = decision_to_answer(rt, http, &three[0], &three[1], 50);
         println!("  decision on B -> answer on A: p50 {p50:.2} ms, p99 {p99:.2} ms (50 calls)");
     }
 }
