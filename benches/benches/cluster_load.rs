@@ -2,7 +2,8 @@
 //!
 //! - approval cycles per second on PostgreSQL with 1 and 8 threads, beside fjall;
 //! - allowed calls per second through three gateways on one database (32 clients spread over
-//!   them), against one gateway on fjall and one on PostgreSQL (32 clients each);
+//!   them), against one gateway on fjall and one on PostgreSQL (32 clients each), with the
+//!   CPU per call of the PostgreSQL gateways and of PostgreSQL;
 //! - decision -> answer across gateways: a call held on A, approved on B; the time from B's
 //!   answer to A's, p50 and p99;
 //! - then again over TCP, directly and through a proxy that adds 1 ms each way (a database in
@@ -143,6 +144,7 @@ fn over_unix_sockets(
     let single = gateway(backend, None, "");
     let solo = gateway(backend, Some(&db.url), "solo");
     let (mut three, mut one, mut one_pg) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cpu_three, mut cpu_one) = (Vec::new(), Vec::new());
     rt.block_on(async {
         for _ in 0..ROUNDS {
             let loops = cluster.iter().enumerate().map(|(i, g)| {
@@ -152,18 +154,28 @@ fn over_unix_sockets(
                 let workers = if i < 2 { 11 } else { 10 };
                 async move { closed_loop(&http, &uri, Some(AGENT), body, workers, 3).await }
             });
+            let mark = CpuMark::now(&cluster.iter().collect::<Vec<_>>());
             let rates = futures_join(loops.collect()).await;
             three.push(rates.iter().sum::<f64>());
+            cpu_three.push(mark.per_call(rates.iter().sum::<f64>() * 3.0));
             let uri = format!("http://127.0.0.1:{}/v1/calls", single.port);
             one.push(closed_loop(http, &uri, Some(AGENT), body, 32, 3).await);
             let uri = format!("http://127.0.0.1:{}/v1/calls", solo.port);
-            one_pg.push(closed_loop(http, &uri, Some(AGENT), body, 32, 3).await);
+            let mark = CpuMark::now(&[&solo]);
+            let rate = closed_loop(http, &uri, Some(AGENT), body, 32, 3).await;
+            one_pg.push(rate);
+            cpu_one.push(mark.per_call(rate * 3.0));
         }
     });
     let (three, one, one_pg) = (median(three), median(one), median(one_pg));
     println!(
         "allowed calls/s, 32 clients: three gateways on one PostgreSQL {three:.0}, one gateway on PostgreSQL {one_pg:.0}, one gateway on fjall {one:.0} (three on PostgreSQL / one on fjall: {:.2}x)",
         three / one
+    );
+    println!(
+        "  CPU per allowed call, gateways + PostgreSQL: three gateways {}, one gateway on PostgreSQL {} (medians)",
+        cpu_per_call(&cpu_three),
+        cpu_per_call(&cpu_one)
     );
     drop(solo);
 
