@@ -1,8 +1,8 @@
 //! A group of changes on PostgreSQL: the writer's connection, which holds this gateway's chain;
 //! the group's transaction, begun by its first locked read or by its commit; each key a job
 //! reads locked until the group ends; what a job created inserted, what it expected checked,
-//! and the commit's statements (prepared, their rows bound as arrays) sent together: one round
-//! trip (DESIGN §17).
+//! and the group's writes sent as one prepared statement, their rows bound as arrays, with
+//! `COMMIT` when a read began the transaction: one round trip (DESIGN §17).
 //!
 //! What it does not do: reads outside a group, connections' set-up, migrations (`mod.rs`).
 
@@ -227,7 +227,7 @@ impl PgKv {
             return Ok(());
         }
         let writes = Writes::of(staged, expects);
-        let opening = opening(group.begun, durable);
+        let begun = group.begun;
         // The announcement goes after the commit, in a transaction of its own that waits for no
         // WAL flush, sent in the same round trip. Inside the group's transaction it would hold
         // PostgreSQL's one lock for every notifying commit of the database through the group's
@@ -244,8 +244,8 @@ impl PgKv {
             (waiting, told, send.map(|c| self.announce_sql(&c)))
         };
         let conn = group.conn.clone();
-        let done =
-            self.run_writer(async move { writes.commit(&conn, opening, send.as_deref()).await });
+        let done = self
+            .run_writer(async move { writes.commit(&conn, begun, durable, send.as_deref()).await });
         let mut held = self.announcer.lock().unwrap_or_else(|e| e.into_inner());
         match done {
             Ok(announced) => {
@@ -361,8 +361,7 @@ impl PgKv {
 }
 
 /// One column each of keyspaces, keys and values (or, for expectations, what each job said),
-/// bound as arrays to one prepared statement: no value is ever read as SQL, and the database
-/// parses and plans the statement once per connection, not once per group.
+/// bound as arrays to the group's statement (`WRITE` in `mod.rs`).
 #[derive(Debug, Default, PartialEq)]
 struct Columns {
     ks: Vec<i16>,
@@ -375,28 +374,6 @@ impl Columns {
         self.ks.push(ks);
         self.k.push(k);
         self.v.push(v);
-    }
-
-    /// Runs `statement` over these rows on `client`, or nothing if there are none; with
-    /// `values` false the statement takes the keyspaces and keys only. The request leaves
-    /// when the future is first polled.
-    async fn run(
-        &self,
-        client: &tokio_postgres::Client,
-        statement: &tokio_postgres::Statement,
-        values: bool,
-    ) -> Result<(), tokio_postgres::Error> {
-        if self.ks.is_empty() {
-            return Ok(());
-        }
-        if values {
-            client
-                .execute(statement, &[&self.ks, &self.k, &self.v])
-                .await?;
-        } else {
-            client.execute(statement, &[&self.ks, &self.k]).await?;
-        }
-        Ok(())
     }
 }
 
@@ -440,23 +417,33 @@ impl Writes {
         writes
     }
 
-    /// Sends the group's statements on `conn`, after `opening` (`BEGIN`, and or the lazy
-    /// commit's setting) and before `COMMIT`, then `announce` if any, and reads their answers:
-    /// one round trip. tokio-postgres sends a request when its future is first polled, and
-    /// `join!` polls them first in the order written, so the statements run in that order.
-    /// The first that fails makes the rest fail (the transaction is aborted) and `COMMIT`
-    /// roll back; its error is the group's. Returns whether the announcement went.
+    /// Sends the group's one statement on `conn` (its expectations, inserts, upserts and
+    /// deletes; for a lazy group, the setting that its commit waits for no WAL flush), then
+    /// `COMMIT` if a locked read began the transaction, then `announce` if any, and reads their
+    /// answers: one round trip, and one answer to wait for before the announcement's. Without
+    /// a begun transaction the statement is a transaction of its own: it commits when it
+    /// succeeds, and nothing of it is written when it fails. tokio-postgres sends a request
+    /// when its future is first polled, and `join!` polls them first in the order written.
+    /// Returns whether the announcement went.
     async fn commit(
         &self,
         conn: &Conn,
-        opening: Option<&str>,
+        begun: bool,
+        durable: bool,
         announce: Option<&str>,
     ) -> Result<bool, StoreError> {
         let c = &conn.client;
-        let opened = async {
-            match opening {
-                Some(sql) => c.batch_execute(sql).await,
-                None => Ok(()),
+        let lazy = !durable;
+        let (e, i, p, d) = (&self.expected, &self.inserts, &self.puts, &self.deletes);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 12] = [
+            &e.ks, &e.k, &e.v, &i.ks, &i.k, &i.v, &p.ks, &p.k, &p.v, &d.ks, &d.k, &lazy,
+        ];
+        let written = c.execute(&conn.write, &params);
+        let committed = async {
+            if begun {
+                c.batch_execute("COMMIT").await
+            } else {
+                Ok(())
             }
         };
         let announced = async {
@@ -465,34 +452,11 @@ impl Writes {
                 None => false,
             }
         };
-        let (opened, expected, inserted, put, deleted, committed, announced) = tokio::join!(
-            opened,
-            self.expected.run(c, &conn.expect, true),
-            self.inserts.run(c, &conn.insert, true),
-            self.puts.run(c, &conn.upsert, true),
-            self.deletes.run(c, &conn.delete, false),
-            c.batch_execute("COMMIT"),
-            announced,
-        );
-        opened
-            .and(expected)
-            .and(inserted)
-            .and(put)
-            .and(deleted)
-            .and(committed)
-            .map_err(with_causes)?;
+        let (written, committed, announced) = tokio::join!(written, committed, announced);
+        // After a failed statement in a begun transaction, `COMMIT` rolls it back (and says
+        // so without an error): the statement's error is the group's.
+        written.map(|_| ()).and(committed).map_err(with_causes)?;
         Ok(announced)
-    }
-}
-
-/// What opens a group's commit: `BEGIN` unless a locked read began the transaction, and for a
-/// lazy group the setting that its commit waits for no WAL flush.
-fn opening(begun: bool, durable: bool) -> Option<&'static str> {
-    match (begun, durable) {
-        (true, true) => None,
-        (true, false) => Some("SET LOCAL synchronous_commit TO off"),
-        (false, true) => Some("BEGIN"),
-        (false, false) => Some("BEGIN; SET LOCAL synchronous_commit TO off"),
     }
 }
 
@@ -566,13 +530,6 @@ mod tests {
                 v: vec![expect.what.as_bytes().to_vec()],
             }
         );
-        // BEGIN unless a read began the transaction; a lazy group's commit waits for no flush.
-        assert_eq!(opening(true, true), None);
-        assert_eq!(opening(false, true), Some("BEGIN"));
-        assert!(opening(true, false)
-            .unwrap()
-            .contains("synchronous_commit TO off"));
-        assert!(opening(false, false).unwrap().starts_with("BEGIN;"));
     }
 
     #[test]
