@@ -360,8 +360,9 @@ impl PgKv {
     }
 }
 
-/// One column each of keyspaces, keys and values (or, for expectations, what each job said),
-/// bound as arrays to the group's statement (`WRITE` in `mod.rs`).
+/// One column each of keyspaces, keys and values (for expectations, what each job said; for
+/// deletes, nothing: their `v` stays empty and is not bound), bound as arrays to the group's
+/// statement (`WRITE` in `mod.rs`).
 #[derive(Debug, Default, PartialEq)]
 struct Columns {
     ks: Vec<i16>,
@@ -411,7 +412,10 @@ impl Writes {
                 (Some(v), false) => writes.puts.push(ks, k, v),
                 // Created and dropped in one group: nothing to write.
                 (None, true) => {}
-                (None, false) => writes.deletes.push(ks, k, Vec::new()),
+                (None, false) => {
+                    writes.deletes.ks.push(ks);
+                    writes.deletes.k.push(k);
+                }
             }
         }
         writes
@@ -522,6 +526,7 @@ mod tests {
         );
         assert_eq!(writes.deletes.k, vec![b"executing/c1".to_vec()]);
         assert_eq!(writes.deletes.ks, vec![id(Ks::ApprovalIndex)]);
+        assert!(writes.deletes.v.is_empty());
         assert_eq!(
             writes.expected,
             Columns {

@@ -16,9 +16,9 @@
 //!   are checked in the commit. A group's writes are one prepared statement over arrays of
 //!   rows ([`WRITE`]): a group that reads nothing is that statement alone, a transaction of
 //!   its own, one round trip; one whose reads began a transaction sends it and `COMMIT`
-//!   together. A deadlock between two gateways' groups (jobs
-//!   that lock the same keys in opposite orders) is broken by PostgreSQL failing one group,
-//!   whose callers hear `store.unavailable`; nothing of it is written.
+//!   together. A deadlock between two gateways' groups (jobs that lock the same keys in
+//!   opposite orders) is broken by PostgreSQL failing one group, whose callers hear
+//!   `store.unavailable`; nothing of it is written.
 //! - **Durability**: a durable group commits with `synchronous_commit` on (the WAL is flushed
 //!   before the answer); a lazy one (an allowed call's outcome, or `batched` mode) with it off,
 //!   so a crash of PostgreSQL itself may lose the last moments of lazy writes, never a durable
