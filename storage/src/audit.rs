@@ -268,6 +268,9 @@ pub(crate) struct Verifier {
     hashes: std::collections::HashMap<(String, u64), [u8; 32]>,
     /// What witnesses saw: (witness chain, witness seq, chain seen, its seq, its hash).
     claims: Vec<(String, u64, String, u64, String)>,
+    /// How many of `claims` were read before every chain was read again (see
+    /// [`Verifier::settle`]); `None` until then: all are checked.
+    settled: Option<usize>,
     witnesses: u64,
 }
 
@@ -437,17 +440,37 @@ impl Verifier {
         Ok(())
     }
 
+    /// Where `chain` ends so far (`None`: no record of it yet).
+    pub(crate) fn last_seq(&self, chain: &str) -> Option<u64> {
+        self.chains.get(chain).map(|s| s.last_seq)
+    }
+
+    /// Marks the witnesses pushed so far as settled: the caller is about to read every chain
+    /// again from where it ended, so every record they saw is read by then, whatever the
+    /// gateways append meanwhile. A witness pushed after this (written while the store was
+    /// being read) may have seen records appended after its chain was read: one that saw past
+    /// a chain's end proves nothing, and is not held against it (one that saw a record that
+    /// is there still must match its hash).
+    pub(crate) fn settle(&mut self) {
+        self.settled = Some(self.claims.len());
+    }
+
     /// Checks every witness against the chain it names, and says what was verified. A chain a
     /// witness saw at seq N must reach seq N with the hash it saw: a chain cut short, or
     /// missing, is named with the witness that proves it.
     pub(crate) fn finish(self) -> Result<AuditSummary, ChainError> {
-        for (by, at, chain, seq, hash) in &self.claims {
+        for (i, (by, at, chain, seq, hash)) in self.claims.iter().enumerate() {
+            let late = self.settled.is_some_and(|settled| i >= settled);
             let fail = |reason: String| ChainError {
                 chain: chain.clone(),
                 seq: *seq,
                 reason,
             };
-            let Some(summary) = self.chains.get(chain) else {
+            let summary = self.chains.get(chain);
+            if late && summary.is_none_or(|s| *seq > s.last_seq) {
+                continue;
+            }
+            let Some(summary) = summary else {
                 return Err(fail(format!(
                     "the chain is missing, but chain {by}'s witness at seq {at} saw it at seq {seq}"
                 )));
@@ -575,6 +598,61 @@ mod tests {
         lying[4] = seal("a", 3, &a[1].1, 2000, Kind::ChainWitness, f).0;
         let e = verify(lying.into_iter().map(Ok::<_, String>)).unwrap_err();
         assert_eq!((e.chain.as_str(), e.seq), ("b", 5), "{e}");
+    }
+
+    #[test]
+    fn a_witness_written_while_the_chains_were_read_is_not_taken_for_a_cut_tail() {
+        // Chain b is read (4 records); then b appends 5 and chain a witnesses it at 5; then a
+        // is read, with that witness: what a live cluster's verify sees.
+        let b = named("b", 5);
+        let mut a = named("a", 1);
+        let first = a[0].1.clone();
+        let witness_of = |seq: usize, hash: &str| {
+            let mut f = Map::new();
+            f.insert(
+                "heads".into(),
+                serde_json::json!({"b": {"seq": seq, "hash": hash}}),
+            );
+            seal("a", 2, &first, 2000, Kind::ChainWitness, f)
+        };
+        a.push(witness_of(5, &b[4].1));
+        let ok = |r: &[(Vec<u8>, String)]| {
+            r.iter()
+                .map(|(v, _)| Ok::<_, String>(v.clone()))
+                .collect::<Vec<_>>()
+        };
+        let mut v = Verifier::anchored(Default::default());
+        v.push_all(ok(&b[..4])).unwrap();
+        v.push_all(ok(&a)).unwrap();
+        // Read once, and not again: the witness is held against b, which ends at 4.
+        let mut once = Verifier::anchored(Default::default());
+        once.push_all(ok(&b[..4])).unwrap();
+        once.push_all(ok(&a)).unwrap();
+        once.settle();
+        let e = once.finish().unwrap_err();
+        assert!(e.reason.contains("tail was cut"), "{e}");
+        // Read again from where each chain ended: b's fifth record is there, and the witness
+        // of the first reading holds.
+        v.settle();
+        assert_eq!(v.last_seq("b"), Some(4));
+        v.push_all(ok(&b[4..])).unwrap();
+        assert_eq!(v.finish().unwrap().witnesses, 1);
+        // A witness first read in the second reading that saw past a chain's end proves
+        // nothing (the chain may have grown since it was read) ...
+        let mut late = Verifier::anchored(Default::default());
+        late.push_all(ok(&b[..4])).unwrap();
+        late.push_all(ok(&a[..1])).unwrap();
+        late.settle();
+        late.push_all(ok(&a[1..])).unwrap();
+        assert_eq!(late.finish().unwrap().witnesses, 1);
+        // ... but one that saw a record that is there must match its hash.
+        let mut lying = Verifier::anchored(Default::default());
+        lying.push_all(ok(&b)).unwrap();
+        lying.push_all(ok(&a[..1])).unwrap();
+        lying.settle();
+        lying.push_all(ok(&[witness_of(5, &b[3].1)])).unwrap();
+        let e = lying.finish().unwrap_err();
+        assert!(e.reason.contains("hash differs"), "{e}");
     }
 
     #[test]

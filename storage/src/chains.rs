@@ -365,6 +365,20 @@ impl Store {
             .unwrap_or(0))
     }
 
+    /// Pushes into `v` the records of `chain` after the last it holds (all, if none).
+    fn push_chain_from(&self, v: &mut Verifier, chain: &str) -> Result<(), ChainError> {
+        let prefix = keys::chain_prefix(chain);
+        let from = v
+            .last_seq(chain)
+            .map_or(prefix.clone(), |seq| keys::audit_key(chain, seq + 1));
+        let records = self
+            .shared
+            .backend
+            .iter(Ks::Audit, from, prefix_end(&prefix), false)
+            .map(|e| e.map(|(_, v)| v));
+        v.push_all(records)
+    }
+
     /// Proves every chain as stored, from its genesis or the checkpoint a prune left (so a
     /// removed first record is caught like any other), then every witness.
     pub fn verify_audit(&self) -> Result<Result<AuditSummary, ChainError>, StoreError> {
@@ -394,14 +408,19 @@ impl Store {
             }
         }
         let mut v = Verifier::anchored(anchors);
+        // Gateways may append while this reads (`verify --database-url` on a live cluster),
+        // and the chains are read one after another, not at one instant: a witness read in
+        // a later chain may have seen records of an earlier one appended after it was read.
+        // So every chain is read again from where it ended, after all were read once; what
+        // the witnesses of the first reading saw is in the second (DESIGN §17).
         for chain in &chains {
-            let prefix = keys::chain_prefix(chain);
-            let records = self
-                .shared
-                .backend
-                .iter(Ks::Audit, prefix.clone(), prefix_end(&prefix), false)
-                .map(|e| e.map(|(_, v)| v));
-            if let Err(e) = v.push_all(records) {
+            if let Err(e) = self.push_chain_from(&mut v, chain) {
+                return Ok(Err(e));
+            }
+        }
+        v.settle();
+        for chain in self.chains()? {
+            if let Err(e) = self.push_chain_from(&mut v, &chain) {
                 return Ok(Err(e));
             }
         }
