@@ -96,6 +96,7 @@ fn regex_matches<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Ex
         .ok()
         .and_then(|i| table.regexes.get(i))
         .ok_or_else(|| ExecutionError::function_error("matches", "unknown regex index"))?;
+    crate::budget::charge_bytes(text.inner().len())?;
     Ok(CowVal::owned(CelBool::from(re.is_match(text.inner()))))
 }
 
@@ -130,6 +131,7 @@ pub fn build_env(cached_regex: bool) -> Result<Env, String> {
     let mut env = Env::stdlib();
     env.add_extension(cel::extensions::strings)
         .map_err(|e| e.to_string())?;
+    crate::budget::add_to(&mut env)?;
     if cached_regex {
         env.add_macro(Macro::receiver("matches", 1, |helper, target, args| {
             let pattern = args.pop().unwrap_or_default();

@@ -6,6 +6,11 @@
 //! whose classifier failed) yields `on_error`, which is never allow. Rule order cannot change
 //! the result: matches are combined with `max`, and explanations are sorted.
 //!
+//! Every evaluation runs under the set's budget of steps (`crate::budget`), all rules
+//! together; rules run deny first, then require_approval, then allow, so a budget spent by one
+//! rule stops the same rules whatever order the files list them in. A rule that runs out is an
+//! error like any other.
+//!
 //! It reads no clock, does no I/O, is not async and cannot fail.
 
 use std::collections::BTreeMap;
@@ -14,6 +19,7 @@ use cel::common::types::{CelDouble, CelList, CelMap, CelMapKey, CelNull, CelStri
 use cel::common::value::Val;
 use cel::{Context, Value as CelValue};
 
+use crate::budget::{Meter, EXHAUSTED};
 use crate::cel::{json_fields_to_val, json_to_val, VARIABLES};
 use crate::load::{PolicySet, Rule};
 use crate::model::{ClassifierOutcome, Decision, DecisionKind, Input, RuleError, RuleMessage};
@@ -44,6 +50,7 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         }
         Some(acc)
     });
+    let meter = Meter::start(set.budget);
     let mut ctx = Context::with_env(set.env.clone());
     bind(&mut ctx, uses, input, args_fields.as_deref());
 
@@ -53,7 +60,7 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
     let mut errors = Vec::new();
     let mut messages = Vec::new();
     for rule in applicable {
-        let yielded = match run(rule, &ctx, input, set.defaults.on_error) {
+        let yielded = match run(rule, &ctx, input, set.defaults.on_error, &meter) {
             Outcome::NoMatch => continue,
             Outcome::Match => {
                 rules.push(rule.id.clone());
@@ -113,10 +120,17 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         messages,
         policy_version: set.version.clone(),
         approval,
+        steps: meter.used(),
     }
 }
 
-fn run(rule: &Rule, ctx: &Context<'_, '_>, input: &Input<'_>, on_error: DecisionKind) -> Outcome {
+fn run(
+    rule: &Rule,
+    ctx: &Context<'_, '_>,
+    input: &Input<'_>,
+    on_error: DecisionKind,
+    meter: &Meter,
+) -> Outcome {
     for name in &rule.classifiers {
         match input.classifiers.get(name) {
             Some(ClassifierOutcome::Ok(_)) => {}
@@ -126,7 +140,16 @@ fn run(rule: &Rule, ctx: &Context<'_, '_>, input: &Input<'_>, on_error: Decision
             None => return Outcome::Error(format!("classifier `{name}` has no result"), on_error),
         }
     }
-    match rule.program.execute(ctx) {
+    let refused = meter.refused();
+    if !meter.charge(rule.metered.once) {
+        return Outcome::Error(EXHAUSTED.to_owned(), on_error);
+    }
+    let result = CelValue::resolve(&rule.metered.expr, ctx);
+    // INVARIANT: a rule that ran out is an error even if `||` or `&&` absorbed the error.
+    if meter.refused() != refused {
+        return Outcome::Error(EXHAUSTED.to_owned(), on_error);
+    }
+    match result {
         Ok(CelValue::Bool(true)) => Outcome::Match,
         Ok(CelValue::Bool(false)) => Outcome::NoMatch,
         Ok(other) => Outcome::Error(format!("`when` gave {other:?}, not a bool"), on_error),

@@ -9,6 +9,7 @@
 //!
 //! This crate is pure and synchronous: no tokio, no storage, no clock (time is an input).
 
+mod budget;
 mod call;
 mod canonical;
 pub mod cases;
@@ -24,6 +25,7 @@ mod model;
 mod names;
 mod near;
 
+pub use budget::{BYTES_PER_STEP, DEFAULT_BUDGET};
 pub use call::{ToolCall, MAX_ARGS_DEPTH};
 pub use canonical::{
     canonicalize, fingerprint, fingerprint_canonical, hex, validate_tool_name, write_canonical,

@@ -128,7 +128,8 @@ pub struct Rule {
     /// Classifiers the rule names; their results are bound as `classifier.<name>`.
     pub classifiers: Vec<String>,
     pub location: Location,
-    pub(crate) program: Program,
+    /// The compiled `when`, rewritten to charge the evaluation budget (`crate::budget`).
+    pub(crate) metered: crate::budget::Metered,
     /// Bitmask over the declared variables the rule reads.
     pub(crate) uses: u8,
     /// The `args.<field>`s the rule reads; `None` when it reads `args` as a whole.
@@ -158,8 +159,12 @@ pub struct PolicySet {
     pub(crate) agents: BTreeSet<String>,
     /// Tool patterns whose every call needs approval.
     pub(crate) tool_flags: Vec<Glob>,
+    /// In the order they are evaluated: deny rules first, then require_approval, then allow,
+    /// each by id, so that the file order never changes which rule a spent budget stops.
     pub(crate) rules: Vec<Rule>,
     pub(crate) env: Arc<Env>,
+    /// Steps one evaluation may use, all rules together (`crate::budget`).
+    pub(crate) budget: u64,
 }
 
 impl std::fmt::Debug for PolicySet {
@@ -223,6 +228,18 @@ impl PolicySet {
 
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// The same set, evaluated under a budget of `steps` per call (default
+    /// [`crate::DEFAULT_BUDGET`]; the gateway's `[server] policy_budget`).
+    pub fn with_budget(mut self, steps: u64) -> PolicySet {
+        self.budget = steps;
+        self
+    }
+
+    /// Steps one evaluation may use.
+    pub fn budget(&self) -> u64 {
+        self.budget
     }
 
     /// The classifiers that rules which may apply to `tool` name: the gateway runs these, and
@@ -594,7 +611,7 @@ impl Builder {
                 col,
             },
             args_fields: (!refs.args_whole).then(|| refs.args_fields.iter().cloned().collect()),
-            program,
+            metered: crate::budget::meter(program.expression()),
             uses: refs.uses,
         };
         self.rules.push(PendingRule {
@@ -846,7 +863,7 @@ impl Builder {
         };
         match defaults {
             Some(defaults) if self.errors.is_empty() => {
-                let rules = self
+                let mut rules: Vec<Rule> = self
                     .rules
                     .into_iter()
                     .map(|p| {
@@ -857,6 +874,7 @@ impl Builder {
                         rule
                     })
                     .collect();
+                rules.sort_by(|a, b| b.decision.cmp(&a.decision).then_with(|| a.id.cmp(&b.id)));
                 Ok(PolicySet {
                     version,
                     sources,
@@ -875,6 +893,7 @@ impl Builder {
                         .collect(),
                     rules,
                     env,
+                    budget: crate::budget::DEFAULT_BUDGET,
                 })
             }
             _ => Err(PolicyErrors(self.errors)),

@@ -160,4 +160,7 @@ pub struct Decision {
     /// Present exactly when `decision` is `require_approval`.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalSettings>,
+    /// Steps of the evaluation budget the decision used (not part of its JSON).
+    #[serde(skip)]
+    pub steps: u64,
 }

@@ -1,0 +1,170 @@
+//! The evaluation budget (DESIGN's hostile-args contract): work is counted, a rule that runs
+//! out yields `on_error` and never allow, whatever absorbs its error, whatever the file order.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use airlock_policy::{evaluate, Decision, DecisionKind, Input, PolicySet};
+use serde_json::{json, Value};
+
+fn load(text: &str) -> PolicySet {
+    PolicySet::from_sources(vec![(PathBuf::from("p.toml"), text.to_owned())]).unwrap()
+}
+
+fn decide(set: &PolicySet, tool: &str, args: &Value) -> Decision {
+    let classifiers = BTreeMap::new();
+    evaluate(
+        set,
+        &Input {
+            tool,
+            args,
+            context: &json!({}),
+            principal: &json!({"id": "agent-1", "role": "agent"}),
+            fingerprint: "sha256:00",
+            now: SystemTime::UNIX_EPOCH,
+            classifiers: &classifiers,
+            resume: None,
+        },
+    )
+}
+
+const QUADRATIC: &str = r#"version = 1
+[defaults]
+decision = "allow"
+on_error = "require_approval"
+
+[[rules]]
+id = "sorted"
+when = 'args.items.all(x, args.items.all(y, x <= y || x > y))'
+decision = "allow"
+
+[[rules]]
+id = "many"
+when = 'size(args.items) > 2'
+decision = "allow"
+"#;
+
+fn items(n: usize) -> Value {
+    json!({ "items": (0..n).collect::<Vec<_>>() })
+}
+
+#[test]
+fn a_quadratic_rule_decides_small_lists_as_written_and_runs_out_on_large_ones() {
+    let set = load(QUADRATIC);
+    let small = decide(&set, "t", &items(10));
+    assert_eq!(small.decision, DecisionKind::Allow);
+    assert_eq!(small.rules, vec!["many", "sorted"]);
+    assert!(small.errors.is_empty());
+    // Outer range 10 x (1 + inner's range call); inner range 10 x (1 + `<=` + `>`), 10 times.
+    assert!(small.steps > 300 && small.steps < 1_000, "{}", small.steps);
+
+    let large = decide(&set, "t", &items(3_000));
+    assert_eq!(large.decision, DecisionKind::RequireApproval);
+    assert_eq!(large.errors.len(), 1, "{:?}", large.errors);
+    assert_eq!(large.errors[0].rule, "sorted");
+    assert_eq!(large.errors[0].reason, "evaluation budget exceeded");
+    assert!(large.steps <= set.budget());
+}
+
+#[test]
+fn an_error_absorbed_by_or_still_counts_as_running_out() {
+    let set = load(&QUADRATIC.replace("x <= y || x > y))'", "x <= y || x > y)) || true'"));
+    let large = decide(&set, "t", &items(3_000));
+    assert_ne!(large.decision, DecisionKind::Allow);
+    assert_eq!(large.errors[0].rule, "sorted");
+}
+
+#[test]
+fn the_budget_is_the_sets_own_setting() {
+    let set = load(QUADRATIC).with_budget(50);
+    let d = decide(&set, "t", &items(10));
+    assert_eq!(d.decision, DecisionKind::RequireApproval);
+    assert!(d
+        .errors
+        .iter()
+        .any(|e| e.reason == "evaluation budget exceeded"));
+    let set = load(QUADRATIC).with_budget(10_000_000);
+    assert_eq!(
+        decide(&set, "t", &items(1_000)).decision,
+        DecisionKind::Allow
+    );
+}
+
+#[test]
+fn file_order_never_changes_which_rule_a_spent_budget_stops() {
+    let deny = "[[rules]]\nid = \"z-deny\"\nwhen = 'args.flag == true'\ndecision = \"deny\"\n";
+    let burn = "[[rules]]\nid = \"a-burn\"\nwhen = 'args.items.all(x, args.items.all(y, x != y || x == y))'\ndecision = \"allow\"\n";
+    let head = "version = 1\n[defaults]\ndecision = \"allow\"\n";
+    let one = load(&format!("{head}{deny}{burn}"));
+    let two = load(&format!("{head}{burn}{deny}"));
+    let mut args = items(3_000);
+    args["flag"] = json!(true);
+    let (a, b) = (decide(&one, "t", &args), decide(&two, "t", &args));
+    assert_eq!(a.decision, DecisionKind::Deny);
+    assert_eq!(
+        (&a.decision, &a.rules, &a.errors),
+        (&b.decision, &b.rules, &b.errors)
+    );
+}
+
+#[test]
+fn bytes_scanned_by_string_functions_and_regexes_count() {
+    let set = load(
+        "version = 1\n[defaults]\ndecision = \"allow\"\n[[rules]]\nid = \"r\"\nwhen = 'args.s.contains(\"zz\") || args.s.matches(\"^a+$\")'\ndecision = \"deny\"\n",
+    );
+    let d = decide(&set, "t", &json!({"s": "a".repeat(100_000)}));
+    // Two scans of 100,000 bytes, a step per 10 bytes, and the two calls.
+    assert_eq!(d.steps, 20_002);
+    assert_eq!(d.decision, DecisionKind::Deny);
+    let d = decide(&set, "t", &json!({"s": "a".repeat(600_000)}));
+    assert_eq!(d.decision, DecisionKind::RequireApproval);
+    assert_eq!(d.errors[0].reason, "evaluation budget exceeded");
+}
+
+#[test]
+fn loops_over_computed_strings_pay_for_what_they_read() {
+    // Each element compares two big computed values: the comparison is weighed, so the
+    // loop cannot read 100 KB ten thousand times on one budget.
+    let set = load(
+        "version = 1\n[defaults]\ndecision = \"allow\"\n[[rules]]\nid = \"r\"\nwhen = 'args.items.exists(x, args.a + \"\" == args.b)'\ndecision = \"deny\"\n",
+    );
+    let mut args = items(10_000);
+    args["a"] = json!("x".repeat(100_000));
+    args["b"] = json!("y".repeat(100_000));
+    let d = decide(&set, "t", &args);
+    assert_eq!(d.decision, DecisionKind::RequireApproval);
+    assert_eq!(d.errors[0].reason, "evaluation budget exceeded");
+}
+
+fn shipped(name: &str) -> PolicySet {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../policies")
+        .join(name);
+    PolicySet::load(&root).unwrap()
+}
+
+#[test]
+fn a_secret_key_at_the_end_of_a_large_object_is_still_denied() {
+    let set = shipped("default");
+    let mut args = serde_json::Map::new();
+    for i in 0..30_000 {
+        args.insert(format!("k{i:05}"), json!(i));
+    }
+    args.insert("zz_password".into(), json!("hunter2"));
+    let d = decide(&set, "crm.customer.get", &Value::Object(args.clone()));
+    assert_eq!(d.decision, DecisionKind::Deny, "{:?}", d.errors);
+    assert!(d.rules.contains(&"deny-credentials-in-args".to_owned()));
+    assert!(d.steps <= set.budget());
+
+    // Beyond what the budget pays for, the call is never allowed.
+    for i in 30_000..150_000 {
+        args.insert(format!("k{i:06}"), json!(i));
+    }
+    let d = decide(&set, "crm.customer.get", &Value::Object(args));
+    assert_eq!(d.decision, DecisionKind::RequireApproval);
+    let errors: Vec<&str> = d.errors.iter().map(|e| e.rule.as_str()).collect();
+    assert_eq!(errors, vec!["deny-credentials-in-args"]);
+}
