@@ -12,6 +12,8 @@ pub struct Metrics {
     /// Calls by `decision` (allow, deny, require_approval, rejected) and `outcome`.
     pub calls: IntCounterVec,
     pub policy_eval_seconds: Histogram,
+    /// Rules that ran out of the evaluation budget (each yielded `on_error`).
+    pub policy_budget_exceeded: IntCounter,
     /// Upstream latency by configured route pattern.
     pub upstream_seconds: HistogramVec,
     pub pending_approvals: IntGauge,
@@ -51,6 +53,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
         policy_eval_seconds: Histogram::with_opts(
             HistogramOpts::new("airlock_policy_eval_seconds", "Policy evaluation latency")
                 .buckets(fast),
+        )?,
+        policy_budget_exceeded: IntCounter::new(
+            "airlock_policy_budget_exceeded_total",
+            "Rules that ran out of the evaluation budget and yielded on_error",
         )?,
         upstream_seconds: HistogramVec::new(
             HistogramOpts::new(
@@ -140,6 +146,8 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry.register(Box::new(m.calls.clone()))?;
     m.registry
         .register(Box::new(m.policy_eval_seconds.clone()))?;
+    m.registry
+        .register(Box::new(m.policy_budget_exceeded.clone()))?;
     m.registry.register(Box::new(m.upstream_seconds.clone()))?;
     m.registry.register(Box::new(m.pending_approvals.clone()))?;
     m.registry.register(Box::new(m.held_requests.clone()))?;

@@ -126,20 +126,24 @@ pub fn attach_key(principal: &str, fingerprint: &str, run_id: Option<&str>) -> S
 fn load_policy(
     source: &PolicySource,
     classifiers: &BTreeSet<String>,
+    budget: u64,
 ) -> Result<PolicySet, PolicyErrors> {
     let set = match source {
         PolicySource::Path(p) => PolicySet::load(p),
         PolicySource::Embedded(sources) => PolicySet::from_sources(sources.clone()),
     }?;
     set.check_classifiers(classifiers)?;
-    Ok(set)
+    for w in set.warnings() {
+        tracing::warn!(code = w.code, "{}", w.located());
+    }
+    Ok(set.with_budget(budget))
 }
 
 impl Gateway {
     /// Opens the store and loads the policy; a bad policy at start-up is fatal.
     pub fn open(config: Config, shutdown: CancellationToken) -> Result<Arc<Gateway>, String> {
         let classifiers = Classifiers::new(&config.classifiers, config.classifier_cache_ttl)?;
-        let policy = load_policy(&config.policy, &classifiers.names())
+        let policy = load_policy(&config.policy, &classifiers.names(), config.policy_budget)
             .map_err(|e| format!("the policy does not load:\n{e}"))?;
         let store = open_store(&config)?;
         let metrics = Metrics::new()?;
@@ -331,7 +335,11 @@ impl Gateway {
 
     /// Reloads the policy; a set that does not load leaves the current one in place.
     pub fn reload(self: &Arc<Self>, trigger: &str) -> Result<String, PolicyErrors> {
-        match load_policy(&self.config.policy, &self.classifiers.names()) {
+        match load_policy(
+            &self.config.policy,
+            &self.classifiers.names(),
+            self.config.policy_budget,
+        ) {
             Ok(set) => {
                 let version = set.version().to_owned();
                 let changed = version != self.policy.load().version();

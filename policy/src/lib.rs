@@ -18,6 +18,7 @@ mod classify;
 mod duration;
 mod error;
 mod eval;
+mod functions;
 mod glob;
 pub mod json;
 mod load;
@@ -25,7 +26,7 @@ mod model;
 mod names;
 mod near;
 
-pub use budget::{BYTES_PER_STEP, DEFAULT_BUDGET};
+pub use budget::{BYTES_PER_STEP, DEFAULT_BUDGET, EXHAUSTED as BUDGET_EXCEEDED};
 pub use call::{ToolCall, MAX_ARGS_DEPTH};
 pub use canonical::{
     canonicalize, fingerprint, fingerprint_canonical, hex, validate_tool_name, write_canonical,

@@ -165,6 +165,8 @@ pub struct PolicySet {
     pub(crate) env: Arc<Env>,
     /// Steps one evaluation may use, all rules together (`crate::budget`).
     pub(crate) budget: u64,
+    /// What loaded but deserves a look (`policy.nested_comprehension`).
+    pub(crate) warnings: Vec<PolicyError>,
 }
 
 impl std::fmt::Debug for PolicySet {
@@ -240,6 +242,11 @@ impl PolicySet {
     /// Steps one evaluation may use.
     pub fn budget(&self) -> u64 {
         self.budget
+    }
+
+    /// What loaded but deserves a look, each with its place, rule and code.
+    pub fn warnings(&self) -> &[PolicyError] {
+        &self.warnings
     }
 
     /// The classifiers that rules which may apply to `tool` name: the gateway runs these, and
@@ -357,6 +364,8 @@ struct PendingRule {
 #[derive(Default)]
 struct Builder {
     errors: Vec<PolicyError>,
+    /// Problems that do not stop the set loading (`policy check` prints them).
+    warnings: Vec<PolicyError>,
     defaults: Option<(Defaults, PathBuf)>,
     agents: BTreeMap<String, (bool, PathBuf)>,
     tool_flags: BTreeMap<String, (bool, PathBuf)>,
@@ -799,6 +808,25 @@ impl Builder {
                 .map(|(s, _)| s as usize)
                 .unwrap_or(0)
         };
+        for bad in crate::functions::check_calls(program.expression()) {
+            self.errors.push(
+                PolicyError::new(bad.code, path, bad.message)
+                    .at(at.pos(offset_of(bad.id)))
+                    .in_rule(id),
+            );
+        }
+        for loop_id in crate::functions::nested_loops_over_args(program.expression()) {
+            self.warnings.push(
+                PolicyError::new(
+                    "policy.nested_comprehension",
+                    path,
+                    "a loop inside a loop over `args` costs the square of what the agent sends; \
+                     a call whose args make it exceed the evaluation budget gets `on_error`",
+                )
+                .at(at.pos(offset_of(loop_id)))
+                .in_rule(id),
+            );
+        }
         for (name, expr) in &refs.unknown {
             let hint = crate::near::nearest(name, &VARIABLES)
                 .map(|n| format!("did you mean `{n}`? "))
@@ -894,6 +922,7 @@ impl Builder {
                     rules,
                     env,
                     budget: crate::budget::DEFAULT_BUDGET,
+                    warnings: self.warnings,
                 })
             }
             _ => Err(PolicyErrors(self.errors)),

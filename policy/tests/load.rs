@@ -39,6 +39,12 @@ fn each_bad_policy_class_has_its_code_and_place() {
         (rule("when = 'args.x.matches(\"(\")'\ndecision = \"deny\""), "policy.invalid_regex", 6, Some("r1")),
         (rule("when = 'argz.x == 1'\ndecision = \"deny\""), "policy.unknown_variable", 6, Some("r1")),
         (rule("when = 'args.x =='\ndecision = \"deny\""), "policy.cel_syntax", 6, Some("r1")),
+        (rule("when = 'args.command.startswith(\"rm -rf\")'\ndecision = \"deny\""), "policy.unknown_function", 6, Some("r1")),
+        (rule("when = 'size(args.x, 2) > 1'\ndecision = \"deny\""), "policy.wrong_arity", 6, Some("r1")),
+        (rule("when = 'args.x.size(1) > 1'\ndecision = \"deny\""), "policy.wrong_arity", 6, Some("r1")),
+        (rule("when = 'args.x.trim(\"a\") == \"\"'\ndecision = \"deny\""), "policy.wrong_arity", 6, Some("r1")),
+        (rule("when = 'startsWith(args.x, \"a\")'\ndecision = \"deny\""), "policy.unknown_function", 6, Some("r1")),
+        (rule("when = 'args.all(k)'\ndecision = \"deny\""), "policy.wrong_arity", 6, Some("r1")),
         (rule("when = 'classifier.risk.score > 1.0'\ndecision = \"deny\""), "policy.unknown_classifier", 6, Some("r1")),
         (rule("when = '__airlock_matches(\"a\", 0)'\ndecision = \"deny\""), "policy.reserved_name", 6, Some("r1")),
         (rule("decision = \"deny\"\nquorum = 2"), "policy.invalid", 4, Some("r1")),
@@ -238,4 +244,59 @@ fn resume_is_null_on_a_call_and_bound_on_a_resume() {
     let big = eval(Some(&json!({"amount": 5000})));
     assert_eq!(big.decision, DecisionKind::Deny);
     assert!(big.rules.contains(&"big-resume".to_owned()));
+}
+
+#[test]
+fn a_misspelt_function_or_variable_names_its_place_and_the_one_meant() {
+    let text = format!(
+        "{DEFAULTS}[[rules]]\nid = \"rm\"\nwhen = 'tool == \"shell.exec\" && args.command.startswith(\"rm -rf\")'\ndecision = \"deny\"\n"
+    );
+    let errors = load(&text).expect_err("refused");
+    assert_eq!(errors.0.len(), 1, "{errors}");
+    let e = &errors.0[0];
+    assert_eq!(
+        (e.code, e.line, e.rule.as_deref()),
+        ("policy.unknown_function", 6, Some("rm"))
+    );
+    // The column is the call's, inside the expression: after `tool == "shell.exec" && `.
+    assert!(e.col > 30, "{e}");
+    assert!(e.message.contains("did you mean `.startsWith()`"), "{e}");
+
+    let text = format!("{DEFAULTS}[[rules]]\nid = \"v\"\nwhen = 'principle.role == \"admin\"'\ndecision = \"deny\"\n");
+    let errors = load(&text).expect_err("refused");
+    assert_eq!(errors.0[0].code, "policy.unknown_variable");
+    assert!(
+        errors.0[0].message.contains("did you mean `principal`"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn a_loop_inside_a_loop_over_args_loads_with_a_warning_naming_the_rule() {
+    let text = format!(
+        "{DEFAULTS}[[rules]]\nid = \"sorted\"\nwhen = 'args.items.all(x, args.items.all(y, x <= y))'\ndecision = \"deny\"\n[[rules]]\nid = \"flat\"\nwhen = 'args.items.all(x, x > 0) && args.tags.exists(t, t == \"a\")'\ndecision = \"deny\"\n"
+    );
+    let set = load(&text).unwrap();
+    let warnings = set.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].code, "policy.nested_comprehension");
+    assert_eq!(warnings[0].rule.as_deref(), Some("sorted"));
+    assert_eq!(warnings[0].line, 6);
+}
+
+#[test]
+fn the_shipped_sets_load_without_warnings() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+    for entry in std::fs::read_dir(root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            let set = PolicySet::load(&path).unwrap();
+            assert!(
+                set.warnings().is_empty(),
+                "{}: {:?}",
+                path.display(),
+                set.warnings()
+            );
+        }
+    }
 }

@@ -92,7 +92,9 @@ pub fn run(cli: Cli) -> u8 {
         Command::Serve(args) => serve::serve(args),
         Command::Call(args) => call::call(args),
         Command::Approvals(cmd) => approvals::approvals(cmd),
-        Command::Policy(PolicyCommand::Check { path }) => policy::policy_check(&path),
+        Command::Policy(PolicyCommand::Check { path, config }) => {
+            policy::policy_check(path.as_deref(), config.as_deref())
+        }
         Command::Policy(PolicyCommand::Test { paths }) => policy::policy_test(&paths),
         Command::Policy(PolicyCommand::Eval(args)) => policy::policy_eval(&args),
         Command::Fingerprint(args) => policy::fingerprint(&args),

@@ -11,11 +11,20 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::{bad_input, parse_json_flag, read_json_arg};
+use crate::config::{Config, PolicySource};
 
 #[derive(Subcommand, Debug)]
 pub enum PolicyCommand {
     /// Compile a policy set (a .toml file or a folder); exit 1 listing every error.
-    Check { path: PathBuf },
+    /// Warnings (a loop inside a loop over `args`) are printed and do not fail the check.
+    Check {
+        /// The policy set; defaults to the one `--config` names.
+        path: Option<PathBuf>,
+        /// Also check the set against this gateway config: the classifiers it names must be
+        /// configured there.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Run every *.cases.toml under the paths against the policy set of its folder.
     Test {
         #[arg(required = true)]
@@ -78,9 +87,35 @@ pub(super) fn fingerprint(args: &FingerprintArgs) -> u8 {
     }
 }
 
-pub(super) fn policy_check(path: &std::path::Path) -> u8 {
-    match PolicySet::load(path) {
+pub(super) fn policy_check(path: Option<&std::path::Path>, config: Option<&std::path::Path>) -> u8 {
+    let config = match config.map(Config::load).transpose() {
+        Ok(c) => c,
+        Err(e) => return bad_input("config.invalid", e),
+    };
+    let path = match (path, &config) {
+        (Some(p), _) => p.to_path_buf(),
+        (None, Some(c)) => match &c.policy {
+            PolicySource::Path(p) => p.clone(),
+            PolicySource::Embedded(_) => {
+                return bad_input("config.invalid", "the config names no policy")
+            }
+        },
+        (None, None) => {
+            return bad_input("request.invalid_args", "give a policy PATH, or --config")
+        }
+    };
+    let loaded = PolicySet::load(&path).and_then(|set| {
+        if let Some(c) = &config {
+            let names = c.classifiers.iter().map(|k| k.name.clone()).collect();
+            set.check_classifiers(&names)?;
+        }
+        Ok(set)
+    });
+    match loaded {
         Ok(set) => {
+            for w in set.warnings() {
+                eprintln!("warning: {w}");
+            }
             say!(
                 "ok: {} rule(s) in {} file(s), policy_version {}",
                 set.rules().len(),
@@ -137,6 +172,12 @@ pub(super) fn policy_eval(args: &EvalArgs) -> u8 {
     let mut request = request;
     cases::fill_with_builtin(&set, &request.call, &mut request.classifiers);
     let decision = evaluate(&set, &request.input());
+    // The budget goes to stderr, so stdout stays the decision JSON the API answers.
+    eprintln!(
+        "evaluation steps: {} of a budget of {}",
+        decision.steps,
+        set.budget()
+    );
     let mut out = cases::decision_json(&decision, &request.call);
     out["classifiers"] = cases::classifiers_json(&request.classifiers);
     say!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());

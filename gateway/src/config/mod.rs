@@ -74,6 +74,8 @@ pub struct Config {
     /// How long a suspended call waits for resume data (DESIGN §11).
     pub suspend_ttl: Duration,
     pub max_body_bytes: usize,
+    /// Evaluation steps one call's decision may use, all rules together (DESIGN §19).
+    pub policy_budget: u64,
     pub max_header_bytes: usize,
     /// Held requests at once; beyond it a call that would wait gets 429.
     pub max_held: usize,
@@ -204,6 +206,7 @@ impl Config {
             max_hold: server.max_hold,
             suspend_ttl: server.suspend_ttl,
             max_body_bytes: server.max_body_bytes,
+            policy_budget: server.policy_budget,
             max_header_bytes: server.max_header_bytes,
             max_held: server.max_held,
             max_in_flight: server.max_in_flight,
@@ -273,6 +276,7 @@ impl Config {
             max_hold: Duration::from_secs(300),
             suspend_ttl: Duration::from_secs(24 * 3600),
             max_body_bytes: 1 << 20,
+            policy_budget: airlock_policy::DEFAULT_BUDGET,
             max_header_bytes: 16 << 10,
             max_held: 10_000,
             max_in_flight: 4096,

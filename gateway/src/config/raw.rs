@@ -90,6 +90,7 @@ pub(super) struct RawServer {
     pub(super) max_hold: Option<String>,
     pub(super) suspend_ttl: Option<String>,
     pub(super) max_body_bytes: Option<usize>,
+    pub(super) policy_budget: Option<u64>,
     pub(super) max_header_bytes: Option<usize>,
     pub(super) max_held: Option<usize>,
     pub(super) max_in_flight: Option<usize>,

@@ -47,6 +47,7 @@ pub(super) struct Server {
     pub(super) max_hold: Duration,
     pub(super) suspend_ttl: Duration,
     pub(super) max_body_bytes: usize,
+    pub(super) policy_budget: u64,
     pub(super) max_header_bytes: usize,
     pub(super) max_held: usize,
     pub(super) max_in_flight: usize,
@@ -105,6 +106,16 @@ pub(super) fn validate(
         Duration::from_secs(60),
     )?;
     let connections = connections(&s)?;
+    let policy_budget = match s.policy_budget {
+        None => airlock_policy::DEFAULT_BUDGET,
+        Some(0) => {
+            return Err(err(
+                "server.policy_budget",
+                "`0` must be a positive number of evaluation steps".to_owned(),
+            ))
+        }
+        Some(n) => n,
+    };
     let batched = match s.durability.as_deref().unwrap_or("sync") {
         "sync" => false,
         "batched" => true,
@@ -130,6 +141,7 @@ pub(super) fn validate(
         max_hold,
         suspend_ttl,
         max_body_bytes: s.max_body_bytes.unwrap_or(1 << 20),
+        policy_budget,
         max_header_bytes: s.max_header_bytes.unwrap_or(16 << 10),
         max_held: s.max_held.unwrap_or(10_000),
         max_in_flight: s.max_in_flight.unwrap_or(4096),

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use airlock_policy::cases::classifiers_json;
-use airlock_policy::{evaluate, ClassifierOutcome, Decision, DecisionKind, Input, ToolCall};
+use airlock_policy::{
+    evaluate, ClassifierOutcome, Decision, DecisionKind, Input, ToolCall, BUDGET_EXCEEDED,
+};
 use airlock_storage::{CallRecord, CallStatus, Principal};
 use serde_json::{json, Map, Value};
 
@@ -139,6 +141,14 @@ pub async fn policy(
     gw.metrics
         .policy_eval_seconds
         .observe(start.elapsed().as_secs_f64());
+    let ran_out = decision
+        .errors
+        .iter()
+        .filter(|e| e.reason == BUDGET_EXCEEDED)
+        .count();
+    if ran_out > 0 {
+        gw.metrics.policy_budget_exceeded.inc_by(ran_out as u64);
+    }
     (decision, classifiers)
 }
 
