@@ -7,7 +7,7 @@
 //! order (admit → parse and fingerprint → decide → grant or hold → claim → forward → record),
 //! a module each; its answer is a protocol-neutral [`pipeline::Outcome`] or an
 //! [`error::ApiError`] with a stable [`error::Code`]. Decided calls go to [`backends`] (HTTP
-//! tools and MCP upstreams, behind one interface). [`state`] holds what requests share;
+//! tools and MCP upstreams, behind one interface). A call with a big body runs on [`lanes`], a thread of its own. [`state`] holds what requests share;
 //! [`config`] reads `airlock.toml`; [`cli`] is the command line, a file per subcommand,
 //! including the client of a running gateway.
 // The OpenAPI document's schemas are one `json!` literal, deeper than the default allows.
@@ -27,6 +27,7 @@ pub(crate) mod events;
 pub(crate) mod http;
 pub(crate) mod identity;
 pub(crate) mod inbox;
+pub(crate) mod lanes;
 pub(crate) mod limits;
 pub(crate) mod mcp;
 pub(crate) mod metrics;

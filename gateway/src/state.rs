@@ -90,6 +90,8 @@ pub struct Gateway {
     pub shutdown: CancellationToken,
     /// Requests in flight; beyond `max_in_flight` new ones get 503.
     pub in_flight: Semaphore,
+    /// Where calls with big bodies run, away from the serving threads (DESIGN §19).
+    pub heavy: crate::lanes::HeavyLane,
     /// Requests held waiting for a decision; beyond `max_held` a call that would wait gets 429.
     pub held: Semaphore,
     /// False until a policy has loaded (for `/readyz`).
@@ -205,6 +207,7 @@ impl Gateway {
             metrics,
             shutdown,
             in_flight: Semaphore::new(config.max_in_flight),
+            heavy: crate::lanes::HeavyLane::start()?,
             held: Semaphore::new(config.max_held),
             policy_loaded: AtomicBool::new(true),
             limits,

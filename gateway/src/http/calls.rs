@@ -40,9 +40,16 @@ pub(super) async fn create(
         gw.config.hold_timeout,
         gw.config.max_hold,
     );
-    pipeline::handle_call(gw, principal, &body, hold)
-        .await
-        .map(|o| outcome_response(gw, o))
+    // A big body is parsed, decided and recorded on the heavy lane, away from other callers.
+    let size = body.len();
+    let work = {
+        let gw = gw.clone();
+        async move {
+            let outcome = pipeline::handle_call(&gw, principal, &body, hold).await;
+            outcome.map(|o| outcome_response(&gw, o))
+        }
+    };
+    gw.heavy.run(size, work).await?
 }
 
 /// `GET /v1/calls?status=suspended`: suspended calls waiting for input (DESIGN §11).

@@ -207,13 +207,6 @@ async fn post(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let get = |name: &str| {
-        parts
-            .headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
     let limits = BodyLimits {
         max_bytes: gw.config.max_body_bytes,
         timeout: gw.config.connections.body_timeout,
@@ -222,7 +215,33 @@ async fn post(
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let msg = match wire::parse(&body) {
+    // A big message is parsed, decided and answered on the heavy lane (DESIGN §19).
+    let size = body.len();
+    let work = {
+        let (gw, front) = (gw.clone(), front.clone());
+        async move { message(&gw, &front, principal, &parts.headers, &body).await }
+    };
+    match gw.heavy.run(size, work).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// One JSON-RPC message, read whole, to its answer.
+async fn message(
+    gw: &Arc<Gateway>,
+    front: &Arc<McpFront>,
+    principal: Principal,
+    headers: &hyper::HeaderMap,
+    body: &[u8],
+) -> Response<Body> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let msg = match wire::parse(body) {
         Ok(m) => m,
         Err(e) => {
             // A strict-intake refusal (DESIGN §3) before any method is read: audited as a

@@ -1,0 +1,99 @@
+//! The heavy lane: where a call with a big body does its work, so that it cannot delay the
+//! calls of other agents.
+//!
+//! A serving thread drives every connection it was handed (`crate::serve`), so a request
+//! that keeps it busy for tens of milliseconds (parsing, canonicalising and fingerprinting a
+//! 500 KB body, deciding it, recording it) delays every other request on that thread. A call
+//! whose body is at least [`HEAVY_BYTES`] is therefore run, whole, on the heavy lane: one
+//! thread of its own with a single-threaded runtime. Big calls queue there behind each other
+//! and use at most that one core; the serving threads stay free for the rest. The evaluation
+//! budget (`airlock_policy`) bounds what deciding one call may cost; this lane bounds where
+//! that cost is paid.
+//!
+//! The request that hands its work over awaits it; if the client goes away, the work is
+//! aborted as it would have been on the serving thread. It does not bound how many big calls
+//! wait: the in-flight limit and the per-principal rate do.
+
+use std::future::Future;
+
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ApiError, Code};
+
+/// Bodies of this many bytes or more run on the heavy lane.
+pub const HEAVY_BYTES: usize = 64 * 1024;
+
+/// The heavy lane's thread; it stops when this is dropped.
+pub struct HeavyLane {
+    handle: Handle,
+    stop: CancellationToken,
+}
+
+impl HeavyLane {
+    /// Starts the lane's thread.
+    pub fn start() -> Result<HeavyLane, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the heavy lane: {e}"))?;
+        let handle = runtime.handle().clone();
+        let stop = CancellationToken::new();
+        let stopped = stop.clone();
+        std::thread::Builder::new()
+            .name("airlock-heavy".into())
+            .spawn(move || runtime.block_on(stopped.cancelled()))
+            .map_err(|e| format!("cannot start the heavy lane: {e}"))?;
+        Ok(HeavyLane { handle, stop })
+    }
+
+    /// Runs `work` here when `size` bytes is a big body, else where it was called.
+    pub async fn run<F>(&self, size: usize, work: F) -> Result<F::Output, ApiError>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        if size < HEAVY_BYTES {
+            return Ok(work.await);
+        }
+        let task = self.handle.spawn(work);
+        // Aborts the work if this request is dropped (the client went away).
+        let abort = AbortOnDrop(task.abort_handle());
+        let result = task.await;
+        std::mem::forget(abort);
+        result.map_err(|e| {
+            tracing::error!("a call on the heavy lane did not finish: {e}");
+            ApiError::new(Code::Internal, "the call's work did not finish")
+        })
+    }
+}
+
+impl Drop for HeavyLane {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn big_work_runs_on_the_lanes_thread_and_small_work_where_it_was_called() {
+        let lane = HeavyLane::start().unwrap_or_else(|e| unreachable!("{e}"));
+        let name = || std::thread::current().name().map(str::to_owned);
+        let here = name();
+        let small = lane.run(10, async move { name() }).await.ok().flatten();
+        assert_eq!(small, here);
+        let big = lane.run(HEAVY_BYTES, async move { name() }).await.ok().flatten();
+        assert_eq!(big.as_deref(), Some("airlock-heavy"));
+    }
+}
