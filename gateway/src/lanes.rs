@@ -93,7 +93,11 @@ mod tests {
         let here = name();
         let small = lane.run(10, async move { name() }).await.ok().flatten();
         assert_eq!(small, here);
-        let big = lane.run(HEAVY_BYTES, async move { name() }).await.ok().flatten();
+        let big = lane
+            .run(HEAVY_BYTES, async move { name() })
+            .await
+            .ok()
+            .flatten();
         assert_eq!(big.as_deref(), Some("airlock-heavy"));
     }
 }

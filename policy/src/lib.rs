@@ -18,6 +18,7 @@ mod classify;
 mod duration;
 mod error;
 mod eval;
+mod expression;
 mod functions;
 mod glob;
 pub mod json;
@@ -37,6 +38,7 @@ pub use classify::BuiltinClassifier;
 pub use duration::{format_duration, parse_duration};
 pub use error::{PolicyError, PolicyErrors, RequestError};
 pub use eval::evaluate;
+pub use expression::{evaluate_expression, ExpressionError};
 pub use glob::Glob;
 pub use load::{Defaults, Location, PolicySet, Rule, Source};
 pub use model::{

@@ -27,7 +27,8 @@ fn policy() -> String {
 }
 
 fn gateway(backend: &Backend) -> Gateway {
-    let mut config = config_text(backend, "").replace("max_body_bytes = 65536", "max_body_bytes = 1048576");
+    let mut config =
+        config_text(backend, "").replace("max_body_bytes = 65536", "max_body_bytes = 1048576");
     for id in ["agent3", "agent4"] {
         let hash = airlock_policy::hex(&Sha256::digest(format!("token-{id}").as_bytes()));
         config.push_str(&format!(
@@ -87,8 +88,9 @@ fn a_quadratic_rule_decides_small_lists_and_never_allows_a_large_one() {
 
 /// A call of `keys` short keys to a read tool: about 15 bytes a key on the wire.
 fn big_args(keys: usize) -> Value {
-    let map: serde_json::Map<String, Value> =
-        (0..keys).map(|i| (format!("key{i:06}"), json!(i))).collect();
+    let map: serde_json::Map<String, Value> = (0..keys)
+        .map(|i| (format!("key{i:06}"), json!(i)))
+        .collect();
     Value::Object(map)
 }
 
@@ -121,7 +123,11 @@ fn while_two_agents_send_big_calls_another_agents_plain_calls_keep_their_latency
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicUsize::new(0));
     let body = json!({"tool": "echo.update", "args": big_args(30_000)}).to_string();
-    assert!(body.len() > 400_000 && body.len() < 1_048_576, "{}", body.len());
+    assert!(
+        body.len() > 400_000 && body.len() < 1_048_576,
+        "{}",
+        body.len()
+    );
     // Each agent sends from two connections, so that every serving thread has big calls
     // handed to it.
     let senders: Vec<_> = ["agent1", "agent2", "agent1", "agent2"]
