@@ -19,7 +19,7 @@ use cel::common::types::{CelDouble, CelList, CelMap, CelMapKey, CelNull, CelStri
 use cel::common::value::Val;
 use cel::{Context, Value as CelValue};
 
-use crate::budget::{Meter, EXHAUSTED};
+use crate::budget::{bind_cost, Meter, EXHAUSTED};
 use crate::cel::{json_fields_to_val, json_to_val, VARIABLES};
 use crate::load::{PolicySet, Rule};
 use crate::model::{ClassifierOutcome, Decision, DecisionKind, Input, RuleError, RuleMessage};
@@ -51,8 +51,9 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         Some(acc)
     });
     let meter = Meter::start(set.budget);
+    let unbound = unaffordable(&meter, uses, input, args_fields.as_deref());
     let mut ctx = Context::with_env(set.env.clone());
-    bind(&mut ctx, uses, input, args_fields.as_deref());
+    bind(&mut ctx, uses & !unbound, input, args_fields.as_deref());
 
     let mut decision: Option<DecisionKind> = None;
     let mut approval = None;
@@ -60,7 +61,12 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
     let mut errors = Vec::new();
     let mut messages = Vec::new();
     for rule in applicable {
-        let yielded = match run(rule, &ctx, input, set.defaults.on_error, &meter) {
+        let outcome = if rule.uses & unbound != 0 {
+            Outcome::Error(EXHAUSTED.to_owned(), set.defaults.on_error)
+        } else {
+            run(rule, &ctx, input, set.defaults.on_error, &meter)
+        };
+        let yielded = match outcome {
             Outcome::NoMatch => continue,
             Outcome::Match => {
                 rules.push(rule.id.clone());
@@ -155,6 +161,32 @@ fn run(
         Ok(other) => Outcome::Error(format!("`when` gave {other:?}, not a bool"), on_error),
         Err(e) => Outcome::Error(e.to_string(), on_error),
     }
+}
+
+/// Pays for binding what the agent sent (`args`, or the fields of it the rules read, and
+/// `resume`); returns the bitmask of those the budget could not pay for, left unbound.
+fn unaffordable(meter: &Meter, uses: u8, input: &Input<'_>, args_fields: Option<&[&str]>) -> u8 {
+    let mut unbound = 0;
+    for (i, name) in VARIABLES.iter().enumerate() {
+        if uses & (1 << i) == 0 {
+            continue;
+        }
+        let cap = meter.remaining().saturating_add(1);
+        let cost = match (*name, args_fields) {
+            ("args", None) => bind_cost(input.args, cap),
+            ("args", Some(fields)) => fields
+                .iter()
+                .filter_map(|f| input.args.get(*f))
+                .map(|v| bind_cost(v, cap))
+                .sum(),
+            ("resume", _) => input.resume.map_or(0, |r| bind_cost(r, cap)),
+            _ => continue,
+        };
+        if !meter.charge(cost) {
+            unbound |= 1 << i;
+        }
+    }
+    unbound
 }
 
 /// Binds the variables in the `uses` bitmask (bit i is `VARIABLES[i]`); `args` is bound as

@@ -45,6 +45,8 @@ fn each_bad_policy_class_has_its_code_and_place() {
         (rule("when = 'args.x.trim(\"a\") == \"\"'\ndecision = \"deny\""), "policy.wrong_arity", 6, Some("r1")),
         (rule("when = 'startsWith(args.x, \"a\")'\ndecision = \"deny\""), "policy.unknown_function", 6, Some("r1")),
         (rule("when = 'args.all(k)'\ndecision = \"deny\""), "policy.wrong_arity", 6, Some("r1")),
+        (rule("when = 'args.all(k, v, v > 0)'\ndecision = \"deny\""), "policy.wrong_arity", 6, Some("r1")),
+        (rule("when = 'args.items.transformList(i, v, v) == []'\ndecision = \"deny\""), "policy.unknown_function", 6, Some("r1")),
         (rule("when = 'classifier.risk.score > 1.0'\ndecision = \"deny\""), "policy.unknown_classifier", 6, Some("r1")),
         (rule("when = '__airlock_matches(\"a\", 0)'\ndecision = \"deny\""), "policy.reserved_name", 6, Some("r1")),
         (rule("decision = \"deny\"\nquorum = 2"), "policy.invalid", 4, Some("r1")),
