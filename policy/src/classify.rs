@@ -211,6 +211,45 @@ struct Hit {
     pointer: String,
 }
 
+/// Matches named in `detail` at most: every label found is still reported, but an agent that
+/// repeats a risky word a hundred thousand times does not get a detail, and a copy of its
+/// path, for each one.
+pub const MAX_MATCHES: usize = 64;
+
+/// The longest JSON pointer a match names; a longer one is cut, with `…`.
+const MAX_POINTER: usize = 512;
+
+/// What the walk has found so far: every label, and the first [`MAX_MATCHES`] matches.
+#[derive(Default)]
+struct Hits {
+    labels: Vec<&'static str>,
+    first: Vec<Hit>,
+}
+
+impl Hits {
+    fn add(&mut self, label: &'static str, rule: &'static str, pointer: &str) {
+        if !self.labels.contains(&label) {
+            self.labels.push(label);
+        }
+        if self.first.len() < MAX_MATCHES {
+            let cut = pointer.len() > MAX_POINTER;
+            let mut end = pointer.len().min(MAX_POINTER);
+            while !pointer.is_char_boundary(end) {
+                end -= 1;
+            }
+            let mut pointer = pointer[..end].to_owned();
+            if cut {
+                pointer.push('…');
+            }
+            self.first.push(Hit {
+                label,
+                rule,
+                pointer,
+            });
+        }
+    }
+}
+
 impl BuiltinClassifier {
     pub fn new(allow_hosts: Vec<String>) -> BuiltinClassifier {
         BuiltinClassifier {
@@ -223,17 +262,12 @@ impl BuiltinClassifier {
 
     /// Classifies every string in `args`.
     pub fn classify(&self, args: &Value) -> ClassifierResult {
-        let mut hits = Vec::new();
+        let mut hits = Hits::default();
         if let Some(c) = COMPILED.as_ref() {
             let mut pointer = String::new();
             self.walk(c, args, &mut pointer, &mut hits);
         }
-        let mut labels: Vec<String> = Vec::new();
-        for h in &hits {
-            if !labels.iter().any(|l| l == h.label) {
-                labels.push(h.label.to_owned());
-            }
-        }
+        let mut labels: Vec<String> = hits.labels.iter().map(|l| (*l).to_owned()).collect();
         labels.sort();
         let score = WEIGHTS
             .iter()
@@ -241,6 +275,7 @@ impl BuiltinClassifier {
             .map(|(_, w)| *w)
             .fold(0.0, f64::max);
         let matches: Vec<Value> = hits
+            .first
             .iter()
             .map(|h| json!({"label": h.label, "rule": h.rule, "pointer": h.pointer}))
             .collect();
@@ -251,7 +286,7 @@ impl BuiltinClassifier {
         }
     }
 
-    fn walk(&self, c: &Compiled, v: &Value, pointer: &mut String, hits: &mut Vec<Hit>) {
+    fn walk(&self, c: &Compiled, v: &Value, pointer: &mut String, hits: &mut Hits) {
         match v {
             Value::String(s) => self.scan(c, s, pointer, hits),
             Value::Array(items) => {
@@ -276,14 +311,8 @@ impl BuiltinClassifier {
         }
     }
 
-    fn scan(&self, c: &Compiled, text: &str, pointer: &str, hits: &mut Vec<Hit>) {
-        let mut hit = |label: &'static str, rule: &'static str| {
-            hits.push(Hit {
-                label,
-                rule,
-                pointer: pointer.to_owned(),
-            });
-        };
+    fn scan(&self, c: &Compiled, text: &str, pointer: &str, hits: &mut Hits) {
+        let mut hit = |label: &'static str, rule: &'static str| hits.add(label, rule, pointer);
         let n = normalize(text);
         for i in c.normalized.matches(&n).iter() {
             hit(NORMALIZED_RULES[i].0, NORMALIZED_RULES[i].1);

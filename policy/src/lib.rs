@@ -34,7 +34,7 @@ pub use canonical::{
     write_canonical_with, Fingerprint,
 };
 pub use cel::build_env;
-pub use classify::BuiltinClassifier;
+pub use classify::{BuiltinClassifier, MAX_MATCHES};
 pub use duration::{format_duration, parse_duration};
 pub use error::{PolicyError, PolicyErrors, RequestError};
 pub use eval::evaluate;

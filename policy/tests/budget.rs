@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use airlock_policy::{evaluate, Decision, DecisionKind, Input, PolicySet};
+use airlock_policy::{evaluate, BuiltinClassifier, Decision, DecisionKind, Input, PolicySet};
 use serde_json::{json, Value};
 
 fn load(text: &str) -> PolicySet {
@@ -174,4 +174,28 @@ fn a_secret_key_at_the_end_of_a_large_object_is_still_denied() {
         .errors
         .iter()
         .all(|e| e.reason == "evaluation budget exceeded"));
+}
+
+#[test]
+fn the_builtin_classifier_stays_linear_in_what_it_is_sent() {
+    // Thirty objects nested under 15 KB keys, holding 30,000 risky strings: about 1 MB. A
+    // detail per match, each with a copy of its 450 KB path, would be 13 GB.
+    let leaves: Vec<Value> = (0..30_000).map(|_| json!("sudo rm -rf /")).collect();
+    let mut v = json!(leaves);
+    for i in 0..30 {
+        v = json!({ format!("{}{i}", "k".repeat(15_000)): v });
+    }
+    let r = BuiltinClassifier::new(vec![]).classify(&v);
+    assert!(
+        r.labels.contains(&"destructive".to_owned()),
+        "{:?}",
+        r.labels
+    );
+    assert!(r.labels.contains(&"privilege".to_owned()), "{:?}", r.labels);
+    let matches = r.detail["matches"].as_array().unwrap();
+    assert_eq!(matches.len(), airlock_policy::MAX_MATCHES);
+    for m in matches {
+        let p = m["pointer"].as_str().unwrap();
+        assert!(p.len() <= 516 && p.ends_with('…'), "{}", p.len());
+    }
 }

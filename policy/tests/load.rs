@@ -37,6 +37,7 @@ fn each_bad_policy_class_has_its_code_and_place() {
         ("version = 1\n[defaults]\ndecision = \"deny\"\napproval_ttl = \"soon\"\n".into(), "policy.invalid_duration", 4, None),
         (rule("when = 'args.x.matches(args.y)'\ndecision = \"deny\""), "policy.dynamic_regex", 6, Some("r1")),
         (rule("when = 'args.x.matches(\"(\")'\ndecision = \"deny\""), "policy.invalid_regex", 6, Some("r1")),
+        (rule("when = 'args.x.matches(\"\\\\w{5000}\")'\ndecision = \"deny\""), "policy.invalid_regex", 6, Some("r1")),
         (rule("when = 'argz.x == 1'\ndecision = \"deny\""), "policy.unknown_variable", 6, Some("r1")),
         (rule("when = 'args.x =='\ndecision = \"deny\""), "policy.cel_syntax", 6, Some("r1")),
         (rule("when = 'args.command.startswith(\"rm -rf\")'\ndecision = \"deny\""), "policy.unknown_function", 6, Some("r1")),
