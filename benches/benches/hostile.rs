@@ -95,8 +95,11 @@ fn nested(fields: &[&str]) -> Value {
 
 /// The most keys the set decides with no rule running out: every rule that iterates `args`
 /// pays for all of them, within the budget.
-fn keys_within_budget(fits: &dyn Fn(&Value) -> bool) -> Value {
-    let (mut lo, mut hi) = (0usize, 200_000usize);
+fn keys_within_budget(most: usize, fits: &dyn Fn(&Value) -> bool) -> Value {
+    if fits(&many_keys(most)) {
+        return many_keys(most);
+    }
+    let (mut lo, mut hi) = (0usize, most);
     while lo + 1 < hi {
         let mid = (lo + hi) / 2;
         if fits(&many_keys(mid)) {
@@ -116,7 +119,10 @@ fn shapes(
     let one = fields.len().max(1);
     vec![
         ("max-keys", max_keys(tool)),
-        ("keys-within-budget", keys_within_budget(fits)),
+        (
+            "keys-within-budget",
+            keys_within_budget(max_keys(tool).as_object().map_or(0, |m| m.len()), fits),
+        ),
         ("list-of-objects", objects(fields)),
         (
             "string-near-limit",

@@ -49,11 +49,11 @@ pub const BYTES_PER_STEP: u64 = 10;
 pub const CALL_STEPS: u64 = 3;
 
 /// Steps each element of a comprehension costs, besides the calls its body makes.
-pub const ELEMENT_STEPS: u64 = 5;
+pub const ELEMENT_STEPS: u64 = 6;
 
 /// Steps binding one JSON value (an object entry, a list element, a scalar) as a CEL value
 /// costs: `args` and `resume` are bound only if the budget pays for them.
-pub const BIND_STEPS: u64 = 5;
+pub const BIND_STEPS: u64 = 6;
 
 /// The reason a rule that ran out of budget gives.
 pub const EXHAUSTED: &str = "evaluation budget exceeded";
