@@ -84,6 +84,8 @@ pub(crate) struct BadCall {
     pub message: String,
     /// The expression id of the call, for its place.
     pub id: u64,
+    /// The function's name as written, to point at it rather than at its `(`.
+    pub name: String,
 }
 
 /// Every call in `expr` that names no function, or passes the wrong number of arguments.
@@ -108,6 +110,7 @@ pub(crate) fn check_calls(expr: &IdedExpr) -> Vec<BadCall> {
                 code: problem.0,
                 message: problem.1,
                 id: e.id,
+                name: call.func_name.clone(),
             });
         }
     });

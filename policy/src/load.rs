@@ -809,9 +809,17 @@ impl Builder {
                 .unwrap_or(0)
         };
         for bad in crate::functions::check_calls(program.expression()) {
+            // The parser places a call at its `(`: point at the name written before it.
+            let mut offset = offset_of(bad.id);
+            if when
+                .get(..offset)
+                .is_some_and(|before| before.ends_with(&bad.name))
+            {
+                offset -= bad.name.len();
+            }
             self.errors.push(
                 PolicyError::new(bad.code, path, bad.message)
-                    .at(at.pos(offset_of(bad.id)))
+                    .at(at.pos(offset))
                     .in_rule(id),
             );
         }

@@ -941,3 +941,85 @@ fn the_demo_deploy_tool_asks_which_environment_over_the_cli_and_mcp() {
     }
     demo.stop();
 }
+
+#[test]
+fn policy_check_refuses_a_misspelt_function_and_with_config_an_unconfigured_classifier() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 1\n[defaults]\ndecision = \"allow\"\n\
+         [[rules]]\nid = \"rm\"\nwhen = 'args.command.startswith(\"rm -rf\")'\ndecision = \"deny\"\n",
+    )
+    .unwrap();
+    let out = airlock(&["policy", "check", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("policy.toml:6:22: rule `rm`: `.startswith()` is not a function CEL or airlock define; did you mean `.startsWith()`? (policy.unknown_function)"),
+        "{err}"
+    );
+
+    // Spelt right, with a classifier and a quadratic rule: it loads, with a warning; against
+    // a config that lacks the classifier, the check fails as `serve` would.
+    std::fs::write(
+        &policy,
+        "version = 1\n[defaults]\ndecision = \"allow\"\n\
+         [[rules]]\nid = \"rm\"\nwhen = 'args.command.startsWith(\"rm -rf\")'\ndecision = \"deny\"\n\
+         [[rules]]\nid = \"risky\"\nclassifier = \"risk\"\nwhen = 'classifier.risk.score > 0.5'\ndecision = \"require_approval\"\n\
+         [[rules]]\nid = \"sorted\"\nwhen = 'args.items.all(x, args.items.all(y, x <= y))'\ndecision = \"allow\"\n",
+    )
+    .unwrap();
+    let out = airlock(&["policy", "check", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("warning: ")
+            && err.contains("rule `sorted`")
+            && err.contains("(policy.nested_comprehension)"),
+        "{err}"
+    );
+    let config = dir.path().join("airlock.toml");
+    let config_text = format!("[server]\npolicy = {:?}\n", policy.display().to_string());
+    std::fs::write(&config, &config_text).unwrap();
+    let out = airlock(&["policy", "check", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "rule `risky`: classifier `risk` is not configured (policy.unknown_classifier)"
+        ),
+        "{err}"
+    );
+    std::fs::write(
+        &config,
+        format!("{config_text}[[classifiers]]\nname = \"risk\"\nkind = \"builtin\"\n"),
+    )
+    .unwrap();
+    let out = airlock(&["policy", "check", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // `policy eval` tells the steps a call used, on stderr, beside the decision on stdout.
+    let items: Vec<u32> = (0..5).collect();
+    let args = serde_json::json!({"command": "ls", "items": items}).to_string();
+    let out = airlock(&[
+        "policy",
+        "eval",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--tool",
+        "t",
+        "--args",
+        &args,
+        "--classifier",
+        r#"{"risk":{"score":0.1}}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let decision: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(decision["decision"], "allow");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("evaluation steps: ") && err.contains(" of a budget of 100000"),
+        "{err}"
+    );
+}
