@@ -5,7 +5,9 @@
 //! that keeps it busy for tens of milliseconds (parsing, canonicalising and fingerprinting a
 //! 500 KB body, deciding it, recording it) delays every other request on that thread. A call
 //! whose body is at least [`HEAVY_BYTES`] is therefore run, whole, on the heavy lane: one
-//! thread of its own with a single-threaded runtime. Big calls queue there behind each other
+//! thread of its own with a single-threaded runtime: any `/v1` request whose declared
+//! `Content-Length` is that big (an approver's edit, resume data), a `POST /v1/calls` whose
+//! body read that big, and an MCP message that big. Big calls queue there behind each other
 //! and use at most that one core; the serving threads stay free for the rest. The evaluation
 //! budget (`airlock_policy`) bounds what deciding one call may cost; this lane bounds where
 //! that cost is paid.
@@ -14,6 +16,7 @@
 //! aborted as it would have been on the serving thread. It does not bound how many big calls
 //! wait: the in-flight limit and the per-principal rate do.
 
+use std::cell::Cell;
 use std::future::Future;
 
 use tokio::runtime::Handle;
@@ -23,6 +26,11 @@ use crate::error::{ApiError, Code};
 
 /// Bodies of this many bytes or more run on the heavy lane.
 pub const HEAVY_BYTES: usize = 64 * 1024;
+
+thread_local! {
+    /// Set on the lane's own thread: work handed over there runs where it is.
+    static ON_LANE: Cell<bool> = const { Cell::new(false) };
+}
 
 /// The heavy lane's thread; it stops when this is dropped.
 pub struct HeavyLane {
@@ -42,18 +50,22 @@ impl HeavyLane {
         let stopped = stop.clone();
         std::thread::Builder::new()
             .name("airlock-heavy".into())
-            .spawn(move || runtime.block_on(stopped.cancelled()))
+            .spawn(move || {
+                ON_LANE.with(|on| on.set(true));
+                runtime.block_on(stopped.cancelled())
+            })
             .map_err(|e| format!("cannot start the heavy lane: {e}"))?;
         Ok(HeavyLane { handle, stop })
     }
 
-    /// Runs `work` here when `size` bytes is a big body, else where it was called.
+    /// Runs `work` here when `size` bytes is a big body, else where it was called (and where
+    /// it is, when that is already the lane).
     pub async fn run<F>(&self, size: usize, work: F) -> Result<F::Output, ApiError>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        if size < HEAVY_BYTES {
+        if size < HEAVY_BYTES || ON_LANE.with(Cell::get) {
             return Ok(work.await);
         }
         let task = self.handle.spawn(work);
@@ -99,5 +111,20 @@ mod tests {
             .ok()
             .flatten();
         assert_eq!(big.as_deref(), Some("airlock-heavy"));
+        // Work handed over from the lane itself runs where it is.
+        let lane = std::sync::Arc::new(lane);
+        let inner = lane.clone();
+        let nested = lane
+            .run(HEAVY_BYTES, async move {
+                let outer = std::thread::current().id();
+                let inner_id = inner
+                    .run(HEAVY_BYTES, async move { std::thread::current().id() })
+                    .await
+                    .ok();
+                inner_id == Some(outer)
+            })
+            .await
+            .ok();
+        assert_eq!(nested, Some(true));
     }
 }

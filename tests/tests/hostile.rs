@@ -60,8 +60,8 @@ fn a_quadratic_rule_decides_small_lists_and_never_allows_a_large_one() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["decision"], "allow");
 
-    // 20,000 items: 400 million steps as written, about 40 KB on the wire.
-    let items: Vec<u32> = (0..20_000).collect();
+    // 2,000 items: four million comparisons as written, about 10 KB on the wire.
+    let items: Vec<u32> = (0..2_000).collect();
     let started = Instant::now();
     let (status, body) = gw.call(
         "agent1",
@@ -191,4 +191,27 @@ fn while_two_agents_send_big_calls_another_agents_plain_calls_keep_their_latency
         "the slowest of 20 plain calls took {:?} while big calls ran",
         slowest(&loaded)
     );
+}
+
+#[test]
+fn an_approvers_big_edit_is_decided_on_the_heavy_lane_and_runs_as_edited() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let backend = Backend::start();
+    let gw = gateway(&backend);
+    let (call, approval) = gw.call_async("agent1", "echo.update", json!({"id": "c-1"}));
+    // An edit of about 100 KB: over the size that moves a request off the serving threads.
+    let blob = "x".repeat(100_000);
+    let body = json!({"reason": "with the blob", "args": {"id": "c-1", "blob": blob}}).to_string();
+    let (status, answer) = gw.req(
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        Some("ops"),
+        Some(&body),
+        None,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let (status, done) = gw.resume("agent1", &call);
+    assert_eq!(status, 200, "{done}");
+    assert_eq!(done["edited"], true, "{done}");
+    assert_eq!(done["args"]["blob"].as_str().map(str::len), Some(100_000));
 }

@@ -76,17 +76,32 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         _ => Need::Any,
     };
     let (principal, role) = admit::authenticate(gw, req.headers(), need).await?;
-    let cx = Ctx {
-        gw,
-        principal,
-        role,
-        query: &query,
-        limit: BodyLimits {
-            max_bytes: gw.config.max_body_bytes,
-            timeout: gw.config.connections.body_timeout,
-        },
+    let limit = BodyLimits {
+        max_bytes: gw.config.max_body_bytes,
+        timeout: gw.config.connections.body_timeout,
     };
-    dispatch(cx, route.op, params.first().copied().unwrap_or(""), req).await
+    // A big body (an approver's edit, resume data, a call) is read, parsed and decided on
+    // the heavy lane; `POST /v1/calls` also checks the size it read, for chunked bodies.
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .unwrap_or(0);
+    let (op, id) = (route.op, params.first().copied().unwrap_or("").to_owned());
+    let work = {
+        let gw = gw.clone();
+        async move {
+            let cx = Ctx {
+                gw: &gw,
+                principal,
+                role,
+                query: &query,
+                limit,
+            };
+            dispatch(cx, op, &id, req).await
+        }
+    };
+    gw.heavy.run(declared, work).await?
 }
 
 /// `431` when the request's headers are larger than `server.max_header_bytes`.
