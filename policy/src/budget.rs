@@ -301,44 +301,8 @@ pub(crate) fn meter(expr: &IdedExpr) -> Metered {
 
 fn max_id(e: &IdedExpr) -> u64 {
     let mut max = e.id;
-    children(e, &mut |c| max = max.max(max_id(c)));
+    crate::functions::visit(e, &mut |x| max = max.max(x.id));
     max
-}
-
-fn children(e: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
-    match &e.expr {
-        Expr::Call(c) => {
-            if let Some(t) = &c.target {
-                f(t);
-            }
-            c.args.iter().for_each(|a| f(a));
-        }
-        Expr::Select(s) => f(&s.operand),
-        Expr::List(l) => l.elements.iter().for_each(|x| f(x)),
-        Expr::Map(m) => {
-            for entry in &m.entries {
-                if let EntryExpr::MapEntry(me) = &entry.expr {
-                    f(&me.key);
-                    f(&me.value);
-                }
-            }
-        }
-        Expr::Struct(s) => {
-            for entry in &s.entries {
-                if let EntryExpr::StructField(sf) = &entry.expr {
-                    f(&sf.value);
-                }
-            }
-        }
-        Expr::Comprehension(c) => {
-            f(&c.iter_range);
-            f(&c.accu_init);
-            f(&c.loop_cond);
-            f(&c.loop_step);
-            f(&c.result);
-        }
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
-    }
 }
 
 /// Calls that are control flow, or the macros' own bookkeeping, and cost nothing.

@@ -202,7 +202,7 @@ fn mentions(expr: &IdedExpr, name: &str) -> bool {
 }
 
 /// Calls `f` on `e` and every expression inside it.
-fn visit(e: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
+pub(crate) fn visit(e: &IdedExpr, f: &mut dyn FnMut(&IdedExpr)) {
     f(e);
     match &e.expr {
         Expr::Call(c) => {
