@@ -126,6 +126,10 @@ impl Drop for Meter {
     }
 }
 
+fn missing_argument() -> ExecutionError {
+    ExecutionError::function_error("budget", "a metering call lacks its argument")
+}
+
 fn exhausted_error() -> ExecutionError {
     ExecutionError::function_error("budget", EXHAUSTED)
 }
@@ -244,7 +248,7 @@ pub(crate) fn bind_cost(v: &serde_json::Value, cap: u64) -> u64 {
 
 /// `__airlock_scan(x)`: charges reading `x` whole and hands `x` back.
 fn scan<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let value = args.pop().ok_or_else(|| exhausted_error())?;
+    let value = args.pop().ok_or_else(missing_argument)?;
     let cap = remaining();
     if cap != u64::MAX {
         charge(weigh(value.as_ref(), cap.saturating_add(1)))?;
@@ -259,7 +263,7 @@ fn range<'b, 'v>(mut args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execut
         .pop()
         .and_then(|a| a.downcast_ref::<CelInt>().map(|i| *i.inner()))
         .ok_or_else(|| ExecutionError::function_error("budget", "bad comprehension cost"))?;
-    let range = args.pop().ok_or_else(|| exhausted_error())?;
+    let range = args.pop().ok_or_else(missing_argument)?;
     let elements = if let Some(list) = range.downcast_ref::<CelList>() {
         list.inner().len() as u64
     } else if let Some(map) = range.downcast_ref::<CelMap>() {
@@ -465,12 +469,8 @@ fn rewrite_children(e: &mut IdedExpr, ids: &mut u64, cost: &mut u64) {
         *cost += c;
     };
     match &mut e.expr {
-        Expr::Select(s) => {
-            // `has(a.b)` and `a.b.c` resolve names from the operand: keep a plain name plain.
-            if !matches!(s.operand.expr, Expr::Ident(_)) {
-                one(&mut *s.operand);
-            }
-        }
+        // `has(a.b)` and `a.b.c` resolve names from the operand: keep a plain name plain.
+        Expr::Select(s) if !matches!(s.operand.expr, Expr::Ident(_)) => one(&mut s.operand),
         Expr::List(l) => l.elements.iter_mut().for_each(&mut one),
         Expr::Map(m) => {
             for entry in &mut m.entries {
