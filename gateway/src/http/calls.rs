@@ -41,15 +41,17 @@ pub(super) async fn create(
         gw.config.max_hold,
     );
     // A big body is parsed, decided and recorded on the heavy lane, away from other callers.
-    let size = body.len();
-    let work = {
-        let gw = gw.clone();
-        async move {
-            let outcome = pipeline::handle_call(&gw, principal, &body, hold).await;
-            outcome.map(|o| outcome_response(&gw, o))
-        }
-    };
-    gw.heavy.run(size, work).await?
+    if gw.heavy.takes(body.len()) {
+        let there = gw.clone();
+        let work = Box::pin(async move {
+            let outcome = pipeline::handle_call(&there, principal, &body, hold).await;
+            outcome.map(|o| outcome_response(&there, o))
+        });
+        return gw.heavy.run(work).await?;
+    }
+    pipeline::handle_call(gw, principal, &body, hold)
+        .await
+        .map(|o| outcome_response(gw, o))
 }
 
 /// `GET /v1/calls?status=suspended`: suspended calls waiting for input (DESIGN §11).

@@ -87,21 +87,29 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
         .unwrap_or(0);
-    let (op, id) = (route.op, params.first().copied().unwrap_or("").to_owned());
-    let work = {
-        let gw = gw.clone();
-        async move {
+    let id = params.first().copied().unwrap_or("");
+    if gw.heavy.takes(declared) {
+        let (there, op, id) = (gw.clone(), route.op, id.to_owned());
+        let work = Box::pin(async move {
             let cx = Ctx {
-                gw: &gw,
+                gw: &there,
                 principal,
                 role,
                 query: &query,
                 limit,
             };
             dispatch(cx, op, &id, req).await
-        }
+        });
+        return gw.heavy.run(work).await?;
+    }
+    let cx = Ctx {
+        gw,
+        principal,
+        role,
+        query: &query,
+        limit,
     };
-    gw.heavy.run(declared, work).await?
+    dispatch(cx, route.op, id, req).await
 }
 
 /// `431` when the request's headers are larger than `server.max_header_bytes`.

@@ -216,15 +216,18 @@ async fn post(
         Err(e) => return e.into_response(),
     };
     // A big message is parsed, decided and answered on the heavy lane (DESIGN §19).
-    let size = body.len();
-    let work = {
-        let (gw, front) = (gw.clone(), front.clone());
-        async move { message(&gw, &front, principal, &parts.headers, &body).await }
-    };
-    match gw.heavy.run(size, work).await {
-        Ok(response) => response,
-        Err(e) => e.into_response(),
+    if gw.heavy.takes(body.len()) {
+        let (there, front) = (gw.clone(), front.clone());
+        let work =
+            Box::pin(
+                async move { message(&there, &front, principal, &parts.headers, &body).await },
+            );
+        return match gw.heavy.run(work).await {
+            Ok(response) => response,
+            Err(e) => e.into_response(),
+        };
     }
+    message(gw, front, principal, &parts.headers, &body).await
 }
 
 /// One JSON-RPC message, read whole, to its answer.
