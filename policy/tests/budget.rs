@@ -199,3 +199,79 @@ fn the_builtin_classifier_stays_linear_in_what_it_is_sent() {
         assert!(p.len() <= 516 && p.ends_with('…'), "{}", p.len());
     }
 }
+
+/// Args an attacker would send each shipped set, within a 1 MiB body.
+fn hostile_shapes(fields: &[&str]) -> Vec<(&'static str, Value)> {
+    let keys: serde_json::Map<String, Value> = (0..80_000)
+        .map(|i| (format!("k{i:06}"), json!(1)))
+        .collect();
+    let item = json!({"id": 1, "name": "item", "tags": ["a", "b"]});
+    let mut objects: serde_json::Map<String, Value> =
+        fields.iter().map(|f| (f.to_string(), json!("x"))).collect();
+    objects.insert("items".into(), Value::Array(vec![item; 25_000]));
+    let unit = "rm -r sudo curl | drop delete from update set select ; ";
+    let text = unit.repeat(1_000_000 / unit.len() / fields.len().max(1));
+    let long: serde_json::Map<String, Value> = fields
+        .iter()
+        .map(|f| (f.to_string(), json!(text)))
+        .collect();
+    let mut deep = json!("deep");
+    for i in 0..63 {
+        deep = if i % 2 == 0 {
+            json!([deep])
+        } else {
+            json!({ "n": deep })
+        };
+    }
+    let nested: serde_json::Map<String, Value> = fields
+        .iter()
+        .map(|f| (f.to_string(), deep.clone()))
+        .collect();
+    vec![
+        ("tens of thousands of keys", Value::Object(keys)),
+        ("a long list of objects", Value::Object(objects)),
+        ("a string near the limit", Value::Object(long)),
+        ("the deepest nesting allowed", Value::Object(nested)),
+    ]
+}
+
+#[test]
+fn every_shipped_set_decides_the_worst_args_within_its_budget_and_fails_closed() {
+    let sets: [(&str, &str, &[&str]); 5] = [
+        ("default", "crm.customer.get", &["items"]),
+        ("shell", "shell.exec", &["command", "cwd"]),
+        ("database", "db.exec", &["sql", "database"]),
+        ("payments", "payments.charge", &["amount", "currency"]),
+        (
+            "devops",
+            "iam.attach",
+            &["policy", "verb", "namespace", "environment"],
+        ),
+    ];
+    for (name, tool, fields) in sets {
+        let set = shipped(name);
+        for (shape, args) in hostile_shapes(fields) {
+            let body = serde_json::to_vec(&json!({"tool": tool, "args": args})).unwrap();
+            assert!(
+                body.len() <= 1 << 20,
+                "{name}: {shape} is {} bytes",
+                body.len()
+            );
+            let d = decide(&set, tool, &args);
+            // The bound is the budget: work counted, the same on every machine.
+            assert!(
+                d.steps <= set.budget(),
+                "{name}: {shape}: {} steps",
+                d.steps
+            );
+            if !d.errors.is_empty() {
+                assert_ne!(
+                    d.decision,
+                    DecisionKind::Allow,
+                    "{name}: {shape}: {:?}",
+                    d.errors
+                );
+            }
+        }
+    }
+}
