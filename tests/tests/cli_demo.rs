@@ -1022,4 +1022,27 @@ fn policy_check_refuses_a_misspelt_function_and_with_config_an_unconfigured_clas
         err.contains("evaluation steps: ") && err.contains(" of a budget of 100000"),
         "{err}"
     );
+    // `--budget` as `[server] policy_budget` would set it: too small, the loop runs out.
+    let out = airlock(&[
+        "policy",
+        "eval",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--tool",
+        "t",
+        "--args",
+        &args,
+        "--classifier",
+        r#"{"risk":{"score":0.1}}"#,
+        "--budget",
+        "50",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let decision: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(decision["decision"], "require_approval", "{decision}");
+    assert_eq!(
+        decision["errors"][0]["reason"], "evaluation budget exceeded",
+        "{decision}"
+    );
+    assert!(text(&out.stderr).contains(" of a budget of 50"));
 }

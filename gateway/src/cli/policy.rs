@@ -59,6 +59,9 @@ pub struct EvalArgs {
     /// Evaluate a resume of a suspended call with this JSON as `resume` (DESIGN §11).
     #[arg(long)]
     pub resume: Option<String>,
+    /// Evaluation steps the decision may use, as `[server] policy_budget` sets them.
+    #[arg(long, default_value_t = airlock_policy::DEFAULT_BUDGET)]
+    pub budget: u64,
 }
 
 #[derive(Args, Debug)]
@@ -158,8 +161,14 @@ pub(super) fn policy_test(paths: &[PathBuf]) -> u8 {
 }
 
 pub(super) fn policy_eval(args: &EvalArgs) -> u8 {
+    if args.budget == 0 {
+        return bad_input(
+            "request.invalid_args",
+            "--budget: `0` must be a positive number of steps",
+        );
+    }
     let set = match PolicySet::load(&args.policy) {
-        Ok(set) => set,
+        Ok(set) => set.with_budget(args.budget),
         Err(errors) => {
             eprintln!("{errors}");
             return 1;
