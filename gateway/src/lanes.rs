@@ -8,8 +8,8 @@
 //! thread of its own with a single-threaded runtime: any `/v1` request whose declared
 //! `Content-Length` is that big (an approver's edit, resume data), a `POST /v1/calls` whose
 //! body read that big, and an MCP message or an inbox form that big. Big calls queue there
-//! behind each other
-//! and use at most that one core; the serving threads stay free for the rest. The evaluation
+//! behind each other and use at most that one core; the serving threads stay free for the
+//! rest. The evaluation
 //! budget (`airlock_policy`) bounds what deciding one call may cost; this lane bounds where
 //! that cost is paid.
 //!
