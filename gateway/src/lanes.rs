@@ -9,9 +9,8 @@
 //! `Content-Length` is that big (an approver's edit, resume data), a `POST /v1/calls` whose
 //! body read that big, and an MCP message or an inbox form that big. Big calls queue there
 //! behind each other and use at most that one core; the serving threads stay free for the
-//! rest. The evaluation
-//! budget (`airlock_policy`) bounds what deciding one call may cost; this lane bounds where
-//! that cost is paid.
+//! rest. The evaluation budget (`airlock_policy`) bounds what deciding one call may cost;
+//! this lane bounds where that cost is paid.
 //!
 //! The request that hands its work over awaits it; if the client goes away, the work is
 //! aborted as it would have been on the serving thread. It does not bound how many big calls
