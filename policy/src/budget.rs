@@ -7,7 +7,8 @@
 //!
 //! - **binding**: `args` (or the fields of it the rules read) and `resume` cost
 //!   [`BIND_STEPS`] a value, paid before they are bound; what the budget cannot pay for is not
-//!   bound, and every rule that reads it runs out;
+//!   bound, and every rule that reads it runs out (`args` too big to bind whole is bound as the
+//!   fields the other rules read, when those fit: see `crate::eval`);
 //! - **function calls**: [`CALL_STEPS`] for each call written in a rule (`size`, `contains`,
 //!   `==`, `+`, `matches`…; the connectives `&&`, `||`, `!` and `?:` are control flow and free);
 //! - **comprehension iterations**: a comprehension (`all`, `exists`, `exists_one`, `map`,

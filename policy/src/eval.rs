@@ -32,6 +32,9 @@ enum Outcome {
     Error(String, DecisionKind),
 }
 
+/// The bit of `args` in a rule's `uses` (its place in [`VARIABLES`]).
+const ARGS: u8 = 1 << 1;
+
 /// Decides `input` under `set`.
 pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
     let applicable: Vec<&Rule> = set
@@ -51,7 +54,30 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         Some(acc)
     });
     let meter = Meter::start(set.budget);
-    let unbound = unaffordable(&meter, uses, input, args_fields.as_deref());
+    let mut args_fields = args_fields;
+    let mut unbound = unaffordable(&meter, uses, input, args_fields.as_deref());
+    // `args` too big to bind whole: the rules that read only some of its fields may still be
+    // paid for, so a deny rule on one field keeps its turn; the rules reading it whole run out.
+    let mut whole_unbound = false;
+    if unbound & ARGS != 0 && args_fields.is_none() {
+        let fields: Vec<&str> = applicable
+            .iter()
+            .filter_map(|r| r.args_fields.as_ref())
+            .flatten()
+            .map(String::as_str)
+            .fold(Vec::new(), |mut acc, f| {
+                if !acc.contains(&f) {
+                    acc.push(f);
+                }
+                acc
+            });
+        let cap = meter.remaining().saturating_add(1);
+        if !fields.is_empty() && meter.charge(args_cost(input.args, Some(&fields), cap)) {
+            unbound &= !ARGS;
+            args_fields = Some(fields);
+            whole_unbound = true;
+        }
+    }
     let mut ctx = Context::with_env(set.env.clone());
     bind(&mut ctx, uses & !unbound, input, args_fields.as_deref());
 
@@ -61,7 +87,8 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
     let mut errors = Vec::new();
     let mut messages = Vec::new();
     for rule in applicable {
-        let outcome = if rule.uses & unbound != 0 {
+        let reads_whole = rule.uses & ARGS != 0 && rule.args_fields.is_none();
+        let outcome = if rule.uses & unbound != 0 || (whole_unbound && reads_whole) {
             Outcome::Error(EXHAUSTED.to_owned(), set.defaults.on_error)
         } else {
             run(rule, &ctx, input, set.defaults.on_error, &meter)
@@ -172,14 +199,9 @@ fn unaffordable(meter: &Meter, uses: u8, input: &Input<'_>, args_fields: Option<
             continue;
         }
         let cap = meter.remaining().saturating_add(1);
-        let cost = match (*name, args_fields) {
-            ("args", None) => bind_cost(input.args, cap),
-            ("args", Some(fields)) => fields
-                .iter()
-                .filter_map(|f| input.args.get(*f))
-                .map(|v| bind_cost(v, cap))
-                .sum(),
-            ("resume", _) => input.resume.map_or(0, |r| bind_cost(r, cap)),
+        let cost = match *name {
+            "args" => args_cost(input.args, args_fields, cap),
+            "resume" => input.resume.map_or(0, |r| bind_cost(r, cap)),
             _ => continue,
         };
         if !meter.charge(cost) {
@@ -187,6 +209,18 @@ fn unaffordable(meter: &Meter, uses: u8, input: &Input<'_>, args_fields: Option<
         }
     }
     unbound
+}
+
+/// What binding `args` costs: whole, or just `fields`.
+fn args_cost(args: &serde_json::Value, fields: Option<&[&str]>, cap: u64) -> u64 {
+    match fields {
+        None => bind_cost(args, cap),
+        Some(fields) => fields
+            .iter()
+            .filter_map(|f| args.get(*f))
+            .map(|v| bind_cost(v, cap))
+            .sum(),
+    }
 }
 
 /// Binds the variables in the `uses` bitmask (bit i is `VARIABLES[i]`); `args` is bound as
@@ -245,4 +279,13 @@ fn classifier_val<'v>(results: &'v BTreeMap<String, ClassifierOutcome>) -> Box<d
         );
     }
     Box::new(CelMap::from(map))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_args_bit_is_the_place_of_args_among_the_variables() {
+        let place = super::VARIABLES.iter().position(|v| *v == "args");
+        assert_eq!(place.map(|i| 1u8 << i), Some(super::ARGS));
+    }
 }

@@ -167,13 +167,30 @@ fn a_secret_key_at_the_end_of_a_large_object_is_still_denied() {
     }
     let d = decide(&set, "crm.customer.get", &Value::Object(args));
     assert_eq!(d.decision, DecisionKind::RequireApproval);
-    // `args` is too big to bind: every rule that reads it runs out, none is skipped.
+    // `args` is too big to bind whole: the rule that reads it whole runs out; the one that
+    // reads only `args.items` is bound just that field, and decides.
     let errors: Vec<&str> = d.errors.iter().map(|e| e.rule.as_str()).collect();
-    assert_eq!(errors, vec!["deny-credentials-in-args", "oversized-batch"]);
-    assert!(d
-        .errors
-        .iter()
-        .all(|e| e.reason == "evaluation budget exceeded"));
+    assert_eq!(errors, vec!["deny-credentials-in-args"]);
+    assert_eq!(d.errors[0].reason, "evaluation budget exceeded");
+}
+
+#[test]
+fn a_deny_on_one_field_keeps_its_turn_when_args_is_too_big_to_bind_whole() {
+    let set = load(
+        "version = 1\n[defaults]\ndecision = \"allow\"\n\
+         [[rules]]\nid = \"keys\"\nwhen = 'args.exists(k, k == \"x\")'\ndecision = \"require_approval\"\n\
+         [[rules]]\nid = \"etc\"\nwhen = 'args.path.startsWith(\"/etc\")'\ndecision = \"deny\"\n",
+    );
+    let mut args = serde_json::Map::new();
+    for i in 0..50_000 {
+        args.insert(format!("k{i:05}"), json!(i));
+    }
+    args.insert("path".into(), json!("/etc/shadow"));
+    let d = decide(&set, "t", &Value::Object(args));
+    assert_eq!(d.decision, DecisionKind::Deny, "{:?}", d.errors);
+    assert_eq!(d.rules, vec!["etc"]);
+    assert_eq!(d.errors.len(), 1);
+    assert_eq!(d.errors[0].rule, "keys");
 }
 
 #[test]
