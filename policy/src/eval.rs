@@ -44,40 +44,12 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         .collect();
     let uses = applicable.iter().fold(0u8, |acc, r| acc | r.uses);
 
-    // Bind `args` whole only if some rule needs it whole; otherwise just the fields read.
-    let args_fields: Option<Vec<&str>> = applicable.iter().try_fold(Vec::new(), |mut acc, r| {
-        for f in r.args_fields.as_ref()? {
-            if !acc.contains(&f.as_str()) {
-                acc.push(f.as_str());
-            }
-        }
-        Some(acc)
-    });
     let meter = Meter::start(set.budget);
-    let mut args_fields = args_fields;
-    let mut unbound = unaffordable(&meter, uses, input, args_fields.as_deref());
-    // `args` too big to bind whole: the rules that read only some of its fields may still be
-    // paid for, so a deny rule on one field keeps its turn; the rules reading it whole run out.
-    let mut whole_unbound = false;
-    if unbound & ARGS != 0 && args_fields.is_none() {
-        let fields: Vec<&str> = applicable
-            .iter()
-            .filter_map(|r| r.args_fields.as_ref())
-            .flatten()
-            .map(String::as_str)
-            .fold(Vec::new(), |mut acc, f| {
-                if !acc.contains(&f) {
-                    acc.push(f);
-                }
-                acc
-            });
-        let cap = meter.remaining().saturating_add(1);
-        if !fields.is_empty() && meter.charge(args_cost(input.args, Some(&fields), cap)) {
-            unbound &= !ARGS;
-            args_fields = Some(fields);
-            whole_unbound = true;
-        }
-    }
+    let Binding {
+        args_fields,
+        unbound,
+        whole_unbound,
+    } = pay_for_binding(&meter, &applicable, uses, input);
     let mut ctx = Context::with_env(set.env.clone());
     bind(&mut ctx, uses & !unbound, input, args_fields.as_deref());
 
@@ -187,6 +159,64 @@ fn run(
         Ok(CelValue::Bool(false)) => Outcome::NoMatch,
         Ok(other) => Outcome::Error(format!("`when` gave {other:?}, not a bool"), on_error),
         Err(e) => Outcome::Error(e.to_string(), on_error),
+    }
+}
+
+/// What the budget paid to bind.
+struct Binding<'r> {
+    /// `args` as just these fields, or whole (`None`).
+    args_fields: Option<Vec<&'r str>>,
+    /// The variables left unbound (a bitmask over [`VARIABLES`]): their rules run out.
+    unbound: u8,
+    /// `args` was too big to bind whole and is bound as fields: the rules reading it whole
+    /// run out.
+    whole_unbound: bool,
+}
+
+/// Pays for binding `args` and `resume`. `args` is bound whole only if some rule reads it
+/// whole, otherwise as just the fields read; too big to bind whole, it is bound as the fields
+/// the other rules read, if those fit, so a deny rule on one field keeps its turn.
+fn pay_for_binding<'r>(
+    meter: &Meter,
+    applicable: &[&'r Rule],
+    uses: u8,
+    input: &Input<'_>,
+) -> Binding<'r> {
+    let fields: Vec<&str> = applicable
+        .iter()
+        .filter_map(|r| r.args_fields.as_ref())
+        .flatten()
+        .map(String::as_str)
+        .fold(Vec::new(), |mut acc, f| {
+            if !acc.contains(&f) {
+                acc.push(f);
+            }
+            acc
+        });
+    if applicable.iter().all(|r| r.args_fields.is_some()) {
+        let unbound = unaffordable(meter, uses, input, Some(&fields));
+        return Binding {
+            args_fields: Some(fields),
+            unbound,
+            whole_unbound: false,
+        };
+    }
+    let mut unbound = unaffordable(meter, uses, input, None);
+    if unbound & ARGS != 0 && !fields.is_empty() {
+        let cap = meter.remaining().saturating_add(1);
+        if meter.charge(args_cost(input.args, Some(&fields), cap)) {
+            unbound &= !ARGS;
+            return Binding {
+                args_fields: Some(fields),
+                unbound,
+                whole_unbound: true,
+            };
+        }
+    }
+    Binding {
+        args_fields: None,
+        unbound,
+        whole_unbound: false,
     }
 }
 

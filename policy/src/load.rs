@@ -808,33 +808,7 @@ impl Builder {
                 .map(|(s, _)| s as usize)
                 .unwrap_or(0)
         };
-        for bad in crate::functions::check_calls(program.expression()) {
-            // The parser places a call at its `(`: point at the name written before it.
-            let mut offset = offset_of(bad.id);
-            if when
-                .get(..offset)
-                .is_some_and(|before| before.ends_with(&bad.name))
-            {
-                offset -= bad.name.len();
-            }
-            self.errors.push(
-                PolicyError::new(bad.code, path, bad.message)
-                    .at(at.pos(offset))
-                    .in_rule(id),
-            );
-        }
-        for loop_id in crate::functions::nested_loops_over_args(program.expression()) {
-            self.warnings.push(
-                PolicyError::new(
-                    "policy.nested_comprehension",
-                    path,
-                    "a loop inside a loop over `args` costs the square of what the agent sends; \
-                     a call whose args make it exceed the evaluation budget gets `on_error`",
-                )
-                .at(at.pos(offset_of(loop_id)))
-                .in_rule(id),
-            );
-        }
+        self.check_calls(at, when, &program, id);
         for (name, expr) in &refs.unknown {
             let hint = crate::near::nearest(name, &VARIABLES)
                 .map(|n| format!("did you mean `{n}`? "))
@@ -876,6 +850,46 @@ impl Builder {
             }
         }
         Some((program, refs))
+    }
+
+    /// The calls a rule makes, checked against the functions CEL and airlock define, and its
+    /// loops nested inside loops over `args` (a warning).
+    fn check_calls(&mut self, at: &WhenAt<'_>, when: &str, program: &Program, id: &str) {
+        let path = at.ctx.path;
+        let offset_of = |id: u64| {
+            program
+                .source_info()
+                .offset_for(id)
+                .map(|(s, _)| s as usize)
+                .unwrap_or(0)
+        };
+        for bad in crate::functions::check_calls(program.expression()) {
+            // The parser places a call at its `(`: point at the name written before it.
+            let mut offset = offset_of(bad.id);
+            if when
+                .get(..offset)
+                .is_some_and(|before| before.ends_with(&bad.name))
+            {
+                offset -= bad.name.len();
+            }
+            self.errors.push(
+                PolicyError::new(bad.code, path, bad.message)
+                    .at(at.pos(offset))
+                    .in_rule(id),
+            );
+        }
+        for loop_id in crate::functions::nested_loops_over_args(program.expression()) {
+            self.warnings.push(
+                PolicyError::new(
+                    "policy.nested_comprehension",
+                    path,
+                    "a loop inside a loop over `args` costs the square of what the agent sends; \
+                     a call whose args make it exceed the evaluation budget gets `on_error`",
+                )
+                .at(at.pos(offset_of(loop_id)))
+                .in_rule(id),
+            );
+        }
     }
 
     fn finish(

@@ -1002,18 +1002,23 @@ fn policy_check_refuses_a_misspelt_function_and_with_config_an_unconfigured_clas
     // `policy eval` tells the steps a call used, on stderr, beside the decision on stdout.
     let items: Vec<u32> = (0..5).collect();
     let args = serde_json::json!({"command": "ls", "items": items}).to_string();
-    let out = airlock(&[
-        "policy",
-        "eval",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--tool",
-        "t",
-        "--args",
-        &args,
-        "--classifier",
-        r#"{"risk":{"score":0.1}}"#,
-    ]);
+    let eval = |extra: &[&str]| {
+        let mut cmd = vec![
+            "policy",
+            "eval",
+            "--policy",
+            policy.to_str().unwrap(),
+            "--tool",
+            "t",
+            "--args",
+            &args,
+            "--classifier",
+            r#"{"risk":{"score":0.1}}"#,
+        ];
+        cmd.extend_from_slice(extra);
+        airlock(&cmd)
+    };
+    let out = eval(&[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let decision: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(decision["decision"], "allow");
@@ -1023,20 +1028,7 @@ fn policy_check_refuses_a_misspelt_function_and_with_config_an_unconfigured_clas
         "{err}"
     );
     // `--budget` as `[server] policy_budget` would set it: too small, the loop runs out.
-    let out = airlock(&[
-        "policy",
-        "eval",
-        "--policy",
-        policy.to_str().unwrap(),
-        "--tool",
-        "t",
-        "--args",
-        &args,
-        "--classifier",
-        r#"{"risk":{"score":0.1}}"#,
-        "--budget",
-        "50",
-    ]);
+    let out = eval(&["--budget", "50"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let decision: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(decision["decision"], "require_approval", "{decision}");

@@ -119,18 +119,8 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
                 ),
             );
         }
-        // A big form (an edit of big args) is parsed and decided on the heavy lane.
         if gw.heavy.takes(body.len()) {
-            let there = gw.clone();
-            let segments: Vec<String> = segments.iter().map(|s| (*s).to_owned()).collect();
-            let work = Box::pin(async move {
-                let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-                post(&there, &session, &segments, &form).await
-            });
-            return match gw.heavy.run(work).await {
-                Ok(response) => response,
-                Err(e) => refusal_page(&e),
-            };
+            return post_on_lane(&gw, session, &segments, form).await;
         }
         return post(&gw, &session, &segments, &form).await;
     }
@@ -147,6 +137,25 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
             StatusCode::NOT_FOUND,
             pages::message("Not found", "There is no such page in the inbox."),
         ),
+    }
+}
+
+/// A big form (an edit of big args) is parsed and decided on the heavy lane.
+async fn post_on_lane(
+    gw: &Arc<Gateway>,
+    session: Session,
+    segments: &[&str],
+    form: Vec<(String, String)>,
+) -> Response<Body> {
+    let there = gw.clone();
+    let segments: Vec<String> = segments.iter().map(|s| (*s).to_owned()).collect();
+    let work = Box::pin(async move {
+        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+        post(&there, &session, &segments, &form).await
+    });
+    match gw.heavy.run(work).await {
+        Ok(response) => response,
+        Err(e) => refusal_page(&e),
     }
 }
 
