@@ -53,6 +53,13 @@ airlock_policy::stable_names! {
         // a task made for a call (DESIGN §15).
         McpRelayed = "mcp.relayed",
         McpTaskCreated = "mcp.task_created",
+        // MCP tool definitions (DESIGN §20): pinned when first seen, a change seen and held
+        // for review, the review withdrawn (the upstream went back, or changed again), and a
+        // reviewed definition pinned.
+        ToolPinned = "tool.pinned",
+        ToolDefinitionChanged = "tool.definition_changed",
+        ToolReviewWithdrawn = "tool.review_withdrawn",
+        ToolRepinned = "tool.repinned",
         // The gateway and its log: a chain's witness of the others' heads (DESIGN §17).
         ChainWitness = "chain.witness",
         PolicyLoaded = "policy.loaded",

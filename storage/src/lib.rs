@@ -39,10 +39,13 @@ pub use error::StoreError;
 pub use kv::postgres::migrate_database;
 pub use kv::{Change, ChangeListener, PgOptions};
 pub use model::{
-    Approval, ApprovalDecision, ApprovalStatus, CallOutcome, CallRecord, CallStatus, Delivery,
-    Grant, GrantTerms, Millis, Principal, Suspension,
+    Approval, ApprovalDecision, ApprovalKind, ApprovalStatus, CallOutcome, CallRecord, CallStatus,
+    Delivery, Grant, GrantTerms, Millis, PinReview, Principal, Suspension, ToolPin,
 };
-pub use ops::{ApprovalFilter, Begin, Expired, NewDelivery, OutboxStats, Suspend, Verdict, PARKED};
+pub use ops::{
+    ApprovalFilter, Begin, Expired, NewDelivery, OutboxStats, PinSeen, Seen, Suspend, Verdict,
+    PARKED,
+};
 pub use writer::Durability;
 
 use keys::{decode, Ks};

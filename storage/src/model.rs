@@ -115,10 +115,38 @@ pub struct GrantTerms {
     pub scope_key: String,
 }
 
-/// A call held for approval (DESIGN §5).
+/// What an approval is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalKind {
+    /// A call held for a person (DESIGN §5).
+    #[default]
+    Call,
+    /// An MCP upstream's changed tool definition held for review (DESIGN §20): it names no
+    /// call; approving it pins the new definition ([`crate::ToolPin`]).
+    ToolDefinition,
+}
+
+impl ApprovalKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalKind::Call => "call",
+            ApprovalKind::ToolDefinition => "tool_definition",
+        }
+    }
+
+    fn is_call(&self) -> bool {
+        *self == ApprovalKind::Call
+    }
+}
+
+/// A call held for approval (DESIGN §5), or a tool definition held for review (§20).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Approval {
     pub id: String,
+    /// Left out of the stored record for a call's approval (the records written before kinds).
+    #[serde(default, skip_serializing_if = "ApprovalKind::is_call")]
+    pub kind: ApprovalKind,
     pub call_id: String,
     pub tool: String,
     /// The canonical args as requested.
@@ -167,6 +195,40 @@ impl Approval {
             .collect::<BTreeSet<_>>()
             .len()
     }
+}
+
+/// What airlock trusts of one MCP upstream tool (DESIGN §20): the definition pinned (first
+/// seen, or approved by a reviewer), and the change waiting for review.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolPin {
+    /// The `[[mcp_servers]]` name, and the tool's name there (unprefixed).
+    pub server: String,
+    pub tool: String,
+    /// The definition fingerprint pinned (`sha256:` + hex); `None` while a tool never trusted
+    /// (`trust_first = false`) waits for its first review.
+    pub fingerprint: Option<String>,
+    /// The tool object pinned, `_meta` left out.
+    pub definition: Option<Value>,
+    pub pinned_at: Millis,
+    /// `first_seen`, or the reviewer whose approval pinned it.
+    pub pinned_by: String,
+    /// The review open for a definition not pinned: its approval id and fingerprint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<PinReview>,
+    /// Fingerprints reviewers declined (the latest [`MAX_DECLINED`]): seen again, the tool
+    /// stays refused and no review opens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub declined: Vec<String>,
+}
+
+/// How many declined fingerprints a pin remembers.
+pub const MAX_DECLINED: usize = 16;
+
+/// A review open on a tool's changed definition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinReview {
+    pub approval_id: String,
+    pub fingerprint: String,
 }
 
 /// A grant: `uses_left` more calls with `fingerprint` under `scope_key` until `expires_at`.

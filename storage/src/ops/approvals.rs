@@ -7,7 +7,8 @@ use crate::audit::Kind;
 use crate::error::StoreError;
 use crate::keys::{self, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT};
 use crate::model::{
-    Approval, ApprovalDecision, ApprovalStatus, CallRecord, CallStatus, Grant, Millis, Principal,
+    Approval, ApprovalDecision, ApprovalKind, ApprovalStatus, CallRecord, CallStatus, Grant,
+    Millis, Principal,
 };
 use crate::writer::Tx;
 use crate::Store;
@@ -65,7 +66,7 @@ fn check_decider(a: &Approval, by: &Principal) -> Result<(), StoreError> {
 }
 
 /// The listing index entries of an approval.
-fn index_entries(a: &Approval) -> Vec<(u8, String)> {
+pub(super) fn index_entries(a: &Approval) -> Vec<(u8, String)> {
     let mut entries = vec![
         (IDX_ALL, String::new()),
         (IDX_STATUS, a.status.as_str().to_owned()),
@@ -187,6 +188,9 @@ impl Store {
                 return Err(StoreError::NotPending("expired"));
             }
             let old_status = a.status;
+            if a.kind == ApprovalKind::ToolDefinition {
+                return decide_review(tx, a, &by, &verdict, now);
+            }
             let mut call = load_call(tx, &a.call_id)?
                 .ok_or_else(|| StoreError::CallNotFound(a.call_id.clone()))?;
             let (decision, reason) = match &verdict {
@@ -329,4 +333,62 @@ impl Store {
             .flatten();
         Ok((out, next))
     }
+}
+
+/// A verdict on a tool definition's review (DESIGN §20): no call, no edit, no grant; one
+/// approval from a reviewer pins the definition, one decline keeps the tool refused
+/// ([`super::pins::review_decided`]).
+fn decide_review(
+    tx: &mut Tx<'_>,
+    mut a: Approval,
+    by: &Principal,
+    verdict: &Verdict,
+    now: Millis,
+) -> Result<Approval, StoreError> {
+    let (decision, reason) = match verdict {
+        Verdict::Approve { edit: Some(_), .. } => {
+            return Err(StoreError::Forbidden(
+                "a tool definition's review is approved as it is: it cannot be edited".into(),
+            ))
+        }
+        Verdict::Approve { reason, .. } => ("approve", reason.clone()),
+        Verdict::Decline { reason } => ("decline", Some(reason.clone())),
+    };
+    a.decisions.push(ApprovalDecision {
+        by: by.id.clone(),
+        decision: decision.into(),
+        reason: reason.clone(),
+        at: now,
+        fingerprint: a.fingerprint.clone(),
+        auth: Some(by.auth_record()),
+    });
+    let old = a.status;
+    a.status = if decision == "decline" {
+        ApprovalStatus::Declined
+    } else if a.approvals_counted() >= a.quorum as usize {
+        ApprovalStatus::Approved
+    } else {
+        ApprovalStatus::Pending
+    };
+    tx.audit(
+        now,
+        Kind::ApprovalDecided,
+        super::fields(
+            json!({"approval_id": a.id, "kind": a.kind.as_str(), "tool": a.tool,
+            "fingerprint": a.fingerprint, "by": by.id, "auth": by.auth_record(),
+            "decision": decision, "reason": reason, "status": a.status.as_str(),
+            "approvals": a.approvals_counted(), "quorum": a.quorum}),
+        ),
+    );
+    if a.status != old {
+        a.decided_at = Some(now);
+        set_status_index(tx, &a, old)?;
+        tx.delete(
+            Ks::Expiry,
+            keys::expiry_key(a.expires_at, EXPIRE_APPROVAL, a.id.as_bytes()),
+        );
+        super::pins::review_decided(tx, &a, &by.id, now)?;
+    }
+    put(tx, Ks::Approvals, a.id.as_bytes(), &a)?;
+    Ok(a)
 }

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use crate::audit::Kind;
 use crate::error::StoreError;
 use crate::keys::{self, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT, EXPIRE_SUSPENDED};
-use crate::model::{Approval, ApprovalStatus, CallRecord, CallStatus, Grant, Millis};
+use crate::model::{Approval, ApprovalKind, ApprovalStatus, CallRecord, CallStatus, Grant, Millis};
 use crate::Store;
 
 use super::approvals::set_status_index;
@@ -61,7 +61,11 @@ impl Store {
                         a.decided_at = Some(now);
                         set_status_index(tx, &a, ApprovalStatus::Pending)?;
                         put(tx, Ks::Approvals, a.id.as_bytes(), &a)?;
-                        if let Some(mut call) = load_call(tx, &a.call_id)? {
+                        if a.kind == ApprovalKind::ToolDefinition {
+                            let f = fields(json!({"approval_id": a.id, "kind": a.kind.as_str(), "tool": a.tool, "fingerprint": a.fingerprint}));
+                            tx.audit(now, Kind::ApprovalExpired, f);
+                            super::pins::review_decided(tx, &a, "", now)?;
+                        } else if let Some(mut call) = load_call(tx, &a.call_id)? {
                             call.status = CallStatus::Expired;
                             call.updated_at = now;
                             let mut f = Self::call_fields(&redact_ptrs, &call);

@@ -11,7 +11,8 @@
 //! - [`expiry`]: the sweep that ends what is past its time;
 //! - [`outbox`]: the webhook outbox's lease/ack/retry/dead-letter cycle;
 //! - [`sessions`]: inbox sessions, one-time marks and the gateway's secrets;
-//! - [`tasks`]: MCP tasks, kept under their principal.
+//! - [`tasks`]: MCP tasks, kept under their principal;
+//! - [`pins`]: MCP tool definitions pinned, and the review a changed one opens.
 //!
 //! This file holds what they share: the index fields, typed reads and writes within one
 //! transaction, and appending audit records of the gateway's own. Nothing here is async;
@@ -33,6 +34,7 @@ mod calls;
 mod expiry;
 mod grants;
 mod outbox;
+mod pins;
 mod sessions;
 mod suspensions;
 mod tasks;
@@ -41,6 +43,7 @@ pub use approvals::{ApprovalFilter, Verdict};
 pub use calls::Begin;
 pub use expiry::Expired;
 pub use outbox::{NewDelivery, OutboxStats, PARKED};
+pub use pins::{PinSeen, Seen};
 pub use suspensions::Suspend;
 
 /// Index fields in [`Ks::ApprovalIndex`].

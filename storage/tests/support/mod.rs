@@ -170,6 +170,7 @@ pub fn held(
 ) -> Held {
     let c = call(call_id, fingerprint, requester, "require_approval", now);
     let approval = Approval {
+        kind: airlock_storage::ApprovalKind::Call,
         id: airlock_storage::new_id("apr"),
         call_id: call_id.into(),
         tool: c.tool.clone(),
