@@ -160,6 +160,7 @@ fn bench_hostile(c: &mut Criterion) {
                 now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000),
                 classifiers: &classifiers,
                 resume: None,
+                definition: None,
             };
             evaluate(&set, &input).errors.is_empty()
         };
@@ -177,6 +178,7 @@ fn bench_hostile(c: &mut Criterion) {
                 now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000),
                 classifiers: &classifiers,
                 resume: None,
+                definition: None,
             };
             let d = evaluate(&set, &input);
             eprintln!(

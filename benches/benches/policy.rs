@@ -138,6 +138,7 @@ fn bench_decisions(c: &mut Criterion) {
             now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000),
             classifiers: &classifiers,
             resume: None,
+            definition: None,
         };
         group.bench_with_input(BenchmarkId::new("airlock", name), &input, |b, input| {
             b.iter(|| evaluate(&set, black_box(input)))
@@ -186,6 +187,7 @@ fn bench_scaling(c: &mut Criterion) {
         now: SystemTime::UNIX_EPOCH,
         classifiers: &classifiers,
         resume: None,
+        definition: None,
     };
     let mut group = c.benchmark_group("scaling");
     for n in [10usize, 100, 1000] {

@@ -80,6 +80,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
         updated_at: now,
     };
     let approval = Approval {
+        kind: airlock_storage::ApprovalKind::Call,
         id: airlock_storage::new_id("apr"),
         call_id: call_id.into(),
         tool: call.tool.clone(),

@@ -203,6 +203,21 @@ pub fn fingerprint(tool: &str, args: &Value) -> (String, Fingerprint) {
     (canonical, fp)
 }
 
+/// The definition fingerprint of an MCP tool (DESIGN §20): `sha256:` + the hex SHA-256 of the
+/// RFC 8785 form of the tool object exactly as its upstream listed it, `_meta` left out (every
+/// other field counts: name, title, description, schemas, annotations, `execution`, …).
+pub fn definition_fingerprint(tool: &Value) -> String {
+    let digest = match tool {
+        Value::Object(fields) if fields.contains_key("_meta") => {
+            let mut fields = fields.clone();
+            fields.remove("_meta");
+            Sha256::digest(canonicalize(&Value::Object(fields)).as_bytes())
+        }
+        _ => Sha256::digest(canonicalize(tool).as_bytes()),
+    };
+    format!("sha256:{}", hex(&digest))
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";

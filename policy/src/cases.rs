@@ -51,6 +51,8 @@ pub struct EvalRequest {
     pub now: SystemTime,
     /// The resume data when evaluating a resume (DESIGN §11); `None` binds `resume` to null.
     pub resume: Option<Value>,
+    /// The tool's pinned MCP definition (DESIGN §20); `None` binds `definition` to null.
+    pub definition: Option<Value>,
 }
 
 impl EvalRequest {
@@ -64,6 +66,7 @@ impl EvalRequest {
             now: self.now,
             classifiers: &self.classifiers,
             resume: self.resume.as_ref(),
+            definition: self.definition.as_ref(),
         }
     }
 }
@@ -191,6 +194,8 @@ struct RawCase {
     now: Option<String>,
     /// Resume data: the case evaluates a resume of a suspended call.
     resume: Option<toml::Table>,
+    /// The MCP tool's pinned definition (its `annotations`, `title`, …).
+    definition: Option<toml::Table>,
     expect: DecisionKind,
     expect_rules: Option<Vec<String>>,
     expect_errors: Option<Vec<String>>,
@@ -389,12 +394,19 @@ fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
         .map(toml_to_json)
         .transpose()
         .map_err(|e| bad("resume", e.to_string()))?;
+    let definition = case
+        .definition
+        .as_ref()
+        .map(toml_to_json)
+        .transpose()
+        .map_err(|e| bad("definition", e.to_string()))?;
     let request = EvalRequest {
         call,
         principal,
         classifiers,
         now,
         resume,
+        definition,
     };
     let decision = evaluate(set, &request.input());
 

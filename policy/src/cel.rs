@@ -24,7 +24,7 @@ use cel::{Env, ExecutionError, Program};
 use serde_json::Value;
 
 /// The variables a rule may use (DESIGN §4).
-pub(crate) const VARIABLES: [&str; 8] = [
+pub(crate) const VARIABLES: [&str; 9] = [
     "tool",
     "args",
     "context",
@@ -33,6 +33,7 @@ pub(crate) const VARIABLES: [&str; 8] = [
     "now",
     "classifier",
     "resume",
+    "definition",
 ];
 
 /// The internal function `matches` is rewritten into.
@@ -159,7 +160,7 @@ pub fn build_env(cached_regex: bool) -> Result<Env, String> {
 #[derive(Debug, Default)]
 pub(crate) struct References {
     /// Declared variables it uses, as a bitmask over [`VARIABLES`].
-    pub uses: u8,
+    pub uses: u16,
     /// Free identifiers that are not declared: `(name, expression id)`.
     pub unknown: Vec<(String, u64)>,
     /// Names in `classifier.<name>`.

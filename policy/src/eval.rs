@@ -33,7 +33,7 @@ enum Outcome {
 }
 
 /// The bit of `args` in a rule's `uses` (its place in [`VARIABLES`]).
-const ARGS: u8 = 1 << 1;
+const ARGS: u16 = 1 << 1;
 
 /// Decides `input` under `set`.
 pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
@@ -42,7 +42,7 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         .iter()
         .filter(|r| r.applies_to(input.tool))
         .collect();
-    let uses = applicable.iter().fold(0u8, |acc, r| acc | r.uses);
+    let uses = applicable.iter().fold(0u16, |acc, r| acc | r.uses);
 
     let meter = Meter::start(set.budget);
     let Binding {
@@ -167,7 +167,7 @@ struct Binding<'r> {
     /// `args` as just these fields, or whole (`None`).
     args_fields: Option<Vec<&'r str>>,
     /// The variables left unbound (a bitmask over [`VARIABLES`]): their rules run out.
-    unbound: u8,
+    unbound: u16,
     /// `args` was too big to bind whole and is bound as fields: the rules reading it whole
     /// run out.
     whole_unbound: bool,
@@ -179,7 +179,7 @@ struct Binding<'r> {
 fn pay_for_binding<'r>(
     meter: &Meter,
     applicable: &[&'r Rule],
-    uses: u8,
+    uses: u16,
     input: &Input<'_>,
 ) -> Binding<'r> {
     let fields: Vec<&str> = applicable
@@ -222,7 +222,7 @@ fn pay_for_binding<'r>(
 
 /// Pays for binding what the agent sent (`args`, or the fields of it the rules read, and
 /// `resume`); returns the bitmask of those the budget could not pay for, left unbound.
-fn unaffordable(meter: &Meter, uses: u8, input: &Input<'_>, args_fields: Option<&[&str]>) -> u8 {
+fn unaffordable(meter: &Meter, uses: u16, input: &Input<'_>, args_fields: Option<&[&str]>) -> u16 {
     let mut unbound = 0;
     for (i, name) in VARIABLES.iter().enumerate() {
         if uses & (1 << i) == 0 {
@@ -255,7 +255,7 @@ fn args_cost(args: &serde_json::Value, fields: Option<&[&str]>, cap: u64) -> u64
 
 /// Binds the variables in the `uses` bitmask (bit i is `VARIABLES[i]`); `args` is bound as
 /// just `args_fields` when given.
-fn bind<'v>(ctx: &mut Context<'_, 'v>, uses: u8, input: &Input<'v>, args_fields: Option<&[&str]>) {
+fn bind<'v>(ctx: &mut Context<'_, 'v>, uses: u16, input: &Input<'v>, args_fields: Option<&[&str]>) {
     for (i, name) in VARIABLES.iter().enumerate() {
         if uses & (1 << i) == 0 {
             continue;
@@ -275,6 +275,10 @@ fn bind<'v>(ctx: &mut Context<'_, 'v>, uses: u8, input: &Input<'v>, args_fields:
             }
             "resume" => match input.resume {
                 Some(data) => json_to_val(data),
+                None => Box::new(CelNull),
+            },
+            "definition" => match input.definition {
+                Some(tool) => json_to_val(tool),
                 None => Box::new(CelNull),
             },
             _ => classifier_val(input.classifiers),
@@ -316,6 +320,6 @@ mod tests {
     #[test]
     fn the_args_bit_is_the_place_of_args_among_the_variables() {
         let place = super::VARIABLES.iter().position(|v| *v == "args");
-        assert_eq!(place.map(|i| 1u8 << i), Some(super::ARGS));
+        assert_eq!(place.map(|i| 1u16 << i), Some(super::ARGS));
     }
 }

@@ -30,8 +30,8 @@ mod near;
 pub use budget::{BYTES_PER_STEP, DEFAULT_BUDGET, EXHAUSTED as BUDGET_EXCEEDED};
 pub use call::{ToolCall, MAX_ARGS_DEPTH};
 pub use canonical::{
-    canonicalize, fingerprint, fingerprint_canonical, hex, validate_tool_name, write_canonical,
-    write_canonical_with, Fingerprint,
+    canonicalize, definition_fingerprint, fingerprint, fingerprint_canonical, hex,
+    validate_tool_name, write_canonical, write_canonical_with, Fingerprint,
 };
 pub use cel::build_env;
 pub use classify::{BuiltinClassifier, MAX_MATCHES};

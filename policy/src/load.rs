@@ -131,7 +131,7 @@ pub struct Rule {
     /// The compiled `when`, rewritten to charge the evaluation budget (`crate::budget`).
     pub(crate) metered: crate::budget::Metered,
     /// Bitmask over the declared variables the rule reads.
-    pub(crate) uses: u8,
+    pub(crate) uses: u16,
     /// The `args.<field>`s the rule reads; `None` when it reads `args` as a whole.
     pub(crate) args_fields: Option<Vec<String>>,
 }
@@ -179,6 +179,14 @@ impl std::fmt::Debug for PolicySet {
 }
 
 impl PolicySet {
+    /// Whether any rule reads the variable `name` (the caller can skip finding its value).
+    pub fn reads(&self, name: &str) -> bool {
+        match crate::cel::VARIABLES.iter().position(|v| *v == name) {
+            Some(i) => self.rules.iter().any(|r| r.uses & (1 << i) != 0),
+            None => false,
+        }
+    }
+
     /// Loads the set at `path`: one `.toml` file, or a folder of them.
     pub fn load(path: &Path) -> Result<PolicySet, PolicyErrors> {
         let files = if path.is_dir() {

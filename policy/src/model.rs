@@ -129,6 +129,10 @@ pub struct Input<'a> {
     /// The data a suspended call is resumed with (DESIGN §11); `None` binds `resume` to
     /// `null`, as on every call that is not a resume.
     pub resume: Option<&'a Value>,
+    /// The pinned definition of an MCP tool (DESIGN §20: the tool object as its upstream
+    /// listed it and a person, or the first sight, trusted); `None` binds `definition` to
+    /// `null`, as for an HTTP tool.
+    pub definition: Option<&'a Value>,
 }
 
 /// A rule that could not be evaluated, and why.

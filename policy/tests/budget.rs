@@ -27,6 +27,7 @@ fn decide(set: &PolicySet, tool: &str, args: &Value) -> Decision {
             now: SystemTime::UNIX_EPOCH,
             classifiers: &classifiers,
             resume: None,
+            definition: None,
         },
     )
 }

@@ -292,6 +292,7 @@ fn airlock(set: &PolicySet, v: &Value, now: SystemTime) -> Value {
             now,
             classifiers: &classifiers,
             resume,
+            definition: None,
         },
     );
     match d.decision {

@@ -137,6 +137,7 @@ fn decide(
             now: SystemTime::UNIX_EPOCH,
             classifiers,
             resume: None,
+            definition: None,
         },
     )
 }
@@ -236,6 +237,7 @@ fn resume_is_null_on_a_call_and_bound_on_a_resume() {
                 now: SystemTime::UNIX_EPOCH,
                 classifiers: &none,
                 resume,
+                definition: None,
             },
         )
     };

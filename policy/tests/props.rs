@@ -366,6 +366,7 @@ fn run(set: &PolicySet, tool: &str, agent: &str) -> Expected {
             now: SystemTime::UNIX_EPOCH,
             classifiers: &classifiers,
             resume: None,
+            definition: None,
         },
     );
     assert_eq!(
