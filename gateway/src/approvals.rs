@@ -14,6 +14,7 @@ use crate::config::Config;
 pub fn approval_json(a: &Approval) -> Value {
     json!({
         "id": a.id,
+        "kind": a.kind.as_str(),
         "call_id": a.call_id,
         "tool": a.tool,
         "args": a.args,

@@ -114,6 +114,7 @@ pub fn status_for(code: Code) -> StatusCode {
         | CallNotSuspended
         | CallAmbiguous
         | CallSuspended
+        | ToolDefinitionChanged
         | AuditNotExported => StatusCode::CONFLICT,
         CallExpired => StatusCode::GONE,
         ApprovalNotFound | CallNotFound | ToolUnknown | RouteNotFound | DeliveryNotFound

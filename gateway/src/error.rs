@@ -49,6 +49,8 @@ airlock_policy::stable_names! {
         RouteNotFound = "route.not_found",
         RouteMethodNotAllowed = "route.method_not_allowed",
         ToolUnknown = "tool.unknown",
+        // An MCP tool whose definition is not the pinned one (DESIGN §20).
+        ToolDefinitionChanged = "tool.definition_changed",
         WebhookNotFound = "webhook.not_found",
         DeliveryNotFound = "delivery.not_found",
         // Decisions and approvals.

@@ -38,6 +38,10 @@ pub struct Metrics {
     pub principal_refusals: IntCounterVec,
     /// Pending approvals of each principal that has `max_pending`.
     pub principal_pending: IntGaugeVec,
+    /// MCP tool definitions by configured server and `event`: `changed` (a definition not
+    /// the pinned one seen, a review opened), `refused` (a call refused for it), `unpinned`
+    /// (a call run under `pin = "warn"` while it was not the pinned one).
+    pub tool_definitions: IntCounterVec,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -141,9 +145,17 @@ fn build() -> Result<Metrics, prometheus::Error> {
             ),
             &["principal"],
         )?,
+        tool_definitions: IntCounterVec::new(
+            Opts::new(
+                "airlock_tool_definitions_total",
+                "MCP tool definitions not the pinned one: seen, calls refused, calls run under warn",
+            ),
+            &["server", "event"],
+        )?,
         registry,
     };
     m.registry.register(Box::new(m.calls.clone()))?;
+    m.registry.register(Box::new(m.tool_definitions.clone()))?;
     m.registry
         .register(Box::new(m.policy_eval_seconds.clone()))?;
     m.registry

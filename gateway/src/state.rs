@@ -173,6 +173,7 @@ impl Gateway {
         limits.set_pending(&by_principal);
         let attached = pending
             .iter()
+            .filter(|a| a.kind == airlock_storage::ApprovalKind::Call)
             .map(|a| {
                 let run = a.context.get("run_id").and_then(Value::as_str);
                 (
@@ -390,8 +391,12 @@ impl Gateway {
                     self.metrics.call(&call.decision, "expired");
                 }
                 for a in expired.approvals {
-                    self.approval_closed(&a.requester.id);
-                    self.metrics.call("require_approval", "expired");
+                    if a.kind == airlock_storage::ApprovalKind::ToolDefinition {
+                        crate::pins::reviewed(self, &a).await;
+                    } else {
+                        self.approval_closed(&a.requester.id);
+                        self.metrics.call("require_approval", "expired");
+                    }
                     let event = self.approval_event(&a);
                     self.announce(Kind::ApprovalExpired, event).await;
                 }

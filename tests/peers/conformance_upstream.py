@@ -2,6 +2,13 @@
 the tools, resources and prompts the suite's server scenarios call, written on the official
 Python SDK's low-level server (PyPI `mcp`).
 
+It serves them the way the suite's reference server does, path by path: what a 2026-07-28
+request lists and calls is everything below; a 2025-11-25 session lists and calls only the
+tools, prompts and resources that revision's scenarios use (`MODERN_ONLY` is left out of it,
+and a call to one of those is the "not found" the reference server answers). A gateway that
+lists only one path, or calls a tool on a path that does not serve it, fails here as it would
+in front of the reference server.
+
 Usage: conformance_upstream.py PORT
 """
 
@@ -72,6 +79,33 @@ TOOLS = [
         },
     ),
 ]
+
+# What the reference server serves on its 2026-07-28 path only: the multi-round-trip tools and
+# the 2026 scenarios' own tools, one prompt, one resource.
+MODERN_ONLY = {
+    "test_missing_capability",
+    "test_input_required_result_elicitation",
+    "test_input_required_result_sampling",
+    "test_input_required_result_list_roots",
+    "test_input_required_result_request_state",
+    "test_input_required_result_multiple_inputs",
+    "test_input_required_result_multi_round",
+    "test_input_required_result_tampered_state",
+    "test_input_required_result_capabilities",
+    "test_streaming_elicitation",
+    "test_logging_tool",
+    "test_input_required_result_prompt",
+    "test://stateless-static-text",
+}
+
+
+def modern(ctx):
+    """Whether the request came on the 2026-07-28 path (stateless, `_meta`), not in a session."""
+    return ctx.protocol_version == "2026-07-28"
+
+
+def served(ctx, name):
+    return modern(ctx) or name not in MODERN_ONLY
 
 
 # The elicitations the suite's scenarios expect, by tool: message, schema, result label.
@@ -227,12 +261,15 @@ def mrtr(name, params):
 
 async def list_tools(ctx, params):
     return types.ListToolsResult(
-        tools=[types.Tool(name=n, description=d, input_schema=s) for n, d, s in TOOLS]
+        tools=[types.Tool(name=n, description=d, input_schema=s) for n, d, s in TOOLS if served(ctx, n)]
     )
 
 
 async def call_tool(ctx, params):
     name = params.name
+    if not served(ctx, name):
+        # The reference server's 2025 session has no such tool: its SDK answers a tool error.
+        return types.CallToolResult(content=[text(f"MCP error -32602: Tool {name} not found")], is_error=True)
     if name == "test_missing_capability":
         # SEP-2575: a tool that needs sampling, called by a client that did not declare it.
         if "sampling" not in client_capabilities(params):
@@ -305,8 +342,12 @@ RESOURCES = [
 ]
 
 
+STATELESS = types.Resource(uri="test://stateless-static-text", name="Stateless Static Text",
+                           description="A static text resource served on the 2026-07-28 path", mime_type="text/plain")
+
+
 async def list_resources(ctx, params):
-    return types.ListResourcesResult(resources=RESOURCES)
+    return types.ListResourcesResult(resources=RESOURCES + ([STATELESS] if modern(ctx) else []))
 
 
 async def list_templates(ctx, params):
@@ -322,6 +363,8 @@ async def read_resource(ctx, params):
         c = types.BlobResourceContents(uri=uri, mime_type="image/png", blob=PNG)
     elif uri == "test://watched-resource":
         c = types.TextResourceContents(uri=uri, mime_type="text/plain", text="watched")
+    elif uri == "test://stateless-static-text" and modern(ctx):
+        c = types.TextResourceContents(uri=uri, mime_type="text/plain", text="Static text content from the 2026-07-28 path.")
     elif uri.startswith("test://template/") and uri.endswith("/data"):
         id_ = uri[len("test://template/"):-len("/data")]
         c = types.TextResourceContents(uri=uri, mime_type="application/json", text=json.dumps(
@@ -349,11 +392,13 @@ PROMPTS = [
 
 
 async def list_prompts(ctx, params):
-    return types.ListPromptsResult(prompts=PROMPTS)
+    return types.ListPromptsResult(prompts=[p for p in PROMPTS if served(ctx, p.name)])
 
 
 async def get_prompt(ctx, params):
     a = params.arguments or {}
+    if not served(ctx, params.name):
+        raise MCPError(-32602, f"Prompt {params.name} not found")
     if params.name == "test_simple_prompt":
         msgs = [types.PromptMessage(role="user", content=text("This is a simple prompt for testing."))]
     elif params.name == "test_prompt_with_arguments":

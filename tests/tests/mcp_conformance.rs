@@ -275,3 +275,174 @@ fn the_official_conformance_suite_passes_through_the_gateway() {
         "a log level asked: the upstream's three messages"
     );
 }
+
+/// The answer to one JSON-RPC request, read from a JSON body or an event stream.
+fn rpc_answer(text: &str) -> serde_json::Value {
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
+        return v;
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+        .find(|m| m.get("id").is_some() && m.get("method").is_none())
+        .unwrap_or_else(|| panic!("no answer in {text}"))
+}
+
+/// The tools `url` lists to a client of one revision: a 2025-11-25 session, or stateless
+/// 2026-07-28 requests. By name, each as listed (less what the gateway adds for 2025
+/// clients, `execution`).
+fn listed_tools(
+    url: &str,
+    token: Option<&str>,
+    modern: bool,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    use serde_json::json;
+    let client = reqwest::blocking::Client::new();
+    let post = |body: serde_json::Value, headers: &[(&str, String)]| {
+        let mut r = client
+            .post(url)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        for (k, v) in headers {
+            r = r.header(*k, v.as_str());
+        }
+        r.send().unwrap()
+    };
+    let mut headers: Vec<(&str, String)> = Vec::new();
+    let meta = if modern {
+        headers.push(("mcp-protocol-version", "2026-07-28".into()));
+        headers.push(("mcp-method", "tools/list".into()));
+        json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {}})
+    } else {
+        let init = post(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "union-test", "version": "1"}}}),
+            &[],
+        );
+        let session = init.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        headers.push(("mcp-session-id", session));
+        headers.push(("mcp-protocol-version", "2025-11-25".into()));
+        post(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            &headers,
+        );
+        json!({})
+    };
+    let mut out = std::collections::BTreeMap::new();
+    let mut cursor: Option<String> = None;
+    for id in 1..50 {
+        let mut params = json!({"_meta": meta});
+        if !modern {
+            params = json!({});
+        }
+        if let Some(c) = &cursor {
+            params["cursor"] = json!(c);
+        }
+        let text = post(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params}),
+            &headers,
+        )
+        .text()
+        .unwrap();
+        let page = rpc_answer(&text)["result"].clone();
+        for t in page["tools"].as_array().unwrap() {
+            let mut t = t.clone();
+            t.as_object_mut().unwrap().remove("execution");
+            out.insert(t["name"].as_str().unwrap().to_owned(), t);
+        }
+        cursor = page["nextCursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    out
+}
+
+/// The fixture serves some tools on its 2026-07-28 path only, as the suite's reference server
+/// does; the gateway lists the union of both paths to clients of either revision, and calls
+/// a 2026-only tool for a 2025 client on the path that serves it.
+#[test]
+fn the_gateway_lists_the_union_of_an_upstreams_two_paths() {
+    let (_upstream, up_port) = fixture();
+    let direct = format!("http://127.0.0.1:{up_port}/mcp");
+    let legacy = listed_tools(&direct, None, false);
+    let modern = listed_tools(&direct, None, true);
+    assert!(
+        modern.len() > legacy.len() && legacy.keys().all(|k| modern.contains_key(k)),
+        "the fixture serves more on its 2026 path: {:?} / {:?}",
+        legacy.keys(),
+        modern.keys()
+    );
+    assert!(!legacy.contains_key("test_input_required_result_elicitation"));
+    let mut union = legacy.clone();
+    union.extend(modern.clone());
+
+    let hash = airlock_policy::hex(&Sha256::digest(b"token-union"));
+    let config = format!(
+        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\nhold_timeout = \"5s\"\n\
+         [[principals]]\nid = \"union\"\nrole = \"agent\"\ntoken_sha256 = \"{hash}\"\n\
+         [[mcp_servers]]\nname = \"conformance\"\nurl = \"{direct}\"\nprefix = \"\"\n"
+    );
+    let policy = "version = 1\n[defaults]\ndecision = \"allow\"\non_error = \"deny\"\napproval_ttl = \"15m\"\ngrant = { uses = 1, ttl = \"10m\", scope = \"run\" }\n";
+    let gw = Gateway::start_with(&config, policy);
+    let url = format!("{}/mcp", gw.base);
+    for revision_modern in [false, true] {
+        let through = listed_tools(&url, Some("token-union"), revision_modern);
+        assert_eq!(
+            through.keys().collect::<Vec<_>>(),
+            union.keys().collect::<Vec<_>>(),
+            "the gateway's list (2026: {revision_modern}) is the union of the two paths"
+        );
+        for (name, t) in &union {
+            assert_eq!(&through[name], t, "{name} as the upstream listed it");
+        }
+    }
+
+    // A 2025 client calls a tool served on the 2026 path only: it runs there (a call on the
+    // 2025 path would be the reference server's "not found").
+    let client = reqwest::blocking::Client::new();
+    let init = client
+        .post(&url)
+        .bearer_auth("token-union")
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "union-test", "version": "1"}}}),
+        )
+        .send()
+        .unwrap();
+    let session = init.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let text = client
+        .post(&url)
+        .bearer_auth("token-union")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "test_logging_tool", "arguments": {}}}),
+        )
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    let answer = rpc_answer(&text);
+    assert!(
+        answer
+            .to_string()
+            .contains("Tool with logging executed successfully"),
+        "called on the path that serves it: {answer}"
+    );
+}

@@ -112,9 +112,13 @@ pub fn approvals_table(list: &[Value]) -> String {
             .and_then(Value::as_array)
             .map(|d| d.iter().filter(|x| x["decision"] == "approve").count())
             .unwrap_or(0);
+        let call = match a.get("kind").and_then(Value::as_str) {
+            Some("tool_definition") => "(tool definition)".to_owned(),
+            _ => s("call_id"),
+        };
         rows.push([
             s("id"),
-            s("call_id"),
+            call,
             s("status"),
             s("tool"),
             a.pointer("/requester/principal")
@@ -137,7 +141,12 @@ pub fn approvals_table(list: &[Value]) -> String {
                 .unwrap_or_default(),
         ]);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
+    columns(&rows)
+}
+
+/// Rows as aligned columns, the first row the header.
+pub fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     rows.iter()
@@ -184,6 +193,9 @@ pub fn approval_details(a: &Value) -> String {
         ("created", s("/created_at")),
         ("expires", s("/expires_at")),
     ];
+    if a.get("kind").and_then(Value::as_str) == Some("tool_definition") {
+        return review_details(a);
+    }
     if let Some(messages) = a.pointer("/explanation/messages").and_then(Value::as_array) {
         for m in messages {
             rows.push((
@@ -221,6 +233,51 @@ pub fn approval_details(a: &Value) -> String {
         .map(|(k, v)| format!("{k:<width$}  {v}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// A tool definition's review, for people: the upstream, the fingerprints, and the old
+/// definition against the new, line by line.
+fn review_details(a: &Value) -> String {
+    let s = |p: &str| match a.pointer(p) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => "-".into(),
+        Some(other) => other.to_string(),
+    };
+    let mut out = vec![
+        format!("approval     {} (a tool definition's review)", s("/id")),
+        format!("status       {}", s("/status")),
+        format!(
+            "tool         {} (`{}` of MCP server `{}`)",
+            s("/tool"),
+            s("/args/tool"),
+            s("/args/server")
+        ),
+        format!("pinned       {}", s("/args/old_fingerprint")),
+        format!("listed       {}", s("/args/new_fingerprint")),
+        format!("reviewers    {}", approvers_text(a.get("approvers"))),
+        format!("expires      {}", s("/expires_at")),
+    ];
+    for d in a
+        .get("decisions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        out.push(format!(
+            "decision     {} by {} at {}{}",
+            d["decision"].as_str().unwrap_or(""),
+            d["by"].as_str().unwrap_or(""),
+            d["at"].as_str().unwrap_or(""),
+            d["reason"]
+                .as_str()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    out.push(String::new());
+    out.push("the pinned definition (-) against the one listed (+):".into());
+    out.push(crate::diff::unified(&a["args"]["old"], &a["args"]["new"]));
+    out.join("\n")
 }
 
 /// A tool call's answer, for people.

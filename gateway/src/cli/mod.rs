@@ -34,6 +34,7 @@ mod policy;
 mod remote;
 mod serve;
 mod store;
+mod tools;
 mod webhooks;
 
 pub use approvals::ApprovalsCommand;
@@ -44,6 +45,7 @@ pub use policy::{EvalArgs, FingerprintArgs, PolicyCommand};
 pub use remote::Remote;
 pub use serve::ServeArgs;
 pub use store::{StoreAt, StoreCommand};
+pub use tools::ToolsCommand;
 pub use webhooks::WebhooksCommand;
 
 #[derive(Parser, Debug)]
@@ -84,6 +86,9 @@ pub enum Command {
     /// MCP helpers: a stdio server that forwards to a gateway's `/mcp`.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// List and show a running gateway's MCP upstream tools and their pins.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
 }
 
 /// Runs the command and returns the process exit code.
@@ -100,6 +105,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Fingerprint(args) => policy::fingerprint(&args),
         Command::Webhooks(cmd) => webhooks::webhooks(cmd),
         Command::Mcp(McpCommand::Stdio { url, token }) => mcp::mcp_stdio(url, token),
+        Command::Tools(cmd) => tools::tools(cmd),
         Command::Audit(AuditCommand::Verify {
             at,
             file,

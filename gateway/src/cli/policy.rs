@@ -59,6 +59,10 @@ pub struct EvalArgs {
     /// Evaluate a resume of a suspended call with this JSON as `resume` (DESIGN §11).
     #[arg(long)]
     pub resume: Option<String>,
+    /// The MCP tool definition policy reads as `definition` (the tool object, as its
+    /// upstream lists it: `{"name","annotations":{"destructiveHint":true},…}`).
+    #[arg(long)]
+    pub definition: Option<String>,
     /// Evaluation steps the decision may use, as `[server] policy_budget` sets them.
     #[arg(long, default_value_t = airlock_policy::DEFAULT_BUDGET)]
     pub budget: u64,
@@ -222,11 +226,17 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
         .as_deref()
         .map(|r| parse_json_flag(r, "resume"))
         .transpose()?;
+    let definition = args
+        .definition
+        .as_deref()
+        .map(|d| parse_json_flag(d, "definition"))
+        .transpose()?;
     Ok(EvalRequest {
         call,
         principal,
         classifiers,
         now,
         resume,
+        definition,
     })
 }

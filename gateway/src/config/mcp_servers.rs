@@ -1,5 +1,5 @@
-//! `[[mcp_servers]]`: MCP upstreams over streamable HTTP or stdio, and the prefix of their
-//! tools.
+//! `[[mcp_servers]]`: MCP upstreams over streamable HTTP or stdio, the prefix of their tools,
+//! how often their lists are read, and how their tool definitions are pinned (DESIGN §20).
 
 use std::time::Duration;
 
@@ -22,6 +22,29 @@ pub enum McpTransport {
     },
 }
 
+/// What a tool definition that is not the pinned one does (`pin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinMode {
+    /// Clients see the pinned definition, and calls are refused `tool.definition_changed`
+    /// until a reviewer approves the change (the default).
+    Enforce,
+    /// Clients see the new definition and calls run; the change is audited, counted and
+    /// opens a review.
+    Warn,
+    /// Nothing is pinned: the upstream's definitions are served as they come.
+    Off,
+}
+
+impl PinMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PinMode::Enforce => "enforce",
+            PinMode::Warn => "warn",
+            PinMode::Off => "off",
+        }
+    }
+}
+
 /// An MCP server airlock fronts: its tools appear to clients as `<prefix><tool>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerConfig {
@@ -29,6 +52,13 @@ pub struct McpServerConfig {
     pub prefix: String,
     pub transport: McpTransport,
     pub timeout: Duration,
+    pub pin: PinMode,
+    /// Pin the first definition seen of a tool; with `false`, a new tool waits for review.
+    pub trust_first: bool,
+    /// Approver groups that review a changed definition (admins always may).
+    pub reviewers: Vec<String>,
+    /// How often its lists are read again (besides when it says one changed).
+    pub refresh: Duration,
 }
 
 /// Each MCP upstream, checked: a unique name, exactly one transport with what it takes.
@@ -98,11 +128,50 @@ pub(super) fn validate(raw: Vec<RawMcpServer>) -> Result<Vec<McpServerConfig>, C
             m.timeout.as_deref(),
             Duration::from_secs(30),
         )?;
+        let pin = match m.pin.as_deref() {
+            None | Some("enforce") => PinMode::Enforce,
+            Some("warn") => PinMode::Warn,
+            Some("off") => PinMode::Off,
+            Some(other) => {
+                return Err(err(
+                    format!("{key}.pin"),
+                    format!("`{other}` is not one of `enforce`, `warn`, `off`"),
+                ))
+            }
+        };
+        if let Some(bad) = m
+            .reviewers
+            .iter()
+            .find(|g| g.is_empty() || g.chars().any(char::is_whitespace))
+        {
+            return Err(err(
+                format!("{key}.reviewers"),
+                format!("`{bad}` is not a group name"),
+            ));
+        }
+        if pin == PinMode::Off && (m.trust_first.is_some() || !m.reviewers.is_empty()) {
+            return Err(err(
+                format!("{key}.pin"),
+                "`trust_first` and `reviewers` are for pinned tools; `pin = \"off\"` pins nothing",
+            ));
+        }
+        let refresh = duration(
+            &format!("{key}.refresh"),
+            m.refresh.as_deref(),
+            Duration::from_secs(30),
+        )?;
+        if refresh < Duration::from_secs(1) {
+            return Err(err(format!("{key}.refresh"), "must be at least 1s"));
+        }
         mcp_servers.push(McpServerConfig {
             name: m.name,
             prefix,
             transport,
             timeout,
+            pin,
+            trust_first: m.trust_first.unwrap_or(true),
+            reviewers: m.reviewers,
+            refresh,
         });
     }
     Ok(mcp_servers)

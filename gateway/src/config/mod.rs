@@ -29,7 +29,7 @@ mod webhooks;
 
 pub use classifiers::{ClassifierConfig, ClassifierKind};
 pub use issuers::{fetchable, InboxOidcConfig, IssuerConfig};
-pub use mcp_servers::{McpServerConfig, McpTransport};
+pub use mcp_servers::{McpServerConfig, McpTransport, PinMode};
 pub use principals::{PrincipalConfig, Rate};
 pub use server::ConnectionLimits;
 pub use store::StoreKind;

@@ -54,6 +54,11 @@ pub(super) struct RawMcpServer {
     #[serde(default)]
     pub(super) headers: std::collections::BTreeMap<String, String>,
     pub(super) timeout: Option<String>,
+    pub(super) pin: Option<String>,
+    pub(super) trust_first: Option<bool>,
+    #[serde(default)]
+    pub(super) reviewers: Vec<String>,
+    pub(super) refresh: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -50,6 +50,7 @@ pub(super) async fn evaluate_policy(
             "principal",
             "classifier",
             "resume",
+            "definition",
         ],
     )?;
     let tool = body
@@ -81,6 +82,11 @@ pub(super) async fn evaluate_policy(
         classifiers,
         now: to_system_time(now_ms()),
         resume: body.get("resume").cloned().filter(|r| !r.is_null()),
+        // The definition given, else the one a call of the tool would be judged with.
+        definition: match body.get("definition") {
+            Some(d) => Some(d.clone()).filter(|d| !d.is_null()),
+            None => crate::pipeline::decide::definition_of(gw, &tool).map(|d| (*d).clone()),
+        },
     };
     let decision = evaluate(&gw.policy.load(), &request.input());
     Ok(json_response(

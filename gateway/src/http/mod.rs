@@ -11,6 +11,7 @@ mod approvals;
 mod calls;
 pub(crate) mod openapi;
 pub(crate) mod routes;
+mod tools;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,6 +199,8 @@ async fn dispatch(
         Op::GetPolicy => admin::policy(cx),
         Op::EvaluatePolicy => admin::evaluate_policy(cx, req).await,
         Op::ReloadPolicy => admin::reload(cx),
+        Op::ListTools => tools::list(cx),
+        Op::GetTool => tools::get(cx, id),
         Op::ListWebhooks => admin::webhooks(cx).await,
         Op::EnableWebhook => admin::enable_webhook(cx, id).await,
         Op::TestWebhook => admin::test_webhook(cx, id).await,
@@ -261,9 +264,12 @@ fn open_route(gw: &Gateway, op: Op) -> Response<Body> {
             "not ready: the store is unavailable or no policy has loaded",
         )
         .into_response(),
+        // Ready once the policy loaded; an MCP upstream never reached is named, not a reason
+        // not to serve (its calls are `upstream.unavailable` until it is reached).
         Op::Readyz => json_response(
             StatusCode::OK,
-            &json!({"status": "ready", "policy_version": gw.policy.load().version()}),
+            &json!({"status": "ready", "policy_version": gw.policy.load().version(),
+                    "mcp_servers_unreached": gw.backends.mcp.never_reached()}),
         ),
         Op::Metrics => {
             let mut r = Response::new(full(gw.metrics.render()));

@@ -36,6 +36,8 @@ pub(crate) enum Op {
     GetPolicy,
     EvaluatePolicy,
     ReloadPolicy,
+    ListTools,
+    GetTool,
     ListWebhooks,
     EnableWebhook,
     TestWebhook,
@@ -184,6 +186,8 @@ pub(crate) const ROUTES: &[Route] = &[
         Token,
     ),
     route(Method::POST, "/v1/policy/reload", Op::ReloadPolicy, Token),
+    route(Method::GET, "/v1/tools", Op::ListTools, Token),
+    route(Method::GET, "/v1/tools/{name}", Op::GetTool, Token),
     route(Method::GET, "/v1/webhooks", Op::ListWebhooks, Token),
     route(
         Method::POST,

@@ -14,10 +14,11 @@
 
 mod oidc;
 mod pages;
+mod review;
 
 use std::sync::Arc;
 
-use airlock_storage::{ApprovalFilter, ApprovalStatus, Kind, Principal};
+use airlock_storage::{ApprovalFilter, ApprovalKind, ApprovalStatus, Kind, Principal};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, LOCATION, SET_COOKIE};
@@ -392,7 +393,11 @@ async fn approval(
         None
     };
     record_page(found, "approval", error, |a, e| {
-        pages::approval(&session_view(session), a, e, now_ms(), next.as_ref())
+        let who = session_view(session);
+        match a.kind {
+            ApprovalKind::ToolDefinition => review::review(&who, a, e, now_ms(), next.as_ref()),
+            ApprovalKind::Call => pages::approval(&who, a, e, now_ms(), next.as_ref()),
+        }
     })
 }
 

@@ -4,7 +4,7 @@
 //! the inbox's own routes, built from ids the store made.
 
 use airlock_policy::Decision;
-use airlock_storage::{Approval, CallRecord};
+use airlock_storage::{Approval, ApprovalKind, CallRecord};
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 
@@ -24,7 +24,7 @@ pub struct Filters {
     pub run: Option<String>,
 }
 
-fn layout(title: &str, who: Option<&Who>, body: Markup) -> Markup {
+pub(super) fn layout(title: &str, who: Option<&Who>, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -232,7 +232,11 @@ pub fn pending_table(shown: &[Approval], now: u64) -> Markup {
                             td {
                                 a.row href={ "/inbox/approvals/" (a.id) } { (a.tool) }
                                 // What sets one row apart from the next: its args, in short.
-                                code.args { (args_summary(&a.args)) }
+                                @if a.kind == ApprovalKind::ToolDefinition {
+                                    code.args { "its definition changed: review it" }
+                                } @else {
+                                    code.args { (args_summary(&a.args)) }
+                                }
                             }
                             td { (a.requester.id) }
                             td.wide { (field(a, "run_id").unwrap_or("—")) }
@@ -247,7 +251,7 @@ pub fn pending_table(shown: &[Approval], now: u64) -> Markup {
 }
 
 /// A decided approval's heading word.
-fn status_title(status: &str) -> &'static str {
+pub(super) fn status_title(status: &str) -> &'static str {
     match status {
         "approved" => "Approved",
         "declined" => "Declined",
@@ -292,7 +296,7 @@ fn record_gist(r: &Value) -> String {
     }
 }
 
-fn approvals_of(a: &Approval) -> usize {
+pub(super) fn approvals_of(a: &Approval) -> usize {
     a.decisions
         .iter()
         .filter(|d| d.decision == "approve")
@@ -486,11 +490,12 @@ pub fn preview(d: &Decision, old: &str, new: &str) -> Markup {
             @if d.decision.as_str() == "deny" { ": it cannot be approved as edited." } @else { "." }
         }
         pre.diff {
-            @for line in diff(old, new) {
-                @match line {
-                    Line::Same(l) => span.same { "  " (l) "\n" },
-                    Line::Removed(l) => del { "- " (l) "\n" },
-                    Line::Added(l) => ins { "+ " (l) "\n" },
+            @for row in crate::diff::rows_text(old, new) {
+                @match (row.changed, row.old, row.new) {
+                    (false, Some(l), _) => span.same { "  " (l) "\n" },
+                    (_, Some(l), None) => del { "- " (l) "\n" },
+                    (_, _, Some(l)) => ins { "+ " (l) "\n" },
+                    _ => {}
                 }
             }
         }
@@ -499,45 +504,6 @@ pub fn preview(d: &Decision, old: &str, new: &str) -> Markup {
 
 pub fn preview_error(why: &str) -> Markup {
     html! { p.error role="alert" { "Not valid arguments: " (why) } }
-}
-
-pub enum Line<'a> {
-    Same(&'a str),
-    Removed(&'a str),
-    Added(&'a str),
-}
-
-/// A line diff (longest common subsequence), for the edit preview.
-pub fn diff<'a>(old: &'a str, new: &'a str) -> Vec<Line<'a>> {
-    let a: Vec<&str> = old.lines().collect();
-    let b: Vec<&str> = new.lines().collect();
-    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for i in (0..a.len()).rev() {
-        for j in (0..b.len()).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j, mut out) = (0, 0, Vec::new());
-    while i < a.len() && j < b.len() {
-        if a[i] == b[j] {
-            out.push(Line::Same(a[i]));
-            i += 1;
-            j += 1;
-        } else if lcs[i + 1][j] >= lcs[i][j + 1] {
-            out.push(Line::Removed(a[i]));
-            i += 1;
-        } else {
-            out.push(Line::Added(b[j]));
-            j += 1;
-        }
-    }
-    out.extend(a[i..].iter().map(|l| Line::Removed(l)));
-    out.extend(b[j..].iter().map(|l| Line::Added(l)));
-    out
 }
 
 /// Suspended calls waiting for input (DESIGN §11).
@@ -816,20 +782,6 @@ pub fn run_result(who: &Who, run: &str, results: &[(String, String, Option<ApiEr
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn diff_marks_changed_lines() {
-        let d = diff("a\nb\nc", "a\nx\nc");
-        let s: Vec<String> = d
-            .iter()
-            .map(|l| match l {
-                Line::Same(x) => format!(" {x}"),
-                Line::Removed(x) => format!("-{x}"),
-                Line::Added(x) => format!("+{x}"),
-            })
-            .collect();
-        assert_eq!(s, vec![" a", "-b", "+x", " c"]);
-    }
 
     #[test]
     fn time_left_reads_naturally() {

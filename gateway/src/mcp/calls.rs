@@ -48,9 +48,13 @@ pub async fn call(
     let front_tag = Front::mcp(Some(exchange.revision), exchange.session.clone());
     let call = match intake(gw, &principal, &mut msg, &front_tag).await {
         Ok(c) => c,
-        Err(mut e) => {
+        Err(Refused::Rpc(mut e)) => {
             e.id = id;
             return rpc_error(&e, modern);
+        }
+        Err(Refused::Tool(tool, e)) => {
+            let result = super::results::refused_tool(gw, &exchange, &tool, &e);
+            return json_bytes_response(StatusCode::OK, wire::result_bytes(&id, &result));
         }
     };
 
@@ -355,7 +359,7 @@ async fn intake(
     principal: &Principal,
     msg: &mut Message,
     front: &Front,
-) -> Result<ToolCall, RpcError> {
+) -> Result<ToolCall, Refused> {
     let args = msg
         .params
         .as_object_mut()
@@ -384,10 +388,32 @@ async fn intake(
     pipeline::intake(gw, principal, raw, front)
         .await
         .map_err(|e| match name {
-            None => RpcError::new(id, wire::INVALID_PARAMS, "`name` is required"),
-            Some(_) => RpcError::new(id, wire::INVALID_PARAMS, e.message)
-                .with_data(json!({"code": e.code})),
+            None => Refused::Rpc(RpcError::new(
+                id,
+                wire::INVALID_PARAMS,
+                "`name` is required",
+            )),
+            // The tool exists but cannot be called now: a result the model reads.
+            Some(tool)
+                if matches!(
+                    e.code,
+                    Code::ToolDefinitionChanged | Code::UpstreamUnavailable
+                ) =>
+            {
+                Refused::Tool(tool.to_owned(), e)
+            }
+            Some(_) => Refused::Rpc(
+                RpcError::new(id, wire::INVALID_PARAMS, e.message)
+                    .with_data(json!({"code": e.code})),
+            ),
         })
+}
+
+/// Why a `tools/call` did not pass intake: a malformed call (a JSON-RPC error), or a tool
+/// that exists but cannot be called now (an `isError` result).
+enum Refused {
+    Rpc(RpcError),
+    Tool(String, ApiError),
 }
 
 /// Opens and spends a `requestState`: sealed by us, for this principal, tool and arguments,

@@ -462,21 +462,30 @@ async fn answer(
         "ping" => Ok(json!({})),
         "tools/list" => Ok(paginate(tools(gw, modern), "tools", &msg.params)),
         "resources/list" => {
-            Ok(aggregate(gw, "resources/list", "resources", &msg.params, false).await)
+            Ok(aggregate(gw, "resources/list", "resources", "uri", &msg.params).await)
         }
         "resources/templates/list" => Ok(aggregate(
             gw,
             "resources/templates/list",
             "resourceTemplates",
+            "uriTemplate",
             &msg.params,
-            false,
         )
         .await),
-        "prompts/list" => Ok(aggregate(gw, "prompts/list", "prompts", &msg.params, true).await),
+        "prompts/list" => Ok(aggregate(gw, "prompts/list", "prompts", "name", &msg.params).await),
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
             let uri = msg.params.get("uri").and_then(Value::as_str).unwrap_or("");
             match gw.backends.mcp.resource(uri) {
-                Some(server) => pass(&server, method, strip_meta(&msg.params)).await,
+                // A subscription is bound to the client's session: it goes on the client's
+                // revision's path; a read goes where the resource is served.
+                Some((server, want)) => {
+                    let want = if method == "resources/read" {
+                        want
+                    } else {
+                        None
+                    };
+                    pass(&server, method, strip_meta(&msg.params), want).await
+                }
                 None => Err(RpcError::new(
                     id.clone(),
                     wire::INVALID_PARAMS,
@@ -488,10 +497,10 @@ async fn answer(
         "prompts/get" => {
             let name = msg.params.get("name").and_then(Value::as_str).unwrap_or("");
             match gw.backends.mcp.prompt(name) {
-                Some((server, upstream_name)) => {
+                Some((server, upstream_name, want)) => {
                     let mut p = strip_meta(&msg.params);
                     p["name"] = Value::String(upstream_name);
-                    pass(&server, method, p).await
+                    pass(&server, method, p, want).await
                 }
                 None => Err(RpcError::new(
                     id.clone(),
@@ -507,28 +516,28 @@ async fn answer(
                     .get("name")
                     .and_then(Value::as_str)
                     .and_then(|n| gw.backends.mcp.prompt(n))
-                    .map(|(s, n)| (s, Some(n))),
+                    .map(|(s, n, want)| (s, Some(n), want)),
                 Some("ref/resource") => r
                     .get("uri")
                     .and_then(Value::as_str)
                     .and_then(|u| gw.backends.mcp.resource(u))
-                    .map(|s| (s, None)),
+                    .map(|(s, want)| (s, None, want)),
                 _ => None,
             };
             match owner {
-                Some((server, prompt_name)) => {
+                Some((server, prompt_name, want)) => {
                     let mut p = strip_meta(&msg.params);
                     if let Some(n) = prompt_name {
                         p["ref"]["name"] = Value::String(n);
                     }
-                    pass(&server, method, p).await
+                    pass(&server, method, p, want).await
                 }
                 None => Ok(json!({"completion": {"values": [], "hasMore": false}})),
             }
         }
         "logging/setLevel" => {
             for s in &gw.backends.mcp.servers {
-                let _ = s.request(method, strip_meta(&msg.params), None).await;
+                let _ = s.request(method, strip_meta(&msg.params), None, None).await;
             }
             Ok(json!({}))
         }
@@ -741,21 +750,16 @@ fn paginate(items: Vec<Value>, field: &str, params: &Value) -> Value {
     Value::Object(out)
 }
 
-/// A list gathered from every upstream (an upstream that fails is left out).
-async fn aggregate(
-    gw: &Gateway,
-    method: &str,
-    field: &str,
-    params: &Value,
-    prefix_names: bool,
-) -> Value {
+/// A list gathered from every upstream, on every path each serves, each item once by `key`
+/// (an upstream that fails is left out). Prompts' names are prefixed.
+async fn aggregate(gw: &Gateway, method: &str, field: &str, key: &str, params: &Value) -> Value {
     let mut items = Vec::new();
     for s in &gw.backends.mcp.servers {
-        let Ok(listed) = s.list_all(method, field).await else {
+        let Ok(listed) = s.list_all(method, field, key).await else {
             continue;
         };
         for mut item in listed {
-            if prefix_names {
+            if field == "prompts" {
                 if let Some(n) = item.get("name").and_then(Value::as_str) {
                     item["name"] = Value::String(format!("{}{n}", s.config.prefix));
                 }
@@ -774,10 +778,16 @@ fn strip_meta(params: &Value) -> Value {
     p
 }
 
-/// A request passed to its upstream unchecked; its answer (or error) comes back as it is.
-async fn pass(server: &upstream::Server, method: &str, params: Value) -> Result<Value, RpcError> {
+/// A request passed to its upstream unchecked, on the path `want` asks for; its answer (or
+/// error) comes back as it is.
+async fn pass(
+    server: &upstream::Server,
+    method: &str,
+    params: Value,
+    want: Option<upstream::Path>,
+) -> Result<Value, RpcError> {
     server
-        .request(method, params, None)
+        .request(method, params, None, want)
         .await
         .map_err(|f| match f {
             upstream::Failure::Rpc(e) => RpcError {

@@ -68,7 +68,7 @@ pub fn tool_result(
 ) -> Value {
     let modern = exchange.modern();
     let refusal = !matches!(outcome, Ok(Outcome::Completed(_)));
-    let mut result = match outcome {
+    let result = match outcome {
         // An upstream's own input request, relayed (only when the client takes it): its
         // keys and params unchanged, its state sealed inside ours.
         Ok(Outcome::Completed(c)) if is_input_required(&c) => {
@@ -130,22 +130,26 @@ pub fn tool_result(
             ),
             json!({"approval_id": p.approval_id, "call_id": p.call_id, "link": link(gw, &p.approval_id)}),
         ),
-        Err(e) => {
-            let mut extra = json!({});
-            if let Some(d) = e.details.as_object() {
-                for k in ["rules", "reason", "approval_id", "call_id"] {
-                    if let Some(v) = d.get(k) {
-                        extra[k] = v.clone();
-                    }
-                }
-            }
-            if let Some(a) = extra.get("approval_id").and_then(Value::as_str).map(str::to_owned) {
-                extra["link"] = Value::String(link(gw, &a));
-            }
-            error_result(e.code.as_str(), &e.message, extra)
-        }
+        Err(e) => refusal_result(gw, &e),
     };
-    if refusal && gw.backends.mcp.declares_output_schema(&call.tool) {
+    finish_refusal(gw, modern, &call.tool, refusal, result)
+}
+
+/// A call refused before it reached the pipeline's decision (its tool's definition waits for
+/// review, its upstream was never reached): an `isError` result the model reads, as any
+/// refusal of a call.
+pub fn refused_tool(gw: &Gateway, exchange: &Exchange, tool: &str, e: &ApiError) -> Value {
+    finish_refusal(gw, exchange.modern(), tool, true, refusal_result(gw, e))
+}
+
+fn finish_refusal(
+    gw: &Gateway,
+    modern: bool,
+    tool: &str,
+    refusal: bool,
+    mut result: Value,
+) -> Value {
+    if refusal && gw.backends.mcp.declares_output_schema(tool) {
         refusal_into_meta(&mut result);
     }
     if modern {
@@ -155,6 +159,27 @@ pub fn tool_result(
         }
     }
     result
+}
+
+/// A refusal as an `isError` result: the code, the message, and what of its details the model
+/// can use (the rules, the reason, the approval and its link).
+fn refusal_result(gw: &Gateway, e: &ApiError) -> Value {
+    let mut extra = json!({});
+    if let Some(d) = e.details.as_object() {
+        for k in ["rules", "reason", "approval_id", "call_id", "declined"] {
+            if let Some(v) = d.get(k) {
+                extra[k] = v.clone();
+            }
+        }
+    }
+    if let Some(a) = extra
+        .get("approval_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    {
+        extra["link"] = Value::String(link(gw, &a));
+    }
+    error_result(e.code.as_str(), &e.message, extra)
 }
 
 /// An upstream's own `input_required`, relayed to a client that takes it: its keys and params

@@ -349,7 +349,7 @@ async fn passed(
         o.insert("taskId".into(), json!(u.task_id));
     }
     let mut answer = server
-        .request(method, params, None)
+        .request(method, params, None, None)
         .await
         .map_err(|f| match f {
             crate::backends::mcp::Failure::Rpc(e) => RpcError {

@@ -19,6 +19,7 @@ use tokio::sync::SemaphorePermit;
 
 use super::Front;
 use crate::auth::{Need, Role};
+use crate::backends::Route;
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
 use crate::limits::Refusal;
@@ -168,10 +169,18 @@ pub async fn intake(
             (parsed, Some(tool))
         }
     };
-    let routed = parsed.and_then(|call| match gw.route(&call.tool) {
-        Some(_) => Ok(call),
-        None => Err(unknown_tool(gw, &call.tool)),
-    });
+    let routed = match parsed {
+        Err(e) => Err(e),
+        Ok(call) => match gw.route(&call.tool) {
+            // An MCP tool whose definition waits for review, or whose upstream was never
+            // reached, is refused here (DESIGN §20).
+            Some(Route::Mcp(t)) => crate::pins::admit(gw, t, &call.tool, false)
+                .await
+                .map(|_| call),
+            Some(Route::Http(_)) => Ok(call),
+            None => Err(unknown_tool(gw, &call.tool)),
+        },
+    };
     if let Err(e) = &routed {
         reject(gw, principal, e.code, front, tool).await;
     }

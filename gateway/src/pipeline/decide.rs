@@ -105,6 +105,12 @@ fn principal_json(p: &Principal) -> Value {
     json!({"id": p.id, "role": p.role, "groups": p.groups, "issuer": p.issuer, "actor": p.actor, "claims": p.claims})
 }
 
+/// The definition policy reads as `definition` for a call of `tool`: an MCP tool's pinned one
+/// (as listed, under `pin = "warn"` or `"off"`); none for an HTTP tool.
+pub fn definition_of(gw: &Gateway, tool: &str) -> Option<Arc<Value>> {
+    gw.backends.mcp.resolve(tool).and_then(|t| t.definition)
+}
+
 /// Runs the classifiers named by the rules that may apply to `call`, then evaluates it for
 /// `principal` under the current policy at `now`. Returns the decision and the classifier
 /// results. Also what an approver's edit and a resume are checked by.
@@ -124,6 +130,12 @@ pub async fn policy(
         Box::pin(gw.classifiers.run(&names, call, &gw.metrics)).await
     };
     let principal = principal_json(principal);
+    // An MCP tool's pinned definition, looked up only when a rule reads it.
+    let definition = if policy.reads("definition") {
+        definition_of(gw, &call.tool)
+    } else {
+        None
+    };
     let start = Instant::now();
     let decision = evaluate(
         &policy,
@@ -136,6 +148,7 @@ pub async fn policy(
             now: to_system_time(now),
             classifiers: &classifiers,
             resume,
+            definition: definition.as_deref(),
         },
     );
     gw.metrics

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::outcome::{finished, record_outcome, record_suspension, Unfinished};
 use super::Outcome;
-use crate::backends::Answer;
+use crate::backends::{Answer, Route};
 use crate::error::{ApiError, Code};
 use crate::schemas::check_schema;
 use crate::state::Gateway;
@@ -81,8 +81,12 @@ async fn forward(
     canonical: &str,
     resume: Option<&Value>,
 ) -> Result<Answer, ApiError> {
-    let Some(route) = gw.route(&call.tool) else {
-        return Err(super::admit::unknown_tool(gw, &call.tool));
+    let route = match gw.route(&call.tool) {
+        None => return Err(super::admit::unknown_tool(gw, &call.tool)),
+        // Checked again when it runs: a definition that changed while the call waited for
+        // its approval is not called under the old one's trust.
+        Some(Route::Mcp(t)) => Route::Mcp(crate::pins::admit(gw, t, &call.tool, true).await?),
+        Some(route) => route,
     };
     gw.backends
         .send(route, call, canonical, resume, &gw.metrics)

@@ -37,6 +37,7 @@ pub(super) async fn open(
     let (call, principal, now) = (&d.call, &d.principal, d.now);
     let expl = d.explanation();
     let approval = Approval {
+        kind: airlock_storage::ApprovalKind::Call,
         id: airlock_storage::new_id("apr"),
         call_id: d.call_id.clone(),
         tool: call.tool.clone(),

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use airlock_policy::{DecisionKind, ToolCall};
-use airlock_storage::{Approval, ApprovalStatus, Principal, Verdict};
+use airlock_storage::{Approval, ApprovalKind, ApprovalStatus, Principal, Verdict};
 use serde_json::{json, Value};
 
 use crate::clock::now_ms;
@@ -38,6 +38,12 @@ pub async fn decide(
                             format!("no approval `{approval_id}`"),
                         )
                     })?;
+                if a.kind == ApprovalKind::ToolDefinition {
+                    return Err(ApiError::new(
+                        Code::RequestInvalidField,
+                        "`args`: a tool definition's review is approved as it is; it has no args to edit",
+                    ));
+                }
                 let edited = ToolCall::new(&a.tool, args, Some(a.context.clone()))?;
                 // The edited call is evaluated as its requester's call: policy must not deny it.
                 let (d, _) = super::decide::policy(gw, &edited, &a.requester, None, now_ms()).await;
@@ -61,7 +67,10 @@ pub async fn decide(
     let a = gw
         .store_op(move |s| s.decide(&id, &who, verdict, now))
         .await?;
-    if a.status != ApprovalStatus::Pending {
+    if a.kind == ApprovalKind::ToolDefinition {
+        // A tool definition's review: its pin, as the decision left it, is kept here at once.
+        crate::pins::reviewed(gw, &a).await;
+    } else if a.status != ApprovalStatus::Pending {
         // An approval may have made a grant, which has a deadline of its own.
         gw.deadlines.notify_one();
         gw.approval_closed(&a.requester.id);

@@ -69,8 +69,9 @@ pub async fn prepare(config: Config) -> Result<Prepared, String> {
     let gw = tokio::task::spawn_blocking(move || Gateway::open(config, CancellationToken::new()))
         .await
         .map_err(|e| e.to_string())??;
-    // The MCP upstreams are listed before the gateway claims to serve.
-    gw.backends.mcp.start().await?;
+    // The MCP upstreams are listed, and their tools' pins settled, before the gateway claims
+    // to serve.
+    crate::pins::start(&gw).await?;
     let mut fresh = vec![0u8; 32];
     getrandom::fill(&mut fresh).map_err(|e| format!("no randomness for the state key: {e}"))?;
     let key = gw
@@ -165,7 +166,7 @@ pub async fn serve(
 fn start_background(gw: &Arc<Gateway>, shutdown: &CancellationToken) {
     gw.spawn_tasks();
     tokio::spawn(crate::deliveries::run(gw.clone()));
-    tokio::spawn(gw.backends.mcp.clone().refresh_loop(gw.shutdown.clone()));
+    tokio::spawn(crate::pins::refresh_loop(gw.clone()));
     // Each issuer's keys are fetched at start, so the first token waits for no fetch; an
     // issuer that cannot be reached is no reason not to serve (its tokens get 503 until it is).
     for issuer in &gw.auth.issuers.list {

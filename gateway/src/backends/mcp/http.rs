@@ -1,7 +1,10 @@
-//! A streamable HTTP MCP client for one upstream, in whichever revision it speaks: the
-//! `initialize` handshake and a session (2025-11-25) first, else `server/discover` and
-//! stateless requests that carry `_meta` and the routing headers (2026-07-28). Answers come as JSON or as a server-sent event stream; notifications on that
-//! stream (progress) are handed to the caller.
+//! A streamable HTTP MCP client for one upstream, in whichever revisions it speaks. It asks
+//! `server/discover` first: an upstream that lists 2026-07-28 is spoken to statelessly, each
+//! request carrying `_meta` and the routing headers. The 2025-11-25 `initialize` handshake and
+//! its session come only when discovery fails, or when a request must go on the upstream's
+//! 2025 path (a tool or prompt it serves only there, or a 2025 client's session-bound
+//! request): [`Path`] says which path a request wants. Answers come as JSON or as a
+//! server-sent event stream; notifications on that stream (progress) are handed to the caller.
 //!
 //! Server-to-client requests on a request's stream (elicitation, sampling) go to that
 //! request's [`Asks`]; their answers are posted back to the upstream. Without a place to go
@@ -24,16 +27,27 @@ use serde_json::{json, Value};
 
 use super::{
     ask, classify, client_capabilities, client_info, is_list_changed, with_modern_meta, Asks,
-    Envelope, Failure, Incoming, Notifications, Params, LEGACY, MODERN,
+    Envelope, Failure, Incoming, Notifications, Params, Path, LEGACY, MODERN,
 };
 use crate::backends::http::Upstreams;
 use crate::config::Target;
 
-/// What the upstream was found to speak.
+/// How one request is sent: statelessly in 2026-07-28, or in a 2025-11-25 session.
 #[derive(Debug, Clone, PartialEq)]
 enum Mode {
     Modern,
     Legacy { session: Option<String> },
+}
+
+/// What was learnt of the upstream once it was reached.
+#[derive(Debug, Clone, PartialEq)]
+struct Learnt {
+    /// `server/discover` answered, listing 2026-07-28.
+    modern: bool,
+    /// The 2025-11-25 session (with the id the upstream gave, if any), once opened.
+    session: Option<Option<String>>,
+    /// A 2026-07-28 upstream refused the 2025 handshake: it has no 2025 path.
+    legacy_refused: bool,
 }
 
 pub struct HttpConn {
@@ -54,16 +68,11 @@ pub struct HttpConn {
     /// The client built when the upstream was configured; serves a thread whose own could
     /// not be built.
     first: reqwest::Client,
-    mode: tokio::sync::Mutex<Option<Mode>>,
-    /// The negotiated revision, readable without the async lock.
-    revision: Mutex<Option<&'static str>>,
+    /// `None` until the upstream is reached; kept until its 2025 session expires.
+    learnt: tokio::sync::Mutex<Option<Learnt>>,
     next_id: AtomicU64,
     /// Told when the upstream says one of its lists changed.
     changed: Arc<tokio::sync::Notify>,
-    /// Whether a 2025-11-25 upstream also answers `server/discover` for 2026-07-28: then a
-    /// 2026 client's requests are sent to it in 2026 (DESIGN §15), so what it serves only on
-    /// that path (multi-round-trip input requests) reaches the client.
-    modern_too: tokio::sync::OnceCell<bool>,
 }
 
 fn build_client() -> Result<reqwest::Client, String> {
@@ -99,11 +108,9 @@ impl HttpConn {
                 client.clone(),
             )])),
             first: client,
-            mode: tokio::sync::Mutex::new(None),
-            revision: Mutex::new(None),
+            learnt: tokio::sync::Mutex::new(None),
             next_id: AtomicU64::new(1),
             changed,
-            modern_too: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -121,8 +128,10 @@ impl HttpConn {
         }
     }
 
-    /// Sends one request, negotiating the revision first if needed, and re-initializing a
-    /// legacy session the upstream forgot (404).
+    /// Sends one request on the path `want` asks for (`None`: the client's revision, 2026-07-28
+    /// for a caller that is no MCP client), or on the one path the upstream has. The upstream
+    /// is reached first if it was not yet; a 2025 session the upstream forgot (404) is opened
+    /// again once.
     pub async fn request(
         &self,
         method: &str,
@@ -130,22 +139,18 @@ impl HttpConn {
         timeout: Duration,
         notify: Option<Notifications>,
         asks: Option<Asks>,
+        want: Option<Path>,
     ) -> Result<Value, Failure> {
+        let want = want.unwrap_or_else(super::client_path);
         let fut = async {
-            let mut mode = self.mode(timeout).await?;
-            if matches!(mode, Mode::Legacy { .. })
-                && super::client_is_modern()
-                && self.speaks_modern().await
-            {
-                mode = Mode::Modern;
-            }
+            let mode = self.mode_for(want).await?;
             match self
                 .post(&mode, method, &params, notify.clone(), asks.clone())
                 .await
             {
-                Err(Failure::Unavailable(why)) if why == "session expired" => {
-                    *self.mode.lock().await = None;
-                    let mode = self.mode(timeout).await?;
+                Err(Failure::Unavailable(why)) if why == SESSION_EXPIRED => {
+                    self.forget_session().await;
+                    let mode = self.mode_for(want).await?;
                     self.post(&mode, method, &params, notify, asks).await
                 }
                 other => other,
@@ -157,50 +162,126 @@ impl HttpConn {
             .map_err(|_| Failure::Timeout)?
     }
 
-    /// Whether the upstream answers `server/discover` listing 2026-07-28 (asked once).
-    async fn speaks_modern(&self) -> bool {
-        *self
-            .modern_too
-            .get_or_init(|| async {
-                self.send(&Mode::Modern, "server/discover", json!({}), None)
-                    .await
-                    .ok()
-                    .and_then(|f| {
-                        f.get("supportedVersions")
-                            .and_then(Value::as_array)
-                            .cloned()
-                    })
-                    .is_some_and(|v| v.iter().any(|x| x == MODERN))
-            })
+    /// The paths the upstream serves, reaching it first if needed: 2026-07-28 when it answers
+    /// `server/discover`, and 2025-11-25 when it takes the handshake (opening the session
+    /// that 2025 clients' session-bound requests then use).
+    pub async fn paths(&self, timeout: Duration) -> Result<Vec<Path>, Failure> {
+        let fut = async {
+            let mut paths = Vec::new();
+            if self.learn().await?.modern {
+                paths.push(Path::Modern);
+            }
+            if matches!(self.mode_for(Path::Legacy).await?, Mode::Legacy { .. }) {
+                paths.push(Path::Legacy);
+            }
+            Ok(paths)
+        };
+        tokio::time::timeout(timeout, fut)
             .await
+            .map_err(|_| Failure::Timeout)?
     }
 
-    async fn mode(&self, timeout: Duration) -> Result<Mode, Failure> {
-        let mut guard = self.mode.lock().await;
-        if let Some(m) = guard.as_ref() {
-            return Ok(m.clone());
+    /// The revision the upstream is spoken to in by default, once reached.
+    pub async fn revision(&self) -> Option<&'static str> {
+        let learnt = self.learnt.lock().await;
+        learnt
+            .as_ref()
+            .map(|l| if l.modern { MODERN } else { LEGACY })
+    }
+
+    /// What the upstream speaks, asking it if it was never reached: `server/discover` first,
+    /// the 2025 handshake only when discovery fails (DESIGN §15). Nothing is kept while it
+    /// cannot be reached.
+    async fn learn(&self) -> Result<Learnt, Failure> {
+        let mut learnt = self.learnt.lock().await;
+        if let Some(l) = learnt.as_ref() {
+            return Ok(l.clone());
         }
-        let mode = tokio::time::timeout(timeout, self.negotiate())
-            .await
-            .map_err(|_| Failure::Timeout)??;
-        *self.revision.lock().unwrap_or_else(|e| e.into_inner()) = Some(match mode {
-            Mode::Modern => MODERN,
-            Mode::Legacy { .. } => LEGACY,
-        });
-        *guard = Some(mode.clone());
-        Ok(mode)
+        let discovered = self
+            .send(&Mode::Modern, "server/discover", json!({}), None)
+            .await;
+        let found = match discovered {
+            Ok(found) if lists_modern(&found) => Learnt {
+                modern: true,
+                session: None,
+                legacy_refused: false,
+            },
+            Ok(_) | Err(_) => match self.handshake().await {
+                Ok(session) => Learnt {
+                    modern: false,
+                    session: Some(session),
+                    legacy_refused: false,
+                },
+                Err(f) => {
+                    return Err(match discovered {
+                        Ok(_) => Failure::Unavailable(
+                            "the MCP server speaks neither 2026-07-28 (its `server/discover` does not list it) nor 2025-11-25".into(),
+                        ),
+                        // The upstream could not be reached at all: say so, not that the
+                        // handshake failed.
+                        Err(d) if !answered(&d) => d,
+                        Err(_) => f,
+                    });
+                }
+            },
+        };
+        *learnt = Some(found.clone());
+        Ok(found)
     }
 
-    /// 2025-11-25 first: it carries everything a 2025 client may pass through (subscriptions,
-    /// log levels, notifications on the call's stream). An upstream that refuses the
-    /// handshake but answers `server/discover` for 2026-07-28 is spoken to statelessly.
-    async fn negotiate(&self) -> Result<Mode, Failure> {
+    /// How a request that wants `want` is sent: on that path when the upstream serves it,
+    /// else on the one it has. The 2025 session is opened here the first time one needs it.
+    async fn mode_for(&self, want: Path) -> Result<Mode, Failure> {
+        let known = self.learn().await?;
+        if known.modern && (want == Path::Modern || known.legacy_refused) {
+            return Ok(Mode::Modern);
+        }
+        let mut learnt = self.learnt.lock().await;
+        let Some(l) = learnt.as_mut() else {
+            // Forgotten since (an expired session of a 2025-only upstream): reach it again.
+            drop(learnt);
+            return Box::pin(self.mode_for(want)).await;
+        };
+        if let Some(session) = &l.session {
+            return Ok(Mode::Legacy {
+                session: session.clone(),
+            });
+        }
+        if l.legacy_refused {
+            return Ok(Mode::Modern);
+        }
+        match self.handshake().await {
+            Ok(session) => {
+                l.session = Some(session.clone());
+                Ok(Mode::Legacy { session })
+            }
+            Err(f) if l.modern && answered(&f) => {
+                l.legacy_refused = true;
+                Ok(Mode::Modern)
+            }
+            Err(f) => Err(f),
+        }
+    }
+
+    /// Forgets an expired 2025 session: the next request on that path opens another (for a
+    /// 2025-only upstream, the upstream is reached again from the start).
+    async fn forget_session(&self) {
+        let mut learnt = self.learnt.lock().await;
+        match learnt.as_mut() {
+            Some(l) if l.modern => l.session = None,
+            _ => *learnt = None,
+        }
+    }
+
+    /// The 2025-11-25 handshake: `initialize`, then `notifications/initialized`; the session
+    /// id the upstream gave, if any.
+    async fn handshake(&self) -> Result<Option<String>, Failure> {
         let init = json!({
             "protocolVersion": LEGACY,
             "capabilities": client_capabilities(),
             "clientInfo": client_info(),
         });
-        let legacy = self
+        let (result, session) = self
             .post(
                 &Mode::Legacy { session: None },
                 "initialize",
@@ -208,38 +289,20 @@ impl HttpConn {
                 None,
                 None,
             )
-            .await;
-        let failure = match legacy {
-            Ok((result, session)) => {
-                let version = result
-                    .get("protocolVersion")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                if version != LEGACY {
-                    tracing::warn!(url = %self.url, version, "MCP server chose another protocol version; speaking 2025-11-25 to it");
-                }
-                let mode = Mode::Legacy { session };
-                self.notify_upstream(&mode, "notifications/initialized", json!({}))
-                    .await;
-                return Ok(mode);
-            }
-            Err(f) => f,
-        };
-        let found = self
-            .send(&Mode::Modern, "server/discover", json!({}), None)
-            .await
-            .map_err(|_| failure)?;
-        let modern = found
-            .get("supportedVersions")
-            .and_then(Value::as_array)
-            .is_some_and(|v| v.iter().any(|x| x == MODERN));
-        if modern {
-            Ok(Mode::Modern)
-        } else {
-            Err(Failure::Unavailable(
-                "the MCP server speaks neither 2025-11-25 nor 2026-07-28".into(),
-            ))
+            .await?;
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if version != LEGACY {
+            tracing::warn!(url = %self.url, version, "MCP server chose another protocol version; speaking 2025-11-25 to it");
         }
+        let mode = Mode::Legacy {
+            session: session.clone(),
+        };
+        self.notify_upstream(&mode, "notifications/initialized", json!({}))
+            .await;
+        Ok(session)
     }
 
     async fn send(
@@ -415,7 +478,7 @@ impl HttpConn {
     ) -> Result<(Value, Option<String>), Failure> {
         let status = resp.status().as_u16();
         if status == 404 && matches!(mode, Mode::Legacy { session: Some(_) }) {
-            return Err(Failure::Unavailable("session expired".into()));
+            return Err(Failure::Unavailable(SESSION_EXPIRED.into()));
         }
         let session = resp
             .headers()
@@ -531,6 +594,28 @@ impl HttpConn {
         {
             tracing::debug!(url = %self.url, "cannot send {method}: {e}");
         }
+    }
+}
+
+/// Why a request in a 2025 session found no session: it is opened again.
+const SESSION_EXPIRED: &str = "session expired";
+
+/// Whether a `server/discover` result lists 2026-07-28.
+fn lists_modern(found: &Value) -> bool {
+    found
+        .get("supportedVersions")
+        .and_then(Value::as_array)
+        .is_some_and(|v| v.iter().any(|x| x == MODERN))
+}
+
+/// Whether the upstream answered (with a JSON-RPC error, or an HTTP status that is not an
+/// answer), as opposed to not being reached: an answer refusing a revision is kept, an
+/// unreachable upstream is asked again.
+fn answered(f: &Failure) -> bool {
+    match f {
+        Failure::Rpc(_) => true,
+        Failure::Unavailable(why) => why.starts_with("HTTP "),
+        Failure::Timeout => false,
     }
 }
 

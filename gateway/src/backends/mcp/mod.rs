@@ -1,5 +1,7 @@
 //! The MCP servers airlock fronts (`[[mcp_servers]]`): connecting to each (streamable HTTP in
-//! either revision, or a child process on stdio), keeping its tool list, and sending it the
+//! either revision, or a child process on stdio), keeping its tool list (the union of what it
+//! serves on its 2026-07-28 and its 2025-11-25 path, each tool, prompt and resource called on
+//! a path that serves it: [`Paths`]), and sending it the
 //! calls the pipeline has decided may run, and the requests passed through unchecked
 //! (resources, prompts, completion, ping, logging). What an upstream asks its client during a
 //! `tools/call` comes back as an [`Ask`]: a form elicitation ends the wait with the input it
@@ -13,6 +15,7 @@
 //! prefixed here (`<server>.` by default), so a name two upstreams share is caught at start.
 
 mod http;
+pub mod pins;
 mod stdio;
 mod tool_call;
 
@@ -20,7 +23,7 @@ pub(crate) use tool_call::InFlight;
 use tool_call::{drive, tool_params};
 pub use tool_call::{required_capabilities, Live, ToolAnswer};
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -30,12 +33,73 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::{McpServerConfig, McpTransport};
+use airlock_storage::ToolPin;
+
+use crate::config::{McpServerConfig, McpTransport, PinMode};
 use crate::error::{ApiError, Code};
+use pins::{Gate, Trust};
 
 /// The protocol revisions, newest first.
 pub const MODERN: &str = "2026-07-28";
 pub const LEGACY: &str = "2025-11-25";
+
+/// One of an upstream's two ways in: stateless 2026-07-28 requests, or a 2025-11-25 session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Path {
+    Modern,
+    Legacy,
+}
+
+/// The paths on which an upstream serves one tool, prompt or resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Paths {
+    pub modern: bool,
+    pub legacy: bool,
+}
+
+impl Paths {
+    fn of(path: Path) -> Paths {
+        Paths {
+            modern: path == Path::Modern,
+            legacy: path == Path::Legacy,
+        }
+    }
+
+    fn add(&mut self, path: Path) {
+        match path {
+            Path::Modern => self.modern = true,
+            Path::Legacy => self.legacy = true,
+        }
+    }
+
+    /// The path a request for it must take: the only one that serves it, or, when both do,
+    /// `None` (the client's revision: [`client_path`]).
+    pub fn want(self) -> Option<Path> {
+        match (self.modern, self.legacy) {
+            (true, false) => Some(Path::Modern),
+            (false, true) => Some(Path::Legacy),
+            _ => None,
+        }
+    }
+}
+
+/// The path of the request being run when it may take either: a 2025-11-25 client's
+/// requests go on the upstream's 2025 path (its server requests then reach the client on the
+/// call's stream, as that revision has them); a 2026-07-28 client's, and those of a caller
+/// that is no MCP client (`POST /v1/calls`, the gateway's own lists), go on the 2026 path.
+pub fn client_path() -> Path {
+    match INPUT_RELAY.try_with(|r| r.active) {
+        Ok(false) => Path::Legacy,
+        _ => Path::Modern,
+    }
+}
+
+/// What the refresh loop runs on a server after each read of its lists.
+pub type AfterRefresh = Arc<
+    dyn Fn(Arc<Server>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// The progress token airlock gives an HTTP upstream (stdio upstreams get one per request).
 pub const PROGRESS_TOKEN: &str = "airlock-progress";
@@ -143,11 +207,6 @@ tokio::task_local! {
     /// front end seals the upstream's state into its own); without it, or when the client
     /// cannot take one of them, a form elicitation suspends the call as before.
     pub static INPUT_RELAY: InputRelay;
-}
-
-/// Whether the request being run is a 2026-07-28 client's (the front end set [`INPUT_RELAY`]).
-pub fn client_is_modern() -> bool {
-    INPUT_RELAY.try_with(|r| r.active).unwrap_or(false)
 }
 
 /// The key of the gateway's own approval request; an upstream may not use it.
@@ -262,6 +321,7 @@ enum Conn {
 }
 
 impl Conn {
+    /// Sends one request on the path `want` asks for (a stdio child has one path only).
     async fn request(
         &self,
         method: &str,
@@ -269,12 +329,73 @@ impl Conn {
         timeout: Duration,
         notify: Option<Notifications>,
         asks: Option<Asks>,
+        want: Option<Path>,
     ) -> Result<Value, Failure> {
         match self {
-            Conn::Http(c) => c.request(method, params, timeout, notify, asks).await,
+            Conn::Http(c) => c.request(method, params, timeout, notify, asks, want).await,
             Conn::Stdio(c) => c.request(method, params, timeout, notify, asks).await,
         }
     }
+
+    /// The paths the upstream serves (reaching it first if needed).
+    async fn paths(&self, timeout: Duration) -> Result<Vec<Path>, Failure> {
+        match self {
+            Conn::Http(c) => c.paths(timeout).await,
+            Conn::Stdio(_) => Ok(vec![Path::Legacy]),
+        }
+    }
+
+    /// The revision it is spoken to in by default, once reached.
+    async fn revision(&self) -> Option<&'static str> {
+        match self {
+            Conn::Http(c) => c.revision().await,
+            Conn::Stdio(_) => Some(LEGACY),
+        }
+    }
+}
+
+/// A tool as its upstream listed it, the paths that serve it, and what its pin makes of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Listed {
+    pub definition: Arc<Value>,
+    /// Its definition fingerprint ([`airlock_policy::definition_fingerprint`]).
+    pub fingerprint: String,
+    pub paths: Paths,
+    pub trust: Trust,
+}
+
+/// Items of one list gathered from every path, each once, by `key` (`name`, `uri`): the
+/// first path's item wins; a later path serving the same key with another definition is
+/// not counted as serving it (a request for it never goes there).
+fn union(by_path: Vec<(Path, Vec<Value>)>, key: &str) -> Vec<(Value, Paths)> {
+    let mut out: Vec<(Value, Paths)> = Vec::new();
+    for (path, items) in by_path {
+        for item in items {
+            let Some(k) = item.get(key).and_then(Value::as_str) else {
+                continue;
+            };
+            match out
+                .iter_mut()
+                .find(|(v, _)| v.get(key).and_then(Value::as_str) == Some(k))
+            {
+                Some((seen, paths)) if without_meta(seen) == without_meta(&item) => paths.add(path),
+                Some(_) => {
+                    tracing::warn!(item = k, ?path, "an MCP server lists another definition of this on another path; it is called on the first path only");
+                }
+                None => out.push((item, Paths::of(path))),
+            }
+        }
+    }
+    out
+}
+
+/// An item without its `_meta` (what two paths may differ in without serving another thing).
+pub fn without_meta(item: &Value) -> Value {
+    let mut item = item.clone();
+    if let Some(o) = item.as_object_mut() {
+        o.remove("_meta");
+    }
+    item
 }
 
 /// One upstream server and what it last listed.
@@ -282,63 +403,141 @@ pub struct Server {
     pub config: McpServerConfig,
     conn: Conn,
     /// Its tools as it listed them (unprefixed), or `None` while it was never reached.
-    tools: RwLock<Option<Vec<Value>>>,
+    tools: RwLock<Option<Vec<Listed>>>,
+    /// Its tools' pins as the store keeps them, by (unprefixed) name: loaded at start, kept
+    /// up to date by [`crate::pins`]. Empty under `pin = "off"`.
+    pins: RwLock<HashMap<String, ToolPin>>,
     /// Resource URIs it listed, to route `resources/read` and friends.
-    resources: RwLock<HashSet<String>>,
+    resources: RwLock<HashMap<String, Paths>>,
     /// Prompt names it listed (unprefixed).
-    prompts: RwLock<HashSet<String>>,
+    prompts: RwLock<HashMap<String, Paths>>,
     /// The literal beginnings of the resource templates it listed (up to the first `{`).
-    templates: RwLock<Vec<String>>,
+    templates: RwLock<Vec<(String, Paths)>>,
     /// Told when it says a list changed: its lists are read again at once.
     changed: Arc<tokio::sync::Notify>,
 }
 
 impl Server {
-    /// Sends one request with this server's timeout.
+    /// Sends one request with this server's timeout, on the path `want` asks for.
     pub async fn request(
         &self,
         method: &str,
         params: Value,
         notify: Option<Notifications>,
+        want: Option<Path>,
     ) -> Result<Value, Failure> {
         self.conn
-            .request(method, params.into(), self.config.timeout, notify, None)
+            .request(
+                method,
+                params.into(),
+                self.config.timeout,
+                notify,
+                None,
+                want,
+            )
             .await
     }
 
-    /// Lists its tools (following `nextCursor`), and its resources and prompts when it has
-    /// them. A failure leaves the last good lists in place.
+    /// The revision it is spoken to in by default, once reached.
+    pub async fn revision(&self) -> Option<&'static str> {
+        self.conn.revision().await
+    }
+
+    /// Lists its tools on every path it serves (following `nextCursor`), and its resources
+    /// and prompts when it has them. A failure leaves the last good lists in place.
     pub async fn refresh(&self) -> Result<(), Failure> {
-        let tools = self.list_all("tools/list", "tools").await?;
+        let paths = self.conn.paths(self.config.timeout).await?;
+        let mut tools = Vec::new();
+        for path in &paths {
+            tools.push((*path, self.list_on(*path, "tools/list", "tools").await?));
+        }
+        let tools = {
+            let pins = self.pins.read().unwrap_or_else(|e| e.into_inner());
+            union(tools, "name")
+                .into_iter()
+                .map(|(definition, paths)| {
+                    let fingerprint = airlock_policy::definition_fingerprint(&definition);
+                    let name = definition.get("name").and_then(Value::as_str).unwrap_or("");
+                    let trust = pins::judge(self.config.pin, &fingerprint, pins.get(name));
+                    Listed {
+                        definition: Arc::new(definition),
+                        fingerprint,
+                        paths,
+                        trust,
+                    }
+                })
+                .collect()
+        };
         *self.tools.write().unwrap_or_else(|e| e.into_inner()) = Some(tools);
-        if let Ok(resources) = self.list_all("resources/list", "resources").await {
+        if let Ok(resources) = self
+            .list_union(&paths, "resources/list", "resources", "uri")
+            .await
+        {
             *self.resources.write().unwrap_or_else(|e| e.into_inner()) = resources
-                .iter()
-                .filter_map(|r| r.get("uri").and_then(Value::as_str).map(str::to_owned))
+                .into_iter()
+                .filter_map(|(r, p)| Some((r.get("uri")?.as_str()?.to_owned(), p)))
                 .collect();
         }
         if let Ok(templates) = self
-            .list_all("resources/templates/list", "resourceTemplates")
+            .list_union(
+                &paths,
+                "resources/templates/list",
+                "resourceTemplates",
+                "uriTemplate",
+            )
             .await
         {
             *self.templates.write().unwrap_or_else(|e| e.into_inner()) = templates
-                .iter()
-                .filter_map(|t| t.get("uriTemplate").and_then(Value::as_str))
-                .map(|t| t.split('{').next().unwrap_or("").to_owned())
-                .filter(|prefix| !prefix.is_empty())
+                .into_iter()
+                .filter_map(|(t, p)| {
+                    let prefix = t.get("uriTemplate")?.as_str()?.split('{').next()?;
+                    (!prefix.is_empty()).then(|| (prefix.to_owned(), p))
+                })
                 .collect();
         }
-        if let Ok(prompts) = self.list_all("prompts/list", "prompts").await {
+        if let Ok(prompts) = self
+            .list_union(&paths, "prompts/list", "prompts", "name")
+            .await
+        {
             *self.prompts.write().unwrap_or_else(|e| e.into_inner()) = prompts
-                .iter()
-                .filter_map(|p| p.get("name").and_then(Value::as_str).map(str::to_owned))
+                .into_iter()
+                .filter_map(|(p, paths)| Some((p.get("name")?.as_str()?.to_owned(), paths)))
                 .collect();
         }
         Ok(())
     }
 
-    /// Every item of a paginated list method (following `nextCursor`, 100 pages at most).
-    pub async fn list_all(&self, method: &str, field: &str) -> Result<Vec<Value>, Failure> {
+    /// Every item of a list on every path it serves, each once, by `key` ([`union`]). A path
+    /// that fails to list fails the whole.
+    pub async fn list_union(
+        &self,
+        paths: &[Path],
+        method: &str,
+        field: &str,
+        key: &str,
+    ) -> Result<Vec<(Value, Paths)>, Failure> {
+        let mut by_path = Vec::new();
+        for path in paths {
+            by_path.push((*path, self.list_on(*path, method, field).await?));
+        }
+        Ok(union(by_path, key))
+    }
+
+    /// Every item of a list on every path the upstream serves ([`Server::list_union`]).
+    pub async fn list_all(
+        &self,
+        method: &str,
+        field: &str,
+        key: &str,
+    ) -> Result<Vec<Value>, Failure> {
+        let paths = self.conn.paths(self.config.timeout).await?;
+        let items = self.list_union(&paths, method, field, key).await?;
+        Ok(items.into_iter().map(|(item, _)| item).collect())
+    }
+
+    /// Every item of a paginated list method on one path (following `nextCursor`, 100 pages
+    /// at most).
+    async fn list_on(&self, path: Path, method: &str, field: &str) -> Result<Vec<Value>, Failure> {
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..100 {
@@ -346,7 +545,7 @@ impl Server {
                 Some(c) => json!({"cursor": c}),
                 None => json!({}),
             };
-            let page = self.request(method, params, None).await?;
+            let page = self.request(method, params, None, Some(path)).await?;
             if let Some(items) = page.get(field).and_then(Value::as_array) {
                 out.extend(items.iter().cloned());
             }
@@ -362,34 +561,105 @@ impl Server {
     }
 
     /// The tool list as clients see it: names prefixed, everything else as the upstream gave.
+    /// The tool list as clients see it: names prefixed, each tool as its pin allows
+    /// ([`pins::shown`]); an upstream never reached shows what is pinned of it.
     fn visible_tools(&self) -> Vec<Value> {
+        let prefixed = |t: &Value| {
+            let name = t.get("name")?.as_str()?;
+            let mut t = t.clone();
+            t["name"] = Value::String(format!("{}{name}", self.config.prefix));
+            Some(t)
+        };
+        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        match tools.as_ref() {
+            Some(tools) => tools
+                .iter()
+                .filter_map(|t| pins::shown(self.config.pin, &t.definition, &t.trust))
+                .filter_map(|t| prefixed(&t))
+                .collect(),
+            None => {
+                let pins = self.pins.read().unwrap_or_else(|e| e.into_inner());
+                let mut pinned: Vec<&ToolPin> = pins.values().collect();
+                pinned.sort_by(|a, b| a.tool.cmp(&b.tool));
+                pinned
+                    .into_iter()
+                    .filter_map(|p| p.definition.as_ref())
+                    .filter_map(prefixed)
+                    .collect()
+            }
+        }
+    }
+
+    /// Keeps a pin the store returned, and judges the listed tool of its name by it again.
+    pub fn set_pin(&self, pin: ToolPin) {
+        let mut tools = self.tools.write().unwrap_or_else(|e| e.into_inner());
+        for t in tools.iter_mut().flatten() {
+            if t.definition.get("name").and_then(Value::as_str) == Some(pin.tool.as_str()) {
+                t.trust = pins::judge(self.config.pin, &t.fingerprint, Some(&pin));
+            }
+        }
+        drop(tools);
+        let mut pins = self.pins.write().unwrap_or_else(|e| e.into_inner());
+        pins.insert(pin.tool.clone(), pin);
+    }
+
+    /// The listed tools whose definition is not the pinned one, or not yet judged: what the
+    /// store must be told of ([`crate::pins`]).
+    pub fn unsettled(&self) -> Vec<Listed> {
+        if self.config.pin == PinMode::Off {
+            return Vec::new();
+        }
         let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
         tools
             .iter()
             .flatten()
-            .filter_map(|t| {
-                let name = t.get("name")?.as_str()?;
-                let mut t = t.clone();
-                t["name"] = Value::String(format!("{}{name}", self.config.prefix));
-                Some(t)
-            })
+            .filter(|t| t.trust != Trust::Pinned)
+            .cloned()
             .collect()
     }
 
-    fn tool_declares(&self, name: &str, field: &str) -> bool {
-        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
-        tools
-            .iter()
-            .flatten()
-            .any(|t| t.get("name").and_then(Value::as_str) == Some(name) && t.get(field).is_some())
+    /// Every listed tool (unprefixed), as listed, or `None` while it was never reached.
+    pub fn listed_tools(&self) -> Option<Vec<Listed>> {
+        self.tools.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn has_tool(&self, name: &str) -> bool {
+    /// Its pins, by tool name.
+    pub fn pins(&self) -> HashMap<String, ToolPin> {
+        self.pins.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The tool of that (upstream) name, as listed.
+    pub fn listed(&self, name: &str) -> Option<Listed> {
         let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
         tools
             .iter()
             .flatten()
-            .any(|t| t.get("name").and_then(Value::as_str) == Some(name))
+            .find(|t| t.definition.get("name").and_then(Value::as_str) == Some(name))
+            .cloned()
+    }
+
+    /// How many tools it listed, or `None` while it was never reached.
+    pub fn tool_count(&self) -> Option<usize> {
+        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        tools.as_ref().map(Vec::len)
+    }
+
+    /// The paths serving a prompt (by upstream name) or a resource, when listed.
+    pub fn prompt_paths(&self, name: &str) -> Option<Paths> {
+        let prompts = self.prompts.read().unwrap_or_else(|e| e.into_inner());
+        prompts.get(name).copied()
+    }
+
+    pub fn resource_paths(&self, uri: &str) -> Option<Paths> {
+        let listed = self.resources.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = listed.get(uri) {
+            return Some(*p);
+        }
+        let templates = self.templates.read().unwrap_or_else(|e| e.into_inner());
+        templates
+            .iter()
+            .find(|(prefix, _)| uri.starts_with(prefix.as_str()))
+            .map(|(_, p)| *p)
     }
 }
 
@@ -400,11 +670,16 @@ pub struct Registry {
     live: Mutex<HashMap<String, Live>>,
 }
 
-/// A tool as the pipeline routes it: the server, and the name the upstream knows it by.
+/// A tool as the pipeline routes it: the server, the name the upstream knows it by, the
+/// paths that serve it, whether a call may go on ([`Gate`]), and the definition the policy
+/// reads (`definition`: the pinned one, or as listed under `warn` and `off`).
 #[derive(Clone)]
 pub struct McpTool {
     pub server: Arc<Server>,
     pub name: String,
+    pub paths: Paths,
+    pub gate: Gate,
+    pub definition: Option<Arc<Value>>,
 }
 
 impl Registry {
@@ -435,8 +710,9 @@ impl Registry {
                 config: c.clone(),
                 conn,
                 tools: RwLock::new(None),
-                resources: RwLock::new(HashSet::new()),
-                prompts: RwLock::new(HashSet::new()),
+                pins: RwLock::new(HashMap::new()),
+                resources: RwLock::new(HashMap::new()),
+                prompts: RwLock::new(HashMap::new()),
                 templates: RwLock::new(Vec::new()),
                 changed,
             }));
@@ -448,8 +724,8 @@ impl Registry {
     }
 
     /// Connects to every upstream and lists its tools; one that cannot be reached is logged
-    /// and left out (it is tried again every 30 s). Two upstreams listing the same visible
-    /// name is an error: the gateway does not start.
+    /// and left out (it is tried again every `refresh`). The caller checks the names are
+    /// unique once the pins are settled ([`Registry::check_unique`]).
     pub async fn start(&self) -> Result<(), String> {
         let mut tasks = Vec::new();
         for s in &self.servers {
@@ -460,33 +736,63 @@ impl Registry {
             }));
         }
         for t in tasks {
-            if let Ok((s, Err(e))) = t.await {
-                tracing::warn!(server = %s.config.name, "MCP server not reached at start, its tools are left out: {e:?}");
+            match t.await {
+                Ok((s, Err(e))) => {
+                    tracing::warn!(server = %s.config.name, "MCP server not reached at start, its tools are left out: {e:?}");
+                }
+                Ok((s, Ok(()))) => {
+                    let revision = s.revision().await.unwrap_or("none");
+                    tracing::info!(
+                        server = %s.config.name,
+                        revision,
+                        tools = s.tool_count().unwrap_or(0),
+                        "MCP server reached"
+                    );
+                }
+                Err(_) => {}
             }
         }
-        self.check_unique()
+        Ok(())
     }
 
-    /// Reads each upstream's lists again every 30 s and when it says one changed, keeping the
-    /// last good ones on failure.
-    pub async fn refresh_loop(self: Arc<Self>, shutdown: tokio_util::sync::CancellationToken) {
+    /// Reads each upstream's lists again every `refresh` (30 s by default) and when it says
+    /// one changed, keeping the last good ones on failure; `after` is run on the server after
+    /// each read (the gateway settles its pins there).
+    pub async fn refresh_loop(
+        self: Arc<Self>,
+        shutdown: tokio_util::sync::CancellationToken,
+        after: AfterRefresh,
+    ) {
         let mut loops = Vec::new();
         for (i, _) in self.servers.iter().enumerate() {
-            let (me, shutdown) = (self.clone(), shutdown.clone());
+            let (me, shutdown, after) = (self.clone(), shutdown.clone(), after.clone());
             loops.push(tokio::spawn(async move {
                 let s = &me.servers[i];
                 loop {
-                    // Every 30 s, and at once when the upstream says a list changed.
                     tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                        _ = tokio::time::sleep(s.config.refresh) => {}
                         _ = s.changed.notified() => {
                             tracing::info!(server = %s.config.name, "MCP server's lists changed; reading them again");
                         }
                         _ = shutdown.cancelled() => break,
                     }
-                    if let Err(e) = s.refresh().await {
-                        tracing::debug!(server = %s.config.name, "MCP server list refresh failed: {e:?}");
+                    let never_reached = s.tool_count().is_none();
+                    match s.refresh().await {
+                        Err(e) => {
+                            tracing::debug!(server = %s.config.name, "MCP server list refresh failed: {e:?}");
+                        }
+                        Ok(()) if never_reached => {
+                            let revision = s.revision().await.unwrap_or("none");
+                            tracing::info!(
+                                server = %s.config.name,
+                                revision,
+                                tools = s.tool_count().unwrap_or(0),
+                                "MCP server reached"
+                            );
+                        }
+                        Ok(()) => {}
                     }
+                    after(s.clone()).await;
                     if let Err(e) = me.check_unique() {
                         tracing::error!("{e}");
                     }
@@ -498,7 +804,18 @@ impl Registry {
         }
     }
 
-    fn check_unique(&self) -> Result<(), String> {
+    /// The names of upstreams never reached (for `/readyz`).
+    pub fn never_reached(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .filter(|s| s.tool_count().is_none())
+            .map(|s| s.config.name.clone())
+            .collect()
+    }
+
+    /// Two upstreams showing the same tool name is an error (at start, the gateway does not
+    /// start).
+    pub fn check_unique(&self) -> Result<(), String> {
         let mut seen: BTreeMap<String, String> = BTreeMap::new();
         for s in &self.servers {
             for t in s.visible_tools() {
@@ -522,13 +839,37 @@ impl Registry {
             .collect()
     }
 
-    /// The upstream tool behind a visible name.
+    /// The upstream tool behind a visible name: a listed tool, or, of an upstream never
+    /// reached, a pinned one or any name under its (non-empty) prefix, whose calls are then
+    /// `upstream.unavailable`.
     pub fn resolve(&self, visible: &str) -> Option<McpTool> {
         self.servers.iter().find_map(|s| {
             let name = visible.strip_prefix(s.config.prefix.as_str())?;
-            s.has_tool(name).then(|| McpTool {
+            let mode = s.config.pin;
+            let tools = s.tools.read().unwrap_or_else(|e| e.into_inner());
+            let Some(tools) = tools.as_ref() else {
+                let pins = s.pins.read().unwrap_or_else(|e| e.into_inner());
+                let pinned = pins.get(name).and_then(|p| p.definition.clone());
+                if pinned.is_none() && s.config.prefix.is_empty() {
+                    return None;
+                }
+                return Some(McpTool {
+                    server: s.clone(),
+                    name: name.to_owned(),
+                    paths: Paths::default(),
+                    gate: Gate::Unreached,
+                    definition: pinned.map(Arc::new),
+                });
+            };
+            let t = tools
+                .iter()
+                .find(|t| t.definition.get("name").and_then(Value::as_str) == Some(name))?;
+            Some(McpTool {
                 server: s.clone(),
                 name: name.to_owned(),
+                paths: t.paths,
+                gate: Gate::of(mode, &t.trust),
+                definition: pins::shown(mode, &t.definition, &t.trust),
             })
         })
     }
@@ -538,43 +879,35 @@ impl Registry {
         self.servers.iter().any(|s| {
             visible
                 .strip_prefix(s.config.prefix.as_str())
-                .is_some_and(|name| s.tool_declares(name, "outputSchema"))
+                .and_then(|name| s.listed(name))
+                .is_some_and(|t| t.definition.get("outputSchema").is_some())
         })
     }
 
-    /// The server owning a prompt (by visible name), with the upstream's name for it.
-    pub fn prompt(&self, visible: &str) -> Option<(Arc<Server>, String)> {
+    /// The server owning a prompt (by visible name), with the upstream's name for it and the
+    /// path to ask it on.
+    pub fn prompt(&self, visible: &str) -> Option<(Arc<Server>, String, Option<Path>)> {
         self.servers.iter().find_map(|s| {
             let name = visible.strip_prefix(s.config.prefix.as_str())?;
-            let has = s
-                .prompts
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(name);
-            has.then(|| (s.clone(), name.to_owned()))
+            let paths = s.prompt_paths(name)?;
+            Some((s.clone(), name.to_owned(), paths.want()))
         })
     }
 
     /// The server that listed a resource URI, else the one with a template it fits, else the
-    /// only upstream there is.
-    pub fn resource(&self, uri: &str) -> Option<Arc<Server>> {
-        let listed = self.servers.iter().find(|s| {
-            s.resources
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(uri)
+    /// only upstream there is; with the path to ask it on.
+    pub fn resource(&self, uri: &str) -> Option<(Arc<Server>, Option<Path>)> {
+        let found = self.servers.iter().find_map(|s| {
+            let listed = s.resources.read().unwrap_or_else(|e| e.into_inner());
+            listed.get(uri).map(|p| (s.clone(), p.want()))
         });
         let templated = || {
-            self.servers.iter().find(|s| {
-                s.templates
-                    .read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .iter()
-                    .any(|prefix| uri.starts_with(prefix.as_str()))
-            })
+            self.servers
+                .iter()
+                .find_map(|s| s.resource_paths(uri).map(|p| (s.clone(), p.want())))
         };
-        let only = || (self.servers.len() == 1).then(|| &self.servers[0]);
-        listed.or_else(templated).or_else(only).cloned()
+        let only = || (self.servers.len() == 1).then(|| (self.servers[0].clone(), None));
+        found.or_else(templated).or_else(only)
     }
 
     /// Calls a tool with the canonical arguments; the result comes back as the upstream gave
@@ -676,12 +1009,13 @@ impl Registry {
     ) -> Result<ToolAnswer, ApiError> {
         let (asks, ask_rx) = mpsc::unbounded_channel();
         let server = tool.server.clone();
+        let want = tool.paths.want();
         // The request runs in a task of its own: it carries the client's revision along.
         let relay = INPUT_RELAY.try_with(Clone::clone).unwrap_or_default();
         let request = INPUT_RELAY.scope(relay, async move {
             server
                 .conn
-                .request("tools/call", params, LIVE_LIMIT, notify, Some(asks))
+                .request("tools/call", params, LIVE_LIMIT, notify, Some(asks), want)
                 .await
         });
         drive(tool, InFlight::new(request), ask_rx).await

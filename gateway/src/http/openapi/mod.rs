@@ -295,7 +295,8 @@ fn json_ok(
 }
 
 /// The codes of reading a call's outcome: what the policy, the approvers and the backend said.
-const OUTCOME: [Code; 14] = [
+const OUTCOME: [Code; 15] = [
+    Code::ToolDefinitionChanged,
     Code::CallNotFound,
     Code::PolicyDenied,
     Code::ApprovalDeclined,
@@ -413,7 +414,7 @@ fn operation(op: Op) -> Operation {
             ..o("createCall", "agents", "Make a tool call",
                 "Through the whole pipeline: parse, fingerprint, policy, approval, backend (DESIGN §6). Roles: agent, admin.",
                 &[Code::RequestInvalidArgs, Code::RequestInvalidTool, Code::RequestInvalidContext,
-                  Code::ToolUnknown, Code::PolicyDenied, Code::PolicyUnavailable, Code::ApprovalDeclined,
+                  Code::ToolUnknown, Code::ToolDefinitionChanged, Code::PolicyDenied, Code::PolicyUnavailable, Code::ApprovalDeclined,
                   Code::ApprovalExpired, Code::CallCancelled, Code::CallInterrupted,
                   // An identical call that joined another's (DESIGN §10) answers with that
                   // call's state: executing, or expired.
@@ -541,6 +542,16 @@ fn operation(op: Op) -> Operation {
             ok: vec![json_ok(200, "PolicyVersion", "The new policy is in force.")],
             ..o("reloadPolicy", "admin", "Reload the policy", "A policy that does not load leaves the current one in force. Role: admin.",
                 &policy_load())
+        },
+        Op::ListTools => Operation {
+            ok: vec![json_ok(200, "Tools", "Every MCP upstream tool with its pin state.")],
+            links: &[(200, "getTool", "name", "$response.body#/tools/0/name")],
+            ..o("listTools", "approvers", "MCP tools and their pins",
+                "Each MCP upstream's tools as clients see them by name, with the upstream, the protocol paths serving it, the pin state (`pinned`, `changed`, `declined`, `unreviewed`, `unseen`, `unpinned` under `pin = \"off\"`, `unreached`), and the fingerprints of the definition listed and the one pinned. Roles: approver, admin.", &[])
+        },
+        Op::GetTool => Operation {
+            ok: vec![json_ok(200, "Tool", "The tool, with the definition listed and the one pinned.")],
+            ..o("getTool", "approvers", "One MCP tool and its pin", "Roles: approver, admin.", &[Code::ToolUnknown])
         },
         Op::ListWebhooks => Operation {
             ok: vec![json_ok(200, "Webhooks", "The configured webhooks.")],

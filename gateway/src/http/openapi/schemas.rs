@@ -157,11 +157,14 @@ fn written() -> Value {
         },
         "Approval": {
             "type": "object",
-            "required": ["id", "call_id", "tool", "args", "fingerprint", "requester",
+            "required": ["id", "kind", "call_id", "tool", "args", "fingerprint", "requester",
                 "policy_version", "rules", "approvers", "quorum", "status", "decisions",
                 "created_at", "expires_at", "grant"],
             "properties": {
-                "id": string, "call_id": string, "tool": string,
+                "id": string,
+                "kind": {"enum": ["call", "tool_definition"],
+                    "description": "A held call, or an MCP tool's changed definition held for review (`args` holds `server`, `tool`, `old`, `new` and their fingerprints; `call_id` is empty)."},
+                "call_id": string, "tool": string,
                 "args": {"type": "object"},
                 "fingerprint": string,
                 "requester": {
@@ -269,6 +272,7 @@ fn written() -> Value {
                 "classifier": {"type": "object", "additionalProperties": r("FixedClassifier"),
                     "description": "Fixed classifier results by name, instead of running them."},
                 "resume": {"$ref": "#/components/schemas/Json", "description": "Evaluate a resume with this resume data."},
+                "definition": {"$ref": "#/components/schemas/Json", "description": "The MCP tool definition policy reads as `definition`; the tool's pinned one when left out (null for an HTTP tool)."},
             },
         },
         "FixedClassifier": {
@@ -301,6 +305,27 @@ fn written() -> Value {
             "type": "object",
             "required": ["version"],
             "properties": {"version": string},
+        },
+        "Tools": {
+            "type": "object",
+            "required": ["tools"],
+            "properties": {"tools": {"type": "array", "items": r("Tool")}},
+        },
+        "Tool": {
+            "type": "object",
+            "required": ["name", "server", "tool", "pin", "state", "fingerprint", "pinned_fingerprint", "review", "paths"],
+            "properties": {
+                "name": string, "server": string, "tool": string,
+                "pin": {"enum": ["enforce", "warn", "off"]},
+                "state": {"enum": ["pinned", "changed", "declined", "unreviewed", "unseen", "unpinned", "unreached"]},
+                "fingerprint": nullable_string,
+                "pinned_fingerprint": nullable_string,
+                "pinned_by": nullable_string,
+                "review": nullable_string,
+                "paths": {"type": "array", "items": {"enum": ["2026-07-28", "2025-11-25"]}},
+                "definition": {"description": "The tool object as the upstream lists it (one tool only)."},
+                "pinned_definition": {"description": "The tool object pinned (one tool only)."},
+            },
         },
         "Webhooks": {
             "type": "object",

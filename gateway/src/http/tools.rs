@@ -1,0 +1,34 @@
+//! `GET /v1/tools` and `GET /v1/tools/{name}`: the MCP upstreams' tools with their pin state
+//! (DESIGN §20), for approvers and admins. Views only: the pins are [`crate::pins`]'.
+
+use hyper::{Response, StatusCode};
+use serde_json::json;
+
+use super::Ctx;
+use crate::auth::{require, Role};
+use crate::body::{json_response, Body};
+use crate::error::{ApiError, Code};
+
+/// `GET /v1/tools`: every tool, with its upstream, pin state and fingerprints.
+pub(super) fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    require(cx.role, &[Role::Approver, Role::Admin])?;
+    let tools = crate::pins::tool_views(cx.gw, false);
+    Ok(json_response(StatusCode::OK, &json!({"tools": tools})))
+}
+
+/// `GET /v1/tools/{name}`: one tool (by the name clients see), with the definition listed
+/// and the one pinned.
+pub(super) fn get(cx: Ctx<'_>, name: &str) -> Result<Response<Body>, ApiError> {
+    require(cx.role, &[Role::Approver, Role::Admin])?;
+    let name = crate::urlencoded::decode_percent(name);
+    crate::pins::tool_views(cx.gw, true)
+        .into_iter()
+        .find(|t| t["name"] == name.as_str())
+        .map(|t| json_response(StatusCode::OK, &t))
+        .ok_or_else(|| {
+            ApiError::new(
+                Code::ToolUnknown,
+                format!("no MCP upstream lists a tool `{name}`"),
+            )
+        })
+}
