@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 const MAX_BODY: usize = 1 << 20;
 
 /// `(set, tool, the args fields its rules read)`.
-const SETS: [(&str, &str, &[&str]); 5] = [
+const SETS: [(&str, &str, &[&str]); 6] = [
     ("default", "crm.customer.get", &["items"]),
     ("shell", "shell.exec", &["command", "cwd"]),
     ("database", "db.exec", &["sql", "database"]),
@@ -31,6 +31,7 @@ const SETS: [(&str, &str, &[&str]); 5] = [
         "iam.attach",
         &["policy", "verb", "namespace", "environment"],
     ),
+    ("mcp", "cloud.purge", &["target"]),
 ];
 
 /// The body a call with these args would send, in bytes.

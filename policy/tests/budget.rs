@@ -255,7 +255,7 @@ fn hostile_shapes(fields: &[&str]) -> Vec<(&'static str, Value)> {
 
 #[test]
 fn every_shipped_set_decides_the_worst_args_within_its_budget_and_fails_closed() {
-    let sets: [(&str, &str, &[&str]); 5] = [
+    let sets: [(&str, &str, &[&str]); 6] = [
         ("default", "crm.customer.get", &["items"]),
         ("shell", "shell.exec", &["command", "cwd"]),
         ("database", "db.exec", &["sql", "database"]),
@@ -265,6 +265,7 @@ fn every_shipped_set_decides_the_worst_args_within_its_budget_and_fails_closed()
             "iam.attach",
             &["policy", "verb", "namespace", "environment"],
         ),
+        ("mcp", "cloud.purge", &["target"]),
     ];
     for (name, tool, fields) in sets {
         let set = shipped(name);

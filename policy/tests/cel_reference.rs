@@ -272,6 +272,15 @@ fn vars(rng: &mut Rng, h: &Hints) -> Value {
         "fingerprint": "sha256:00",
         "classifier": {"risk": {"score": score, "labels": [*rng.pick(&["secret", "exfiltration", "destructive", "benign"])], "detail": {}}},
         "resume": if rng.below(3) == 0 { Value::Null } else { json!({"environment": rng.pick(&["staging", "production"]).to_string()}) },
+        "definition": rng.pick(&[
+            Value::Null,
+            json!({"name": "t"}),
+            json!({"name": "t", "annotations": {}}),
+            json!({"name": "t", "annotations": {"destructiveHint": true}}),
+            json!({"name": "t", "annotations": {"destructiveHint": false}}),
+            json!({"name": "t", "annotations": {"readOnlyHint": true}}),
+            json!({"name": "t", "annotations": {"readOnlyHint": false, "destructiveHint": "yes"}}),
+        ]).clone(),
     })
 }
 
@@ -281,6 +290,7 @@ fn airlock(set: &PolicySet, v: &Value, now: SystemTime) -> Value {
     let risk: ClassifierResult = serde_json::from_value(v["classifier"]["risk"].clone()).unwrap();
     classifiers.insert("risk".to_owned(), ClassifierOutcome::Ok(risk));
     let resume = (!v["resume"].is_null()).then_some(&v["resume"]);
+    let definition = (!v["definition"].is_null()).then_some(&v["definition"]);
     let d = evaluate(
         set,
         &Input {
@@ -292,7 +302,7 @@ fn airlock(set: &PolicySet, v: &Value, now: SystemTime) -> Value {
             now,
             classifiers: &classifiers,
             resume,
-            definition: None,
+            definition,
         },
     );
     match d.decision {

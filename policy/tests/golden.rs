@@ -11,7 +11,7 @@ use airlock_policy::PolicySet;
 #[test]
 fn every_rule_flag_and_decision_is_covered_by_a_case() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
-    for name in ["default", "shell", "database", "payments", "devops"] {
+    for name in ["default", "shell", "database", "payments", "devops", "mcp"] {
         let dir = root.join(name);
         assert!(dir.join("README.md").is_file(), "{name} has no README");
         let set = PolicySet::load(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -110,3 +110,25 @@ proptest! {
         prop_assert_eq!(ours, oracle);
     }
 }
+
+/// An MCP tool's definition fingerprint (DESIGN §20): the tool object's RFC 8785 form without
+/// `_meta`, so key order and `_meta` change nothing and any other byte does.
+#[test]
+fn a_tool_definition_fingerprint_ignores_order_and_meta_only() {
+    use airlock_policy::definition_fingerprint;
+    use sha2::{Digest, Sha256};
+    let a = serde_json::json!({"name": "deploy", "description": "Deploys", "annotations": {"destructiveHint": false}});
+    let b = serde_json::json!({"annotations": {"destructiveHint": false}, "_meta": {"x": 1}, "description": "Deploys", "name": "deploy"});
+    assert_eq!(definition_fingerprint(&a), definition_fingerprint(&b));
+    let expected = format!(
+        "sha256:{}",
+        airlock_policy::hex(&Sha256::digest(
+            br#"{"annotations":{"destructiveHint":false},"description":"Deploys","name":"deploy"}"#
+        ))
+    );
+    assert_eq!(definition_fingerprint(&a), expected);
+    let c = serde_json::json!({"name": "deploy", "description": "Deploys ", "annotations": {"destructiveHint": false}});
+    assert_ne!(definition_fingerprint(&a), definition_fingerprint(&c));
+    let d = serde_json::json!({"name": "deploy", "description": "Deploys", "annotations": {"destructiveHint": true}});
+    assert_ne!(definition_fingerprint(&a), definition_fingerprint(&d));
+}

@@ -16,7 +16,7 @@ import sys
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_strings
 
-VARIABLES = ["tool", "args", "context", "principal", "fingerprint", "classifier", "resume"]
+VARIABLES = ["tool", "args", "context", "principal", "fingerprint", "classifier", "resume", "definition"]
 
 ENV = cel.NewEnv(
     variables={**{v: cel.Type.DYN for v in VARIABLES}, "now": cel.Type.TIMESTAMP},

@@ -525,6 +525,36 @@ def main():
                 shot(robot, "inbox-oidc-agent-refused")
             finally:
                 robot.quit()
+        elif SCENARIO == "review":
+            # An MCP tool's changed definition, held for review (the gateway's test made the
+            # upstream change it): its hostile description is text, never markup or a link;
+            # the two definitions side by side at 1280, stacked at 375; approved from here.
+            sign_in(d, "admin")
+            open_first_row(d)
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "table.sbs")))
+            safe = no_xss(d)
+            links = d.execute_script("return [...document.querySelectorAll('main a')].map(a => a.href)")
+            main_text = d.find_element(By.TAG_NAME, "main").text
+            changed = d.execute_script(
+                "return [...document.querySelectorAll('table.sbs tr.changed')].map(r => r.innerText)")
+            columns = d.execute_script(
+                "const r = document.querySelector('table.sbs tr.changed');"
+                "return [...r.querySelectorAll('td')].map(td => td.getBoundingClientRect().left)")
+            shot(d, "inbox-review")
+            d.set_window_size(375, 812)
+            time.sleep(0.2)
+            d.execute_script("document.querySelector('table.sbs tr.changed').scrollIntoView()")
+            phone_width = d.execute_script("return document.documentElement.scrollWidth")
+            phone_columns = d.execute_script(
+                "const r = document.querySelector('table.sbs tr.changed');"
+                "return [...r.querySelectorAll('td')].filter(td => td.offsetParent).map(td => td.getBoundingClientRect().left)")
+            shot(d, "inbox-review-phone")
+            d.set_window_size(1280, 900)
+            d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.decided")))
+            out(safe=safe, links=links, main_text=main_text, changed=changed, columns=columns,
+                phone_width=phone_width, phone_columns=phone_columns,
+                decided=d.find_element(By.CSS_SELECTOR, "p.decided").text)
         else:
             raise SystemExit(f"unknown scenario {SCENARIO}")
     finally:

@@ -537,7 +537,10 @@ fn policy_and_config_errors_say_where_and_what_to_write_and_exit_2_for_bad_input
         err.contains("undeclared variable `resme`; did you mean `resume`?"),
         "{err}"
     );
-    assert!(err.contains(", resume (policy.unknown_variable)"), "{err}");
+    assert!(
+        err.contains(", resume, definition (policy.unknown_variable)"),
+        "{err}"
+    );
     assert!(
         !err.contains("mismatched input") && !err.contains("<EOF>"),
         "{err}"

@@ -482,3 +482,85 @@ fn three_gateways_on_postgres_share_one_review_decided_on_any() {
         });
     }
 }
+
+/// The review page in headless Chromium at 1280 and 375 px: the injection in a description is
+/// text (no markup runs, no link is made of it), the changed lines are side by side at 1280
+/// and stacked at 375, and approving there pins the new definition.
+#[test]
+fn the_review_page_shows_a_hostile_definition_as_text_at_1280_and_375() {
+    let dir = tempfile::tempdir().unwrap();
+    let stage = dir.path().join("stage");
+    set_stage(&stage, "v1");
+    let up = Upstream::peer("changing_upstream.py", &[stage.to_str().unwrap()]);
+    let config = format!("{}{}", mcp_base_config("2s"), server("ops", &up, ""));
+    let gw = Gateway::start_with(&config, PIN_POLICY);
+    set_stage(&stage, "poisoned");
+    review_opens(&gw, "ops.deploy");
+    let shots =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/inbox-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = std::process::Command::new("python3")
+        .arg(peers().join("inbox_browser.py"))
+        .args([gw.base.as_str(), shots.to_str().unwrap(), "review"])
+        .output()
+        .expect("python3 with selenium (installed by scripts/test.sh)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut r = serde_json::Map::new();
+    for line in stdout.lines() {
+        if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line) {
+            r.extend(m);
+        }
+    }
+    assert_eq!(
+        r["safe"], true,
+        "no script ran, nothing was embedded: {r:?}"
+    );
+    assert!(
+        r["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| !l.as_str().unwrap().contains("evil.example")),
+        "the description's link is not a link: {r:?}"
+    );
+    let text = r["main_text"].as_str().unwrap();
+    assert!(
+        text.contains("<script>alert('pwned')</script>"),
+        "shown as text: {text}"
+    );
+    assert!(
+        text.contains("<a href=\\\"https://evil.example/x\\\">docs</a>"),
+        "{text}"
+    );
+    let changed = r["changed"].as_array().unwrap();
+    assert!(
+        changed
+            .iter()
+            .any(|c| c.as_str().unwrap().contains("Deploys a service.\"")),
+        "the old description is a changed line: {changed:?}"
+    );
+    let cols = r["columns"].as_array().unwrap();
+    assert_eq!(cols.len(), 2, "side by side at 1280");
+    assert!(
+        cols[1].as_f64().unwrap() > cols[0].as_f64().unwrap() + 100.0,
+        "{cols:?}"
+    );
+    assert!(
+        r["phone_width"].as_f64().unwrap() <= 375.0,
+        "no sideways scroll at 375: {r:?}"
+    );
+    let phone = r["phone_columns"].as_array().unwrap();
+    assert!(
+        phone
+            .windows(2)
+            .all(|w| (w[0].as_f64().unwrap() - w[1].as_f64().unwrap()).abs() < 1.0),
+        "stacked at 375: {phone:?}"
+    );
+    assert!(r["decided"].as_str().unwrap().contains("approved"), "{r:?}");
+    assert!(description(&gw, "ops.deploy").unwrap().contains("id_rsa"));
+}

@@ -491,11 +491,11 @@ pub fn preview(d: &Decision, old: &str, new: &str) -> Markup {
         }
         pre.diff {
             @for row in crate::diff::rows_text(old, new) {
-                @match (row.changed, row.old, row.new) {
-                    (false, Some(l), _) => span.same { "  " (l) "\n" },
-                    (_, Some(l), None) => del { "- " (l) "\n" },
-                    (_, _, Some(l)) => ins { "+ " (l) "\n" },
-                    _ => {}
+                @if !row.changed {
+                    span.same { "  " (row.old.unwrap_or_default()) "\n" }
+                } @else {
+                    @if let Some(l) = row.old { del { "- " (l) "\n" } }
+                    @if let Some(l) = row.new { ins { "+ " (l) "\n" } }
                 }
             }
         }

@@ -73,7 +73,7 @@ pub fn review(
                 dt { "Seen" } dd { (rfc3339(a.created_at)) }
                 dt { "Expires" } dd { (rfc3339(a.expires_at)) }
             }
-            h2 { "What changed" span.hint { " (" (changed) " lines)" } }
+            h2 { "What changed" span.hint { " (" (changed) @if changed == 1 { " line)" } @else { " lines)" } } }
             table.sbs {
                 thead { tr { th { "Pinned" } th { "Listed now" } } }
                 tbody {
