@@ -170,10 +170,12 @@ fn a_changed_definition_is_held_until_a_reviewer_approves_it_and_declined_stays_
     let stage = dir.path().join("stage");
     set_stage(&stage, "v1");
     let up = Upstream::peer("changing_upstream.py", &[stage.to_str().unwrap()]);
+    let receiver = Receiver::start("ok");
     let config = format!(
-        "{}{}",
+        "{}{}[[webhooks]]\nid = \"reviews\"\nurl = \"http://127.0.0.1:{}/hook\"\nsecret = \"{SECRET}\"\nevents = [\"approval.requested\"]\n",
         mcp_base_config("2s"),
-        server("ops", &up, "reviewers = [\"dba\"]")
+        server("ops", &up, "reviewers = [\"dba\"]"),
+        receiver.port
     );
     let gw = Gateway::start_with(&config, PIN_POLICY);
 
@@ -237,6 +239,41 @@ fn a_changed_definition_is_held_until_a_reviewer_approves_it_and_declined_stays_
         .as_str()
         .unwrap()
         .contains(&id));
+    // Webhooks hear of it as of any approval, with its kind.
+    let hooks = receiver.wait_for(2, Duration::from_secs(10));
+    let hook = hooks
+        .iter()
+        .find(|r| r["body"]["data"]["kind"] == "tool_definition")
+        .unwrap_or_else(|| panic!("{hooks:?}"));
+    assert_eq!(hook["body"]["type"], "approval.requested");
+    assert_eq!(hook["body"]["data"]["id"], id.as_str());
+    // The command line shows the tool and its review, the change as a line diff.
+    let cli = |args: &[&str]| {
+        output_of(std::process::Command::new(airlock_bin()).args(args).args([
+            "--url",
+            &gw.base,
+            "--token",
+            "token-dba1",
+        ]))
+    };
+    let list = cli(&["tools", "list"]);
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("ops.deploy") && l.contains("changed")),
+        "{list}"
+    );
+    let show = cli(&["tools", "show", "ops.deploy"]);
+    assert!(
+        show.contains("-   \"description\": \"Deploys a service.\","),
+        "{show}"
+    );
+    assert!(
+        show.contains("+   \"description\": \"Deploys a service. <script>"),
+        "{show}"
+    );
+    let shown = cli(&["approvals", "show", &id]);
+    assert!(shown.contains("a tool definition's review"), "{shown}");
+    assert!(shown.contains("id_rsa"), "{shown}");
     // More lists see the same change: still one review.
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(reviews(&gw, "ops.deploy").len(), 1);
