@@ -18,7 +18,9 @@
 //! With `AIRLOCK_BENCH_BASELINE=<path to another airlock build>`, that build is measured in
 //! the same rounds too, so a change is measured against what it replaced. With
 //! `AIRLOCK_BENCH_ONLY=<name prefix>` (`MCP airlock`, say) only those targets run, for a
-//! profiler attached to the gateway; no medians are printed then.
+//! profiler attached to the gateway; no medians are printed then. With
+//! `AIRLOCK_BENCH_SHADOW=<policy path>` the gateway evaluates that set too, as its
+//! `shadow_policy` (`bash benches/callgrind.sh` with and without it gives the shadow's cost).
 //!
 //! Run: `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench mcp_load`
 
@@ -104,8 +106,11 @@ fn start_backend() -> (u16, Arc<AtomicU64>) {
 }
 
 fn start_gateway(bin: &Path, upstream: u16, backend: u16) -> GatewayProcess {
+    let shadow = std::env::var("AIRLOCK_BENCH_SHADOW")
+        .map(|p| format!("shadow_policy = {:?}\n", std::fs::canonicalize(p).unwrap()))
+        .unwrap_or_default();
     let config = format!(
-        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\n\
+        "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\n{shadow}\
          [[principals]]\nid = \"agent\"\nrole = \"agent\"\ntoken_sha256 = \"{}\"\n\
          [[mcp_servers]]\nname = \"bench\"\nurl = \"http://127.0.0.1:{upstream}/mcp\"\n\
          [[tools]]\nname = \"http.*\"\nupstream = \"http://127.0.0.1:{backend}/echo\"\n",

@@ -21,6 +21,8 @@ pub struct Metrics {
     pub approval_wait_seconds: Histogram,
     /// Reloads by `result` (ok, error).
     pub policy_reloads: IntCounterVec,
+    /// Calls the shadow set decided, by the `live` and the `shadow` decision.
+    pub shadow_decisions: IntCounterVec,
     pub store_errors: IntCounter,
     /// Classifier latency and failures by configured classifier name.
     pub classifier_seconds: HistogramVec,
@@ -87,6 +89,13 @@ fn build() -> Result<Metrics, prometheus::Error> {
         policy_reloads: IntCounterVec::new(
             Opts::new("airlock_policy_reloads_total", "Policy reloads by result"),
             &["result"],
+        )?,
+        shadow_decisions: IntCounterVec::new(
+            Opts::new(
+                "airlock_shadow_decisions_total",
+                "Calls the shadow policy set decided, by the live and the shadow decision",
+            ),
+            &["live", "shadow"],
         )?,
         store_errors: IntCounter::new(
             "airlock_store_errors_total",
@@ -166,6 +175,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
     m.registry
         .register(Box::new(m.approval_wait_seconds.clone()))?;
     m.registry.register(Box::new(m.policy_reloads.clone()))?;
+    m.registry.register(Box::new(m.shadow_decisions.clone()))?;
     m.registry.register(Box::new(m.store_errors.clone()))?;
     m.registry
         .register(Box::new(m.classifier_seconds.clone()))?;

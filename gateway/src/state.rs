@@ -76,6 +76,8 @@ pub struct Gateway {
     pub config: Config,
     /// The current policy set; a reload swaps in a new one or changes nothing.
     pub policy: ArcSwap<PolicySet>,
+    /// The shadow set (`[server] shadow_policy`) and what it has seen since it loaded.
+    pub shadow: crate::shadow::Shadow,
     pub store: Store,
     pub holds: Arc<Holds>,
     /// Approval and call events, for `GET /v1/events`.
@@ -141,12 +143,57 @@ fn load_policy(
     Ok(set.with_budget(budget))
 }
 
+/// A reload that loaded: the live set's version, and whether it differs from the one before.
+pub struct Reloaded {
+    pub version: String,
+    pub changed: bool,
+}
+
+/// A reload that did not load, and which of the two sets refused.
+pub struct ReloadRefused {
+    /// `"live"` or `"shadow"`.
+    pub set: &'static str,
+    pub errors: PolicyErrors,
+}
+
+/// Loads the live set and, when `[server] shadow_policy` names one, the shadow set: both or
+/// neither.
+fn load_sets(
+    config: &Config,
+    classifiers: &BTreeSet<String>,
+) -> Result<(PolicySet, Option<PolicySet>), ReloadRefused> {
+    let live =
+        load_policy(&config.policy, classifiers, config.policy_budget).map_err(|errors| {
+            ReloadRefused {
+                set: "live",
+                errors,
+            }
+        })?;
+    let shadow = match &config.shadow_policy {
+        None => None,
+        Some(path) => Some(
+            load_policy(
+                &PolicySource::Path(path.clone()),
+                classifiers,
+                config.policy_budget,
+            )
+            .map_err(|errors| ReloadRefused {
+                set: "shadow",
+                errors,
+            })?,
+        ),
+    };
+    Ok((live, shadow))
+}
+
 impl Gateway {
     /// Opens the store and loads the policy; a bad policy at start-up is fatal.
     pub fn open(config: Config, shutdown: CancellationToken) -> Result<Arc<Gateway>, String> {
         let classifiers = Classifiers::new(&config.classifiers, config.classifier_cache_ttl)?;
-        let policy = load_policy(&config.policy, &classifiers.names(), config.policy_budget)
-            .map_err(|e| format!("the policy does not load:\n{e}"))?;
+        let (policy, shadow_set) = load_sets(&config, &classifiers.names()).map_err(|r| {
+            let which = if r.set == "shadow" { "shadow " } else { "" };
+            format!("the {which}policy does not load:\n{}", r.errors)
+        })?;
         let store = open_store(&config)?;
         let metrics = Metrics::new()?;
         let pending = store
@@ -202,6 +249,7 @@ impl Gateway {
             classifiers,
             webhooks: Webhooks::new(config.webhooks.clone(), config.redact.clone())?,
             policy: ArcSwap::from_pointee(policy),
+            shadow: Default::default(),
             store,
             holds,
             events: broadcast::channel(1024).0,
@@ -219,12 +267,13 @@ impl Gateway {
             config,
         };
         let version = gw.policy.load().version().to_owned();
+        let mut fields = audit_fields(json!({"policy_version": version, "trigger": "start"}));
+        if let Some(set) = shadow_set {
+            fields.insert("shadow_version".into(), Value::from(set.version()));
+            gw.shadow.install(set, now_ms());
+        }
         gw.store
-            .append_audit(
-                Kind::PolicyLoaded,
-                audit_fields(json!({"policy_version": version, "trigger": "start"})),
-                now_ms(),
-            )
+            .append_audit(Kind::PolicyLoaded, fields, now_ms())
             .map_err(|e| e.to_string())?;
         Ok(Arc::new(gw))
     }
@@ -337,22 +386,29 @@ impl Gateway {
         crate::approvals::approval_event(&self.config, a)
     }
 
-    /// Reloads the policy; a set that does not load leaves the current one in place.
-    pub fn reload(self: &Arc<Self>, trigger: &str) -> Result<String, PolicyErrors> {
-        match load_policy(
-            &self.config.policy,
-            &self.classifiers.names(),
-            self.config.policy_budget,
-        ) {
-            Ok(set) => {
+    /// Reloads the policy, and the shadow set with it: a reload where either does not load
+    /// leaves both as they were. The caller takes a changed live set to the pending approvals
+    /// ([`crate::repolicy::pending`]).
+    pub fn reload(self: &Arc<Self>, trigger: &str) -> Result<Reloaded, ReloadRefused> {
+        match load_sets(&self.config, &self.classifiers.names()) {
+            Ok((set, shadow)) => {
                 let version = set.version().to_owned();
                 let changed = version != self.policy.load().version();
+                let shadow_version = shadow.as_ref().map(|s| s.version().to_owned());
+                let shadow_changed =
+                    shadow_version.as_deref() != self.shadow.set().as_ref().map(|s| s.version());
                 self.policy.store(Arc::new(set));
+                if let Some(shadow) = shadow {
+                    self.shadow.install(shadow, now_ms());
+                }
                 self.metrics.policy_reloads.with_label_values(&["ok"]).inc();
-                if changed {
-                    tracing::info!(policy_version = %version, trigger, "policy reloaded");
-                    let fields =
+                if changed || shadow_changed {
+                    tracing::info!(policy_version = %version, shadow_version = ?shadow_version, trigger, "policy reloaded");
+                    let mut fields =
                         audit_fields(json!({"policy_version": version, "trigger": trigger}));
+                    if let Some(v) = shadow_version {
+                        fields.insert("shadow_version".into(), Value::from(v));
+                    }
                     if let Err(e) = self
                         .store
                         .append_audit(Kind::PolicyLoaded, fields, now_ms())
@@ -360,20 +416,21 @@ impl Gateway {
                         tracing::error!(error = %e, "cannot audit the policy reload");
                     }
                 }
-                Ok(version)
+                Ok(Reloaded { version, changed })
             }
-            Err(errors) => {
+            Err(refused) => {
                 self.metrics
                     .policy_reloads
                     .with_label_values(&["error"])
                     .inc();
-                for e in &errors.0 {
+                for e in &refused.errors.0 {
                     tracing::error!(
                         trigger,
-                        "policy reload refused, keeping the current policy: {e}"
+                        set = refused.set,
+                        "policy reload refused, keeping the current policies: {e}"
                     );
                 }
-                Err(errors)
+                Err(refused)
             }
         }
     }
@@ -560,21 +617,28 @@ impl Gateway {
                 }
             }
         });
+        let mut watched: Vec<std::path::PathBuf> =
+            self.config.shadow_policy.iter().cloned().collect();
         if let PolicySource::Path(path) = &self.config.policy {
+            watched.push(path.clone());
+        }
+        if !watched.is_empty() {
             let gw = self.clone();
-            let path = path.clone();
+            let stamp = move || watched.iter().map(|p| stamp(p)).collect::<Vec<_>>();
             tokio::spawn(async move {
-                let mut last = stamp(&path);
+                let mut last = stamp();
                 let mut tick = tokio::time::interval(Duration::from_secs(1));
                 loop {
                     tokio::select! {
                         _ = tick.tick() => {}
                         _ = gw.shutdown.cancelled() => break,
                     }
-                    let now = stamp(&path);
+                    let now = stamp();
                     if now != last {
                         last = now;
-                        let _ = gw.reload("file change");
+                        if let Ok(Reloaded { changed: true, .. }) = gw.reload("file change") {
+                            crate::repolicy::pending(&gw).await;
+                        }
                     }
                 }
             });

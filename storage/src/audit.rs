@@ -37,6 +37,7 @@ airlock_policy::stable_names! {
         ApprovalRequested = "approval.requested",
         ApprovalDecided = "approval.decided",
         ApprovalExpired = "approval.expired",
+        ApprovalTightened = "approval.tightened",
         GrantConsumed = "grant.consumed",
         GrantExpired = "grant.expired",
         // Webhook deliveries.

@@ -442,6 +442,24 @@ impl Store {
         }))
     }
 
+    /// Hands every record to `each`, every chain, by time then chain then seq, until `each`
+    /// says stop (false); returns how many it was handed. Unlike [`Store::export_audit`] it
+    /// notes nothing: reading the log this way writes nothing (a policy replay).
+    pub fn read_audit(&self, each: &mut dyn FnMut(Value) -> bool) -> Result<u64, StoreError> {
+        self.shared.check()?;
+        let chains = self.chains()?;
+        let start = self.reached(&Cursor::default(), &chains)?;
+        let mut n = 0;
+        for item in self.merged(&start)? {
+            let (_, _, v) = item?;
+            n += 1;
+            if !each(v) {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
     /// Writes the records after `after` as JSONL, every chain, by time then chain then seq;
     /// returns how many. Once they are all written (and `out` flushed), the store notes how
     /// far each chain has been exported, which is as far as a prune of it may go.

@@ -43,8 +43,8 @@ pub use model::{
     Delivery, Grant, GrantTerms, Millis, PinReview, Principal, Suspension, ToolPin,
 };
 pub use ops::{
-    ApprovalFilter, Begin, Expired, NewDelivery, OutboxStats, PinSeen, Seen, Suspend, Verdict,
-    PARKED,
+    ApprovalFilter, Begin, Expired, NewDelivery, OutboxStats, PinSeen, Repolicy, Seen, Suspend,
+    Verdict, PARKED, POLICY_DECIDER,
 };
 pub use writer::Durability;
 

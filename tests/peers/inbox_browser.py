@@ -555,6 +555,30 @@ def main():
             out(safe=safe, links=links, main_text=main_text, changed=changed, columns=columns,
                 phone_width=phone_width, phone_columns=phone_columns,
                 decided=d.find_element(By.CSS_SELECTOR, "p.decided").text)
+        elif SCENARIO == "shadow":
+            # The shadow policy's page (the gateway's test made the calls): an approver is
+            # refused it and has no link to it; an admin sees the transitions, widening first.
+            sign_in(d, "dba1")
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "nav")))
+            approver_link = bool(d.find_elements(By.CSS_SELECTOR, "nav a[href='/inbox/shadow']"))
+            d.get(BASE + "/inbox/shadow")
+            approver_sees = d.find_element(By.TAG_NAME, "h1").text
+            d.delete_all_cookies()
+            sign_in(d, "admin")
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "nav a[href='/inbox/shadow']")))
+            d.find_element(By.CSS_SELECTOR, "nav a[href='/inbox/shadow']").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "table.shadow")))
+            rows = d.execute_script(
+                "return [...document.querySelectorAll('table.shadow tbody tr')].map(r => [r.className, r.innerText])")
+            headings = [h.text for h in d.find_elements(By.CSS_SELECTOR, "main h2")]
+            call_links = d.execute_script("return [...document.querySelectorAll('main td a')].map(a => a.getAttribute('href'))")
+            shot(d, "inbox-shadow")
+            d.set_window_size(375, 812)
+            time.sleep(0.2)
+            phone_width = d.execute_script("return document.documentElement.scrollWidth")
+            shot(d, "inbox-shadow-phone")
+            out(approver_link=approver_link, approver_sees=approver_sees, rows=rows,
+                headings=headings, call_links=call_links, phone_width=phone_width)
         else:
             raise SystemExit(f"unknown scenario {SCENARIO}")
     finally:

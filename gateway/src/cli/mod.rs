@@ -32,6 +32,7 @@ mod client;
 mod mcp;
 mod policy;
 mod remote;
+mod replay;
 mod serve;
 mod store;
 mod tools;
@@ -102,6 +103,7 @@ pub fn run(cli: Cli) -> u8 {
         }
         Command::Policy(PolicyCommand::Test { paths }) => policy::policy_test(&paths),
         Command::Policy(PolicyCommand::Eval(args)) => policy::policy_eval(&args),
+        Command::Policy(PolicyCommand::Replay(args)) => replay::policy_replay(&args),
         Command::Fingerprint(args) => policy::fingerprint(&args),
         Command::Webhooks(cmd) => webhooks::webhooks(cmd),
         Command::Mcp(McpCommand::Stdio { url, token }) => mcp::mcp_stdio(url, token),

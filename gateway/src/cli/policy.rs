@@ -32,6 +32,9 @@ pub enum PolicyCommand {
     },
     /// Print the decision for one call, with its explanation, as JSON.
     Eval(EvalArgs),
+    /// Judge the recorded calls of a store or an export again under a policy set, and list
+    /// every call it would decide differently, widening ones first.
+    Replay(super::replay::ReplayArgs),
 }
 
 #[derive(Args, Debug)]

@@ -69,6 +69,9 @@ pub struct Config {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub policy: PolicySource,
+    /// `[server] shadow_policy`: a second set every call is evaluated by too, whose decision
+    /// changes nothing (reloaded with the live one).
+    pub shadow_policy: Option<PathBuf>,
     pub hold_timeout: Duration,
     pub max_hold: Duration,
     /// How long a suspended call waits for resume data (DESIGN §11).
@@ -202,6 +205,7 @@ impl Config {
             listen: server.listen,
             data_dir: server.data_dir,
             policy: server.policy,
+            shadow_policy: server.shadow_policy,
             hold_timeout: server.hold_timeout,
             max_hold: server.max_hold,
             suspend_ttl: server.suspend_ttl,
@@ -272,6 +276,7 @@ impl Config {
                 PathBuf::from("default/policy.toml"),
                 include_str!("../../../policies/default/policy.toml").to_owned(),
             )]),
+            shadow_policy: None,
             hold_timeout: Duration::from_secs(30),
             max_hold: Duration::from_secs(300),
             suspend_ttl: Duration::from_secs(24 * 3600),

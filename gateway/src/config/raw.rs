@@ -91,6 +91,7 @@ pub(super) struct RawServer {
     pub(super) listen: Option<String>,
     pub(super) data_dir: Option<PathBuf>,
     pub(super) policy: Option<PathBuf>,
+    pub(super) shadow_policy: Option<PathBuf>,
     pub(super) hold_timeout: Option<String>,
     pub(super) max_hold: Option<String>,
     pub(super) suspend_ttl: Option<String>,

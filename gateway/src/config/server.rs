@@ -43,6 +43,7 @@ pub(super) struct Server {
     pub(super) listen: SocketAddr,
     pub(super) data_dir: PathBuf,
     pub(super) policy: PolicySource,
+    pub(super) shadow_policy: Option<PathBuf>,
     pub(super) hold_timeout: Duration,
     pub(super) max_hold: Duration,
     pub(super) suspend_ttl: Duration,
@@ -137,6 +138,7 @@ pub(super) fn validate(
         policy: PolicySource::Path(resolve(
             s.policy.unwrap_or_else(|| "policies/default".into()),
         )),
+        shadow_policy: s.shadow_policy.map(resolve),
         hold_timeout,
         max_hold,
         suspend_ttl,

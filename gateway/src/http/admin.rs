@@ -95,14 +95,35 @@ pub(super) async fn evaluate_policy(
     ))
 }
 
+/// `GET /v1/policy/shadow`: what the shadow set would have decided differently since it
+/// loaded.
+pub(super) fn shadow(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, role, .. } = cx;
+    require(role, &[Role::Admin])?;
+    Ok(json_response(
+        StatusCode::OK,
+        &gw.shadow.summary(gw.policy.load().version()),
+    ))
+}
+
 /// `POST /v1/policy/reload`.
-pub(super) fn reload(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+/// A changed live set has reached the pending approvals when it answers.
+pub(super) async fn reload(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let Ctx { gw, role, .. } = cx;
     require(role, &[Role::Admin])?;
     match gw.reload("api") {
-        Ok(version) => Ok(json_response(StatusCode::OK, &json!({"version": version}))),
-        Err(errors) => Err(ApiError::of_crate(errors.code(), "the policy does not load; the current one stays in force".into()).with_details(json!({
-            "errors": errors.0.iter().map(|e| json!({"code": e.code, "file": e.file, "line": e.line, "col": e.col, "rule": e.rule, "message": e.message})).collect::<Vec<_>>(),
+        Ok(reloaded) => {
+            if reloaded.changed {
+                crate::repolicy::pending(gw).await;
+            }
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"version": reloaded.version}),
+            ))
+        }
+        Err(refused) => Err(ApiError::of_crate(refused.errors.code(), format!("the {} policy does not load; the current live and shadow sets stay in force", refused.set)).with_details(json!({
+            "set": refused.set,
+            "errors": refused.errors.0.iter().map(|e| json!({"code": e.code, "file": e.file, "line": e.line, "col": e.col, "rule": e.rule, "message": e.message})).collect::<Vec<_>>(),
         }))),
     }
 }

@@ -15,6 +15,7 @@
 mod oidc;
 mod pages;
 mod review;
+mod shadow;
 
 use std::sync::Arc;
 
@@ -134,6 +135,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         ["inbox", "suspended"] => suspended(&gw, &session).await,
         ["inbox", "calls", id] => call_page(&gw, &session, id, None).await,
         ["inbox", "audit"] => audit(&gw, &session).await,
+        ["inbox", "shadow"] => shadow_page(&gw, &session),
         _ => page(
             StatusCode::NOT_FOUND,
             pages::message("Not found", "There is no such page in the inbox."),
@@ -542,6 +544,21 @@ async fn audit(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
     }
 }
 
+/// The shadow policy's transitions: admins only, as `GET /v1/policy/shadow`.
+fn shadow_page(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
+    if session.principal.role != "admin" {
+        return page(
+            StatusCode::FORBIDDEN,
+            pages::message("Admins only", "The shadow policy's page is for admins."),
+        );
+    }
+    let summary = gw.shadow.summary(gw.policy.load().version());
+    page(
+        StatusCode::OK,
+        shadow::shadow(&session_view(session), &summary),
+    )
+}
+
 /// Pending-list changes, for the page's live refresh: one `changed` event per approval
 /// event (the page then fetches its rows again).
 fn events(gw: &Arc<Gateway>) -> Response<Body> {
@@ -759,6 +776,7 @@ fn session_view(s: &Session) -> pages::Who {
     pages::Who {
         id: s.principal.id.clone(),
         csrf: s.csrf.clone(),
+        admin: s.principal.role == "admin",
     }
 }
 

@@ -15,6 +15,8 @@ use crate::error::{ApiError, Code};
 pub struct Who {
     pub id: String,
     pub csrf: String,
+    /// An admin also sees the shadow policy's page.
+    pub admin: bool,
 }
 
 /// The pending list's filters.
@@ -44,6 +46,7 @@ pub(super) fn layout(title: &str, who: Option<&Who>, body: Markup) -> Markup {
                             a href="/inbox/suspended" { "Suspended" }
                             a href="/inbox/history" { "Decided" }
                             a href="/inbox/audit" { "Audit" }
+                            @if w.admin { a href="/inbox/shadow" { "Shadow" } }
                             span.who { span.wide { "Signed in as " } strong { (w.id) } }
                             form.inline method="post" action="/inbox/logout" {
                                 input type="hidden" name="csrf" value=(w.csrf);

@@ -95,10 +95,13 @@ pub(super) async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outco
                 )),
             }
         }
-        CallStatus::Denied => Err(ApiError::new(
-            Code::PolicyDenied,
-            "the call was denied by policy",
-        )),
+        // A reason is recorded when a reloaded policy denied a call that was waiting.
+        CallStatus::Denied => Err(match &call.reason {
+            Some(reason) => ApiError::new(Code::PolicyDenied, reason.clone()).with_details(
+                json!({"reason": reason, "call_id": call.call_id, "approval_id": call.approval_id}),
+            ),
+            None => ApiError::new(Code::PolicyDenied, "the call was denied by policy"),
+        }),
         CallStatus::Declined => Err(declined(&call)),
         CallStatus::Suspended => match Suspended::of(&call) {
             Some(v) => Ok(Outcome::Suspended(v)),

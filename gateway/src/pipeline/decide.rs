@@ -30,6 +30,8 @@ pub(super) struct Decided {
     pub front: Front,
     /// When the call was decided (ms since the epoch): the time its records carry.
     pub now: u64,
+    /// What the shadow set decided, when one is loaded.
+    pub shadow: Option<Decision>,
 }
 
 impl Decided {
@@ -37,6 +39,13 @@ impl Decided {
     pub fn explanation(&self) -> Map<String, Value> {
         let mut e = explanation(&self.decision, &self.classified);
         self.front.tag(&mut e);
+        if let Some(shadow) = self
+            .shadow
+            .as_ref()
+            .filter(|s| s.decision != self.decision.decision)
+        {
+            e.insert("shadow".into(), crate::shadow::record(shadow));
+        }
         e
     }
 
@@ -77,8 +86,16 @@ pub(super) async fn decide(
     front: Front,
     now: u64,
 ) -> Decided {
-    let (decision, classified) = policy(gw, &call, &principal, None, now).await;
+    let (decision, classified, shadow) = policies(gw, &call, &principal, None, now, true).await;
     tracing::Span::current().record("decision", decision.decision.as_str());
+    if let Some(s) = &shadow {
+        gw.metrics
+            .shadow_decisions
+            .with_label_values(&[decision.decision.as_str(), s.decision.as_str()])
+            .inc();
+        gw.shadow
+            .observe(&call_id, &call.tool, &principal.id, now, &decision, s);
+    }
     Decided {
         call_id,
         call,
@@ -87,6 +104,7 @@ pub(super) async fn decide(
         classified,
         front,
         now,
+        shadow,
     }
 }
 
@@ -101,7 +119,7 @@ pub(super) async fn deny(gw: &Arc<Gateway>, d: Decided) -> Result<super::Outcome
 
 /// The principal as policy sees it (DESIGN §16): `issuer` and `actor` are null for a static
 /// token, `claims` holds only the claims its issuer lists.
-fn principal_json(p: &Principal) -> Value {
+pub(crate) fn principal_json(p: &Principal) -> Value {
     json!({"id": p.id, "role": p.role, "groups": p.groups, "issuer": p.issuer, "actor": p.actor, "claims": p.claims})
 }
 
@@ -121,8 +139,30 @@ pub async fn policy(
     resume: Option<&Value>,
     now: u64,
 ) -> (Decision, BTreeMap<String, ClassifierOutcome>) {
+    let (decision, classified, _) = policies(gw, call, principal, resume, now, false).await;
+    (decision, classified)
+}
+
+/// [`policy`], and with `shadow` the shadow set's decision too, from the same inputs: the
+/// classifiers either set names run once, and the shadow set reads their same results.
+async fn policies(
+    gw: &Gateway,
+    call: &ToolCall,
+    principal: &Principal,
+    resume: Option<&Value>,
+    now: u64,
+    shadow: bool,
+) -> (
+    Decision,
+    BTreeMap<String, ClassifierOutcome>,
+    Option<Decision>,
+) {
     let policy = gw.policy.load_full();
-    let names = policy.classifiers_for(&call.tool);
+    let shadow = if shadow { gw.shadow.set() } else { None };
+    let mut names = policy.classifiers_for(&call.tool);
+    if let Some(s) = &shadow {
+        names.extend(s.classifiers_for(&call.tool));
+    }
     let classifiers = if names.is_empty() {
         BTreeMap::new()
     } else {
@@ -131,29 +171,29 @@ pub async fn policy(
     };
     let principal = principal_json(principal);
     // An MCP tool's pinned definition, looked up only when a rule reads it.
-    let definition = if policy.reads("definition") {
-        definition_of(gw, &call.tool)
-    } else {
-        None
-    };
+    let definition =
+        if policy.reads("definition") || shadow.as_ref().is_some_and(|s| s.reads("definition")) {
+            definition_of(gw, &call.tool)
+        } else {
+            None
+        };
     let start = Instant::now();
-    let decision = evaluate(
-        &policy,
-        &Input {
-            tool: &call.tool,
-            args: &call.args,
-            context: &call.context,
-            principal: &principal,
-            fingerprint: call.fingerprint.as_str(),
-            now: to_system_time(now),
-            classifiers: &classifiers,
-            resume,
-            definition: definition.as_deref(),
-        },
-    );
+    let input = Input {
+        tool: &call.tool,
+        args: &call.args,
+        context: &call.context,
+        principal: &principal,
+        fingerprint: call.fingerprint.as_str(),
+        now: to_system_time(now),
+        classifiers: &classifiers,
+        resume,
+        definition: definition.as_deref(),
+    };
+    let decision = evaluate(&policy, &input);
     gw.metrics
         .policy_eval_seconds
         .observe(start.elapsed().as_secs_f64());
+    let shadow = shadow.map(|s| evaluate(&s, &input));
     let ran_out = decision
         .errors
         .iter()
@@ -162,7 +202,7 @@ pub async fn policy(
     if ran_out > 0 {
         gw.metrics.policy_budget_exceeded.inc_by(ran_out as u64);
     }
-    (decision, classifiers)
+    (decision, classifiers, shadow)
 }
 
 /// What the audit log and the approval record say about a decision: the matched rules, their

@@ -17,7 +17,7 @@ use crate::state::{attach_key, audit_fields, Gateway};
 
 /// The key a grant binds to (DESIGN §5). A run-scoped grant is also bound to the requesting
 /// principal, so another principal reusing a run id gets nothing.
-pub(super) fn scope_key(
+pub(crate) fn scope_key(
     scope: GrantScope,
     call_id: &str,
     call: &ToolCall,

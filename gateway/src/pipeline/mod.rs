@@ -20,7 +20,7 @@ pub mod admit;
 mod claim;
 pub mod decide;
 mod forward;
-mod grant;
+pub(crate) mod grant;
 mod hold;
 mod outcome;
 pub mod suspend;

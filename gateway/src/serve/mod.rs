@@ -72,6 +72,9 @@ pub async fn prepare(config: Config) -> Result<Prepared, String> {
     // The MCP upstreams are listed, and their tools' pins settled, before the gateway claims
     // to serve.
     crate::pins::start(&gw).await?;
+    // The policy loaded at start reaches the approvals left pending: a file edited while the
+    // gateway was down is applied as a reload would apply it.
+    crate::repolicy::pending(&gw).await;
     let mut fresh = vec![0u8; 32];
     getrandom::fill(&mut fresh).map_err(|e| format!("no randomness for the state key: {e}"))?;
     let key = gw
@@ -325,7 +328,11 @@ async fn reload_on_sighup(gw: Arc<Gateway>, shutdown: CancellationToken) {
     };
     loop {
         tokio::select! {
-            _ = hup.recv() => { let _ = gw.reload("SIGHUP"); }
+            _ = hup.recv() => {
+                if let Ok(crate::state::Reloaded { changed: true, .. }) = gw.reload("SIGHUP") {
+                    crate::repolicy::pending(&gw).await;
+                }
+            }
             _ = shutdown.cancelled() => break,
         }
     }

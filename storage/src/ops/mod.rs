@@ -35,6 +35,7 @@ mod expiry;
 mod grants;
 mod outbox;
 mod pins;
+mod repolicy;
 mod sessions;
 mod suspensions;
 mod tasks;
@@ -44,6 +45,7 @@ pub use calls::Begin;
 pub use expiry::Expired;
 pub use outbox::{NewDelivery, OutboxStats, PARKED};
 pub use pins::{PinSeen, Seen};
+pub use repolicy::{Repolicy, POLICY_DECIDER};
 pub use suspensions::Suspend;
 
 /// Index fields in [`Ks::ApprovalIndex`].
@@ -105,17 +107,32 @@ fn with_run(mut f: Map<String, Value>, call: &CallRecord) -> Map<String, Value> 
 }
 
 impl Store {
-    /// The audit copy of a call: its identity and redacted args.
+    /// The audit copy of a call: its identity, redacted args, and the requester as policy read
+    /// it (role, groups, and its issuer, actor and claims when it has them), so a replay
+    /// judges the call as it was judged.
     fn call_fields(redact_ptrs: &[String], call: &CallRecord) -> Map<String, Value> {
-        fields(json!({
+        let p = &call.requester;
+        let mut f = fields(json!({
             "call_id": call.call_id,
             "tool": call.tool,
             "fingerprint": call.fingerprint,
             "args": redact(&call.args, redact_ptrs),
             "principal": call.requester.id,
+            "role": call.requester.role,
+            "groups": call.requester.groups,
             "auth": call.requester.auth_record(),
             "context": call.context,
-        }))
+        }));
+        if let Some(issuer) = &p.issuer {
+            f.insert("issuer".into(), Value::from(issuer.clone()));
+        }
+        if let Some(actor) = &p.actor {
+            f.insert("actor".into(), Value::from(actor.clone()));
+        }
+        if !p.claims.is_empty() {
+            f.insert("claims".into(), Value::Object(p.claims.clone()));
+        }
+        f
     }
 
     /// Appends an audit record of its own (for example `policy.loaded`).

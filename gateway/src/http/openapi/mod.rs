@@ -543,6 +543,11 @@ fn operation(op: Op) -> Operation {
             ..o("reloadPolicy", "admin", "Reload the policy", "A policy that does not load leaves the current one in force. Role: admin.",
                 &policy_load())
         },
+        Op::GetShadow => Operation {
+            ok: vec![json_ok(200, "Shadow", "The shadow set's transitions since it loaded.")],
+            ..o("getShadow", "admin", "What the shadow policy would change",
+                "Every call is evaluated by the shadow set (`[server] shadow_policy`) too; its decision changes nothing. Counts of calls by live and shadow decision since the shadow set loaded, the pairs that differ first (widening ones, towards allow, before narrowing ones), each with its latest calls. `configured: false` when no shadow set is configured. Role: admin.", &[])
+        },
         Op::ListTools => Operation {
             ok: vec![json_ok(200, "Tools", "Every MCP upstream tool with its pin state.")],
             links: &[(200, "getTool", "name", "$response.body#/tools/0/name")],

@@ -306,6 +306,38 @@ fn written() -> Value {
             "required": ["version"],
             "properties": {"version": string},
         },
+        "Shadow": {
+            "type": "object",
+            "required": ["configured", "live_version"],
+            "properties": {
+                "configured": {"type": "boolean"},
+                "live_version": string,
+                "shadow_version": string,
+                "since": {"type": "string", "format": "date-time"},
+                "calls": {"type": "integer", "description": "Calls the shadow set decided since it loaded."},
+                "transitions": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["live", "shadow", "changed", "widening", "count", "calls"],
+                    "properties": {
+                        "live": {"enum": ["allow", "deny", "require_approval"]},
+                        "shadow": {"enum": ["allow", "deny", "require_approval"]},
+                        "changed": {"type": "boolean"},
+                        "widening": {"type": "boolean", "description": "The shadow decision lets the call go further: deny → allow, deny → require_approval, require_approval → allow."},
+                        "count": {"type": "integer"},
+                        "calls": {"type": "array", "description": "The latest calls of a pair that differs (at most 20), newest first.", "items": {
+                            "type": "object",
+                            "required": ["call_id", "tool", "principal", "at", "live_rules", "shadow_rules"],
+                            "properties": {
+                                "call_id": string, "tool": string, "principal": string,
+                                "at": {"type": "string", "format": "date-time"},
+                                "live_rules": {"type": "array", "items": string},
+                                "shadow_rules": {"type": "array", "items": string},
+                            },
+                        }},
+                    },
+                }},
+            },
+        },
         "Tools": {
             "type": "object",
             "required": ["tools"],

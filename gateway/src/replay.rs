@@ -1,0 +1,433 @@
+//! Policy replay: every recorded call in a window judged again under another policy set, with
+//! what was recorded of it (tool, canonical args, context, principal, classifier results, and
+//! the time it was decided), and compared with the decision it got. Fed the audit records one
+//! by one, oldest first (from a store or an export; [`crate::cli`] reads them), it gives a
+//! [`Report`]: a count for every recorded → replayed pair of decisions, and each call that
+//! would change, widening ones first.
+//!
+//! A call is replayed as what it became: an approver's edit replaces its args, and a suspended
+//! call's resume is judged as the resume it was (with its `resume` data), beside the call.
+//! What cannot be replayed faithfully is counted, never guessed: args or resume data with a
+//! redacted field, a record that lacks the principal's role (written before roles were
+//! recorded), a call whose args no longer parse, and every call when the set reads
+//! `definition` (records do not carry the MCP tool definition a call was judged with).
+//!
+//! It reads and evaluates; it writes nothing and calls no classifier.
+
+use std::collections::{BTreeMap, HashMap};
+
+use airlock_policy::cases::fixed_classifiers;
+use airlock_policy::{evaluate, DecisionKind, Input, PolicySet, ToolCall};
+use serde_json::{json, Value};
+
+use crate::clock::{rfc3339, to_system_time};
+use crate::shadow::widens;
+
+/// How many changed calls a report keeps (the counts cover them all).
+pub const MAX_CHANGED: usize = 1000;
+
+/// Why a recorded call was not replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NotReplayable {
+    Redacted,
+    NoRole,
+    Unparsable,
+    Definition,
+}
+
+impl NotReplayable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotReplayable::Redacted => "redacted",
+            NotReplayable::NoRole => "no_role",
+            NotReplayable::Unparsable => "unparsable",
+            NotReplayable::Definition => "definition",
+        }
+    }
+
+    /// Why, in words.
+    pub fn words(self) -> &'static str {
+        match self {
+            NotReplayable::Redacted => "args or resume data with a redacted field",
+            NotReplayable::NoRole => "recorded without the principal's role and groups",
+            NotReplayable::Unparsable => "args that do not parse",
+            NotReplayable::Definition => {
+                "the set reads `definition`, which audit records do not carry"
+            }
+        }
+    }
+}
+
+/// One call as recorded, ready to judge again.
+struct Recorded {
+    call_id: String,
+    what: &'static str,
+    tool: String,
+    args: Value,
+    context: Value,
+    principal: Value,
+    classifiers: Option<Value>,
+    resume: Option<Value>,
+    at: u64,
+    decision: DecisionKind,
+    rules: Vec<String>,
+}
+
+/// A call whose replayed decision differs from the recorded one.
+#[derive(Debug, Clone)]
+pub struct Changed {
+    pub call_id: String,
+    /// `call`, `edited` (replayed with an approver's edit) or `resume`.
+    pub what: &'static str,
+    pub tool: String,
+    pub at: u64,
+    pub recorded: DecisionKind,
+    pub replayed: DecisionKind,
+    pub recorded_rules: Vec<String>,
+    pub replayed_rules: Vec<String>,
+}
+
+/// What a replay found.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub policy_version: String,
+    /// Records read, and the first and last time of the calls replayed.
+    pub records: u64,
+    pub first: Option<u64>,
+    pub last: Option<u64>,
+    /// Calls by recorded and replayed decision: `[recorded][replayed]`, in the order allow,
+    /// require_approval, deny.
+    pub counts: [[u64; 3]; 3],
+    pub not_replayable: BTreeMap<NotReplayable, u64>,
+    /// Widening first, then by time; at most [`MAX_CHANGED`].
+    pub changed: Vec<Changed>,
+}
+
+const KINDS: [DecisionKind; 3] = [
+    DecisionKind::Allow,
+    DecisionKind::RequireApproval,
+    DecisionKind::Deny,
+];
+
+fn index(k: DecisionKind) -> usize {
+    KINDS.iter().position(|x| *x == k).unwrap_or(2)
+}
+
+fn kind_of(s: &str) -> Option<DecisionKind> {
+    KINDS.iter().copied().find(|k| k.as_str() == s)
+}
+
+impl Report {
+    pub fn replayed(&self) -> u64 {
+        self.counts.iter().flatten().sum()
+    }
+
+    pub fn widening(&self) -> u64 {
+        let mut n = 0;
+        for (l, row) in self.counts.iter().enumerate() {
+            for (r, count) in row.iter().enumerate() {
+                if widens(KINDS[l], KINDS[r]) {
+                    n += count;
+                }
+            }
+        }
+        n
+    }
+
+    /// The pairs seen, differing ones first (widening before narrowing), as
+    /// `(recorded, replayed, count)`.
+    pub fn transitions(&self) -> Vec<(DecisionKind, DecisionKind, u64)> {
+        let mut out = Vec::new();
+        for (l, row) in self.counts.iter().enumerate() {
+            for (r, &count) in row.iter().enumerate() {
+                if count > 0 {
+                    out.push((KINDS[l], KINDS[r], count));
+                }
+            }
+        }
+        out.sort_by_key(|(l, r, count)| (l == r, !widens(*l, *r), std::cmp::Reverse(*count)));
+        out
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "policy_version": self.policy_version,
+            "records": self.records,
+            "from": self.first.map(rfc3339),
+            "to": self.last.map(rfc3339),
+            "replayed": self.replayed(),
+            "widening": self.widening(),
+            "not_replayable": self.not_replayable.iter().map(|(k, v)| (k.as_str().to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            "transitions": self.transitions().iter().map(|(l, r, n)| json!({
+                "recorded": l.as_str(), "replayed": r.as_str(), "count": n,
+                "changed": l != r, "widening": widens(*l, *r),
+            })).collect::<Vec<_>>(),
+            "changed": self.changed.iter().map(|c| json!({
+                "call_id": c.call_id, "what": c.what, "tool": c.tool, "at": rfc3339(c.at),
+                "recorded": c.recorded.as_str(), "replayed": c.replayed.as_str(),
+                "widening": widens(c.recorded, c.replayed),
+                "recorded_rules": c.recorded_rules, "replayed_rules": c.replayed_rules,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Replays the records it is fed under one policy set, within `[since, until)` (ms).
+pub struct Replayer {
+    policy: PolicySet,
+    since: u64,
+    until: u64,
+    reads_definition: bool,
+    /// Calls that waited for an approval: judged when their edit arrives, or at the end.
+    waiting: HashMap<String, Recorded>,
+    report: Report,
+}
+
+impl Replayer {
+    pub fn new(policy: PolicySet, since: Option<u64>, until: Option<u64>) -> Replayer {
+        let report = Report {
+            policy_version: policy.version().to_owned(),
+            ..Report::default()
+        };
+        Replayer {
+            reads_definition: policy.reads("definition"),
+            policy,
+            since: since.unwrap_or(0),
+            until: until.unwrap_or(u64::MAX),
+            waiting: HashMap::new(),
+            report,
+        }
+    }
+
+    /// Reads one audit record.
+    pub fn record(&mut self, r: &Value) {
+        self.report.records += 1;
+        let kind = r.get("kind").and_then(Value::as_str).unwrap_or("");
+        let at = r.get("ts").and_then(Value::as_u64).unwrap_or(0);
+        match kind {
+            "call.decided" | "call.resumed" | "call.resume_denied" => {
+                if at < self.since || at >= self.until {
+                    return;
+                }
+                let resume = kind != "call.decided";
+                let recorded = match read(r, at, resume) {
+                    Ok(c) => c,
+                    Err(why) => return self.skip(why),
+                };
+                if recorded.decision == DecisionKind::RequireApproval && !resume {
+                    self.waiting.insert(recorded.call_id.clone(), recorded);
+                } else {
+                    self.judge(recorded);
+                }
+            }
+            // An approval that ran an edit: the call is replayed with the edited args.
+            "approval.decided" if r.get("edited") == Some(&Value::Bool(true)) => {
+                let id = r.get("call_id").and_then(Value::as_str).unwrap_or("");
+                if r.get("status").and_then(Value::as_str) != Some("approved") {
+                    return;
+                }
+                if let Some(mut c) = self.waiting.remove(id) {
+                    c.args = r.get("args").cloned().unwrap_or(Value::Null);
+                    c.what = "edited";
+                    self.judge(c);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The report, once every record is read.
+    pub fn finish(mut self) -> Report {
+        let mut waiting: Vec<Recorded> = self.waiting.drain().map(|(_, c)| c).collect();
+        waiting.sort_by_key(|c| c.at);
+        for c in waiting {
+            self.judge(c);
+        }
+        let changed = &mut self.report.changed;
+        changed.sort_by_key(|c| (!widens(c.recorded, c.replayed), c.at));
+        self.report
+    }
+
+    fn skip(&mut self, why: NotReplayable) {
+        *self.report.not_replayable.entry(why).or_default() += 1;
+    }
+
+    fn judge(&mut self, c: Recorded) {
+        if self.reads_definition {
+            return self.skip(NotReplayable::Definition);
+        }
+        if has_redacted(&c.args) || c.resume.as_ref().is_some_and(has_redacted) {
+            return self.skip(NotReplayable::Redacted);
+        }
+        let Ok(call) = ToolCall::new(&c.tool, c.args, Some(c.context)) else {
+            return self.skip(NotReplayable::Unparsable);
+        };
+        let classifiers = match c.classifiers.as_ref().map(fixed_classifiers).transpose() {
+            Ok(found) => found.unwrap_or_default(),
+            Err(_) => return self.skip(NotReplayable::Unparsable),
+        };
+        let decision = evaluate(
+            &self.policy,
+            &Input {
+                tool: &call.tool,
+                args: &call.args,
+                context: &call.context,
+                principal: &c.principal,
+                fingerprint: call.fingerprint.as_str(),
+                now: to_system_time(c.at),
+                classifiers: &classifiers,
+                resume: c.resume.as_ref(),
+                definition: None,
+            },
+        );
+        let report = &mut self.report;
+        report.counts[index(c.decision)][index(decision.decision)] += 1;
+        report.first = Some(report.first.map_or(c.at, |f| f.min(c.at)));
+        report.last = Some(report.last.map_or(c.at, |l| l.max(c.at)));
+        if decision.decision != c.decision && report.changed.len() < MAX_CHANGED {
+            report.changed.push(Changed {
+                call_id: c.call_id,
+                what: c.what,
+                tool: call.tool,
+                at: c.at,
+                recorded: c.decision,
+                replayed: decision.decision,
+                recorded_rules: c.rules,
+                replayed_rules: decision.rules,
+            });
+        }
+    }
+}
+
+/// True when any string in `v` is the redaction marker.
+fn has_redacted(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s == "[redacted]",
+        Value::Array(a) => a.iter().any(has_redacted),
+        Value::Object(m) => m.values().any(has_redacted),
+        _ => false,
+    }
+}
+
+/// A call (or resume) record as the inputs policy judged it with.
+fn read(r: &Value, at: u64, resume: bool) -> Result<Recorded, NotReplayable> {
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    let Some(role) = r.get("role").and_then(Value::as_str) else {
+        return Err(NotReplayable::NoRole);
+    };
+    let decision = r
+        .get("decision")
+        .and_then(Value::as_str)
+        .and_then(kind_of)
+        .ok_or(NotReplayable::Unparsable)?;
+    let principal = json!({
+        "id": s("principal"),
+        "role": role,
+        "groups": r.get("groups").cloned().unwrap_or_else(|| json!([])),
+        "issuer": r.get("issuer").cloned().unwrap_or(Value::Null),
+        "actor": r.get("actor").cloned().unwrap_or(Value::Null),
+        "claims": r.get("claims").cloned().unwrap_or_else(|| json!({})),
+    });
+    let rules = r
+        .get("rules")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Recorded {
+        call_id: s("call_id"),
+        what: if resume { "resume" } else { "call" },
+        tool: s("tool"),
+        args: r.get("args").cloned().unwrap_or(Value::Null),
+        context: r.get("context").cloned().unwrap_or_else(|| json!({})),
+        principal,
+        classifiers: r.get("classifiers").cloned(),
+        resume: if resume {
+            Some(r.get("resume_data").cloned().unwrap_or(Value::Null))
+        } else {
+            None
+        },
+        at,
+        decision,
+        rules,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(text: &str) -> PolicySet {
+        PolicySet::from_sources(vec![("p/policy.toml".into(), text.to_owned())]).unwrap()
+    }
+
+    const LIVE: &str = "version = 1\n[defaults]\ndecision = \"allow\"\n[[rules]]\nid = \"no-rm\"\ntools = [\"shell.*\"]\nwhen = 'args.cmd.startsWith(\"rm\")'\ndecision = \"deny\"\n";
+
+    fn call(id: &str, cmd: &str, decision: &str, rules: &[&str]) -> Value {
+        json!({"kind": "call.decided", "ts": 1_000, "call_id": id, "tool": "shell.exec",
+               "args": {"cmd": cmd}, "context": {}, "principal": "a", "role": "agent", "groups": [],
+               "decision": decision, "rules": rules})
+    }
+
+    #[test]
+    fn the_live_set_changes_nothing_and_a_looser_one_widens() {
+        let records = [
+            call("c1", "ls", "allow", &[]),
+            call("c2", "rm -rf /", "deny", &["no-rm"]),
+            json!({"kind": "call.decided", "ts": 2_000, "call_id": "c3", "tool": "shell.exec",
+                   "args": {"cmd": "[redacted]"}, "context": {}, "principal": "a", "role": "agent",
+                   "decision": "allow", "rules": []}),
+            json!({"kind": "call.decided", "ts": 2_000, "call_id": "c4", "tool": "shell.exec",
+                   "args": {"cmd": "ls"}, "context": {}, "principal": "a",
+                   "decision": "allow", "rules": []}),
+        ];
+        let mut same = Replayer::new(set(LIVE), None, None);
+        for r in &records {
+            same.record(r);
+        }
+        let report = same.finish();
+        assert_eq!(report.replayed(), 2);
+        assert!(report.changed.is_empty());
+        assert_eq!(report.not_replayable[&NotReplayable::Redacted], 1);
+        assert_eq!(report.not_replayable[&NotReplayable::NoRole], 1);
+
+        let mut loose = Replayer::new(
+            set("version = 1\n[defaults]\ndecision = \"allow\"\n"),
+            None,
+            None,
+        );
+        for r in &records {
+            loose.record(r);
+        }
+        let report = loose.finish();
+        assert_eq!(report.widening(), 1);
+        assert_eq!(report.changed[0].call_id, "c2");
+        assert_eq!(report.changed[0].recorded_rules, ["no-rm"]);
+        assert!(report.changed[0].replayed_rules.is_empty());
+    }
+
+    #[test]
+    fn an_edit_is_replayed_as_the_call_it_became_and_the_window_holds() {
+        let held = json!({"kind": "call.decided", "ts": 5_000, "call_id": "c9", "tool": "shell.exec",
+            "args": {"cmd": "ls"}, "context": {}, "principal": "a", "role": "agent", "groups": [],
+            "decision": "require_approval", "rules": ["ask"]});
+        let edit = json!({"kind": "approval.decided", "ts": 6_000, "call_id": "c9", "edited": true,
+            "status": "approved", "args": {"cmd": "rm -rf /tmp/x"}});
+        let ask = "version = 1\n[defaults]\ndecision = \"require_approval\"\n[[rules]]\nid = \"no-rm\"\ntools = [\"shell.*\"]\nwhen = 'args.cmd.startsWith(\"rm\")'\ndecision = \"deny\"\n";
+        let mut r = Replayer::new(set(ask), None, None);
+        r.record(&held);
+        r.record(&edit);
+        let report = r.finish();
+        assert_eq!(report.changed.len(), 1);
+        assert_eq!(report.changed[0].what, "edited");
+        assert_eq!(report.changed[0].replayed, DecisionKind::Deny);
+
+        let mut outside = Replayer::new(set(ask), Some(5_001), None);
+        outside.record(&held);
+        outside.record(&edit);
+        assert_eq!(outside.finish().replayed(), 0);
+    }
+}

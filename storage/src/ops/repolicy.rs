@@ -1,0 +1,277 @@
+//! A reloaded policy applied to a pending approval (DESIGN §5): a call it denies is declined
+//! with its call denied; stricter settings apply at once, looser ones never. The comparison is
+//! made here, inside the transaction that writes the approval, so a decision or another
+//! gateway's reload in between is never overwritten by a looser one.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use crate::audit::Kind;
+use crate::error::StoreError;
+use crate::keys::{self, Ks, EXPIRE_APPROVAL};
+use crate::model::{
+    Approval, ApprovalDecision, ApprovalKind, ApprovalStatus, CallStatus, GrantTerms, Millis,
+};
+use crate::Store;
+
+use super::approvals::set_status_index;
+use super::{fields, get, load_call, put};
+
+/// Who a decline by a reloaded policy is recorded as (an issuer principal would be
+/// `issuer:subject`; no issuer is called `airlock`).
+pub const POLICY_DECIDER: &str = "airlock:policy";
+
+/// What the policy now in force says of a pending approval's call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Repolicy {
+    /// It denies the call: the approval is declined and the call denied, with `reason`.
+    Deny {
+        reason: String,
+        rules: Vec<String>,
+        policy_version: String,
+    },
+    /// It still requires approval, with these settings; only the stricter parts apply.
+    Tighten {
+        quorum: u32,
+        /// Approver groups; empty means any approver.
+        approvers: BTreeSet<String>,
+        /// `created_at` plus the new approval ttl.
+        expires_at: Millis,
+        grant: GrantTerms,
+        policy_version: String,
+    },
+}
+
+/// How narrow a grant scope is: `call` < `run` < `principal`.
+fn scope_rank(scope: &str) -> u8 {
+    match scope {
+        "call" => 0,
+        "run" => 1,
+        _ => 2,
+    }
+}
+
+/// `a` with the stricter parts of the new settings; the names of what changed.
+fn tighten(
+    a: &mut Approval,
+    quorum: u32,
+    approvers: BTreeSet<String>,
+    expires_at: Millis,
+    grant: GrantTerms,
+) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    if quorum > a.quorum {
+        a.quorum = quorum;
+        changed.push("quorum");
+    }
+    // Fewer groups: the new ones are a part of the old (any approver, when the old named none).
+    let fewer = !approvers.is_empty()
+        && approvers != a.approvers
+        && (a.approvers.is_empty() || approvers.is_subset(&a.approvers));
+    if fewer {
+        a.approvers = approvers;
+        changed.push("approvers");
+    }
+    if expires_at < a.expires_at {
+        a.expires_at = expires_at;
+        changed.push("expires_at");
+    }
+    if grant.uses < a.grant.uses {
+        a.grant.uses = grant.uses;
+        changed.push("grant.uses");
+    }
+    if grant.ttl_ms < a.grant.ttl_ms {
+        a.grant.ttl_ms = grant.ttl_ms;
+        changed.push("grant.ttl");
+    }
+    if scope_rank(&grant.scope) < scope_rank(&a.grant.scope) {
+        a.grant.scope = grant.scope;
+        a.grant.scope_key = grant.scope_key;
+        changed.push("grant.scope");
+    }
+    changed
+}
+
+impl Store {
+    /// Applies a reloaded policy's word to the pending call approval `approval_id`. Returns
+    /// the approval when it changed; `None` when it is no longer pending, is not a call's, or
+    /// nothing in the new settings is stricter. Audited: `approval.decided` by
+    /// [`POLICY_DECIDER`] for a denied call, `approval.tightened` with what changed.
+    pub fn repolicy_approval(
+        &self,
+        approval_id: &str,
+        change: Repolicy,
+        now: Millis,
+    ) -> Result<Option<Approval>, StoreError> {
+        let redact_ptrs = self.redact.clone();
+        let approval_id = approval_id.to_owned();
+        self.writer.submit(move |tx| {
+            let Some(mut a): Option<Approval> = get(tx, Ks::Approvals, approval_id.as_bytes())?
+            else {
+                return Ok(None);
+            };
+            if a.status != ApprovalStatus::Pending || a.kind != ApprovalKind::Call {
+                return Ok(None);
+            }
+            let old_expiry = a.expires_at;
+            match change {
+                Repolicy::Deny {
+                    reason,
+                    rules,
+                    policy_version,
+                } => {
+                    let mut call = load_call(tx, &a.call_id)?
+                        .ok_or_else(|| StoreError::CallNotFound(a.call_id.clone()))?;
+                    a.decisions.push(ApprovalDecision {
+                        by: POLICY_DECIDER.into(),
+                        decision: "decline".into(),
+                        reason: Some(reason.clone()),
+                        at: now,
+                        fingerprint: a.effective_fingerprint().to_owned(),
+                        auth: None,
+                    });
+                    a.status = ApprovalStatus::Declined;
+                    a.decided_at = Some(now);
+                    set_status_index(tx, &a, ApprovalStatus::Pending)?;
+                    tx.delete(
+                        Ks::Expiry,
+                        keys::expiry_key(old_expiry, EXPIRE_APPROVAL, a.id.as_bytes()),
+                    );
+                    call.status = CallStatus::Denied;
+                    call.decision = "deny".into();
+                    call.reason = Some(reason.clone());
+                    call.updated_at = now;
+                    let mut f = Self::call_fields(&redact_ptrs, &call);
+                    f.insert("approval_id".into(), Value::from(a.id.clone()));
+                    f.insert("by".into(), Value::from(POLICY_DECIDER));
+                    f.insert("decision".into(), Value::from("decline"));
+                    f.insert("reason".into(), Value::from(reason));
+                    f.insert("status".into(), Value::from(a.status.as_str()));
+                    f.insert("rules".into(), json!(rules));
+                    f.insert("policy_version".into(), Value::from(policy_version));
+                    tx.audit(now, Kind::ApprovalDecided, f);
+                    put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+                }
+                Repolicy::Tighten {
+                    quorum,
+                    approvers,
+                    expires_at,
+                    grant,
+                    policy_version,
+                } => {
+                    let changed = tighten(&mut a, quorum, approvers, expires_at, grant);
+                    if changed.is_empty() {
+                        return Ok(None);
+                    }
+                    if a.expires_at != old_expiry {
+                        tx.delete(
+                            Ks::Expiry,
+                            keys::expiry_key(old_expiry, EXPIRE_APPROVAL, a.id.as_bytes()),
+                        );
+                        tx.put(
+                            Ks::Expiry,
+                            keys::expiry_key(a.expires_at, EXPIRE_APPROVAL, a.id.as_bytes()),
+                            Vec::new(),
+                        );
+                    }
+                    let f = json!({
+                        "approval_id": a.id, "call_id": a.call_id, "tool": a.tool,
+                        "changed": changed, "quorum": a.quorum, "approvers": a.approvers,
+                        "expires_at": a.expires_at, "grant": a.grant,
+                        "policy_version": policy_version,
+                    });
+                    tx.audit(now, Kind::ApprovalTightened, fields(f));
+                }
+            }
+            put(tx, Ks::Approvals, a.id.as_bytes(), &a)?;
+            Ok(Some(a))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approval(quorum: u32, groups: &[&str]) -> Approval {
+        serde_json::from_value(json!({
+            "id": "apr_1", "call_id": "c1", "tool": "t", "args": {}, "fingerprint": "f",
+            "requester": {"id": "agent", "role": "agent"}, "context": {},
+            "policy_version": "v", "explanation": {}, "rules": [], "approvers": groups,
+            "quorum": quorum, "status": "pending", "decisions": [], "created_at": 0,
+            "expires_at": 1000,
+            "grant": {"uses": 5, "ttl_ms": 1000, "scope": "run", "scope_key": "run:agent:r"},
+            "edited_args": null, "edited_fingerprint": null, "decided_at": null,
+        }))
+        .unwrap()
+    }
+
+    fn grant(uses: u32, ttl_ms: u64, scope: &str) -> GrantTerms {
+        GrantTerms {
+            uses,
+            ttl_ms,
+            scope: scope.into(),
+            scope_key: format!("{scope}:key"),
+        }
+    }
+
+    #[test]
+    fn only_the_stricter_parts_apply() {
+        let mut a = approval(1, &[]);
+        let changed = tighten(
+            &mut a,
+            2,
+            ["dba".to_string()].into(),
+            500,
+            grant(1, 100, "call"),
+        );
+        assert_eq!(
+            changed,
+            [
+                "quorum",
+                "approvers",
+                "expires_at",
+                "grant.uses",
+                "grant.ttl",
+                "grant.scope"
+            ]
+        );
+        assert_eq!((a.quorum, a.expires_at, a.grant.uses), (2, 500, 1));
+        assert_eq!(a.grant.scope_key, "call:key");
+
+        // Looser in every way: nothing changes.
+        let mut b = approval(2, &["dba"]);
+        let before = b.clone();
+        let looser = tighten(
+            &mut b,
+            1,
+            BTreeSet::new(),
+            5000,
+            grant(9, 9000, "principal"),
+        );
+        assert!(looser.is_empty());
+        assert_eq!(b, before);
+
+        // Other groups, not fewer: kept.
+        let mut c = approval(1, &["dba"]);
+        assert!(tighten(
+            &mut c,
+            1,
+            ["finance".to_string()].into(),
+            1000,
+            grant(5, 1000, "run")
+        )
+        .is_empty());
+        // More groups: kept.
+        assert!(tighten(
+            &mut c,
+            1,
+            ["dba".to_string(), "finance".to_string()].into(),
+            1000,
+            grant(5, 1000, "run")
+        )
+        .is_empty());
+        assert_eq!(c.approvers, ["dba".to_string()].into());
+    }
+}
