@@ -2,7 +2,8 @@
 //! the gateway writes, a mix of tools, args and principals) in an export, replayed by the
 //! release binary (`airlock policy replay --file`) under the shipped default set, and under
 //! the set the calls were "recorded" with. One process, so one core does the work; the figure
-//! is calls per second, wall time, median of three runs. DESIGN's bound: ≥ 100,000 calls/s.
+//! is calls per second, wall time, median of three runs; the bound we hold it to is
+//! 100,000 calls/s.
 //!
 //! Run: `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench replay`
 //! (`AIRLOCK_BENCH_CALLS=N` for another count).

@@ -10,7 +10,8 @@
 //! What cannot be replayed faithfully is counted, never guessed: args or resume data with a
 //! redacted field, a record that lacks the principal's role (written before roles were
 //! recorded), a call whose args no longer parse, and every call when the set reads
-//! `definition` (records do not carry the MCP tool definition a call was judged with).
+//! `definition` (records do not carry the MCP tool definition a call was judged with). Calls
+//! pruned from the log are not there to count: the report says how many records were pruned.
 //!
 //! It reads and evaluates; it writes nothing and calls no classifier.
 
@@ -99,6 +100,9 @@ pub struct Report {
     /// require_approval, deny.
     pub counts: [[u64; 3]; 3],
     pub not_replayable: BTreeMap<NotReplayable, u64>,
+    /// Audit records pruned from the log (its `audit.pruned` records say how many): the calls
+    /// among them cannot be replayed from this log.
+    pub pruned: u64,
     /// Widening first, then by time; at most [`MAX_CHANGED`].
     pub changed: Vec<Changed>,
 }
@@ -157,6 +161,7 @@ impl Report {
             "to": self.last.map(rfc3339),
             "replayed": self.replayed(),
             "widening": self.widening(),
+            "pruned_records": self.pruned,
             "not_replayable": self.not_replayable.iter().map(|(k, v)| (k.as_str().to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
             "transitions": self.transitions().iter().map(|(l, r, n)| json!({
                 "recorded": l.as_str(), "replayed": r.as_str(), "count": n,
@@ -231,6 +236,9 @@ impl Replayer {
                     c.what = "edited";
                     self.judge(c);
                 }
+            }
+            "audit.pruned" => {
+                self.report.pruned += r.get("dropped").and_then(Value::as_u64).unwrap_or(0);
             }
             _ => {}
         }
@@ -385,10 +393,12 @@ mod tests {
                    "decision": "allow", "rules": []}),
         ];
         let mut same = Replayer::new(set(LIVE), None, None);
+        same.record(&json!({"kind": "audit.pruned", "ts": 1, "dropped": 40}));
         for r in &records {
             same.record(r);
         }
         let report = same.finish();
+        assert_eq!(report.pruned, 40);
         assert_eq!(report.replayed(), 2);
         assert!(report.changed.is_empty());
         assert_eq!(report.not_replayable[&NotReplayable::Redacted], 1);

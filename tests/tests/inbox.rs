@@ -7,42 +7,16 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use serde_json::Value;
 use support::*;
 
-fn shots() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/inbox-screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Runs one browser scenario against a fresh gateway; returns the JSON lines it printed,
-/// merged into one object.
+/// Runs one browser scenario against a fresh gateway; returns what it printed, merged.
 fn scenario(name: &str) -> (Value, Backend) {
     let backend = Backend::start();
     let gw = Gateway::start(&backend);
-    let out = Command::new("python3")
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers/inbox_browser.py"))
-        .args([gw.base.as_str(), shots().to_str().unwrap(), name])
-        .output()
-        .expect("python3 with selenium (installed by scripts/test.sh)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{name}: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut merged = serde_json::Map::new();
-    for line in stdout.lines() {
-        if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line) {
-            merged.extend(m);
-        }
-    }
+    let r = browser_scenario(&gw.base, name);
     drop(gw);
-    (Value::Object(merged), backend)
+    (r, backend)
 }
 
 #[test]

@@ -185,24 +185,7 @@ fn a_shadow_set_sees_what_it_would_change_and_changes_nothing() {
     }
 
     // The inbox page shows the same, to admins only, at 1280 and 375 px.
-    let shots =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/inbox-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let out = std::process::Command::new("python3")
-        .arg(peers().join("inbox_browser.py"))
-        .args([gw.base.as_str(), shots.to_str().unwrap(), "shadow"])
-        .output()
-        .expect("python3 with selenium (installed by scripts/test.sh)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let page: Value = stdout
-        .lines()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap();
+    let page = browser_scenario(&gw.base, "shadow");
     assert_eq!(page["approver_link"], false);
     assert_eq!(page["approver_sees"], "Admins only");
     let rows: Vec<(String, String)> = page["rows"]

@@ -533,26 +533,7 @@ fn the_review_page_shows_a_hostile_definition_as_text_at_1280_and_375() {
     let gw = Gateway::start_with(&config, PIN_POLICY);
     set_stage(&stage, "poisoned");
     review_opens(&gw, "ops.deploy");
-    let shots =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/inbox-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let out = std::process::Command::new("python3")
-        .arg(peers().join("inbox_browser.py"))
-        .args([gw.base.as_str(), shots.to_str().unwrap(), "review"])
-        .output()
-        .expect("python3 with selenium (installed by scripts/test.sh)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut r = serde_json::Map::new();
-    for line in stdout.lines() {
-        if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line) {
-            r.extend(m);
-        }
-    }
+    let r = browser_scenario(&gw.base, "review");
     assert_eq!(
         r["safe"], true,
         "no script ran, nothing was embedded: {r:?}"

@@ -177,6 +177,12 @@ fn print_report(r: &Report) {
         r.policy_version,
         r.records
     );
+    if r.pruned > 0 {
+        say!(
+            "pruned: {} audit records were pruned from this log; the calls among them are not replayed (replay the export taken before the prune)",
+            r.pruned
+        );
+    }
     for (why, n) in &r.not_replayable {
         say!("not replayable: {n} ({})", why.words());
     }

@@ -430,28 +430,10 @@ pub fn approval(
                     }
                 }
             }
-            @if !a.decisions.is_empty() {
-                h2 { "Decisions" }
-                ul {
-                    @for d in &a.decisions {
-                        li { (d.by) " — " (d.decision) " at " (rfc3339(d.at)) @if let Some(r) = &d.reason { ": " (r) } }
-                    }
-                }
-            }
+            (decisions(a))
             @if pending {
                 section.actions aria-label="Decide" {
-                    form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } {
-                        input type="hidden" name="csrf" value=(who.csrf);
-                        label for="approve-reason" { "Reason (optional)" }
-                        input #approve-reason name="reason";
-                        button.approve type="submit" { "Approve" }
-                    }
-                    form method="post" action={ "/inbox/approvals/" (a.id) "/decline" } {
-                        input type="hidden" name="csrf" value=(who.csrf);
-                        label for="decline-reason" { "Reason (required: the agent reads it)" }
-                        input #decline-reason name="reason" required;
-                        button.decline type="submit" { "Decline" }
-                    }
+                    (decide_forms(a, who, ["Approve", "Reason (required: the agent reads it)", "Decline"]))
                     details.edit {
                         summary { "Edit the arguments, then approve" }
                         form #edit-form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } data-preview={ "/inbox/approvals/" (a.id) "/preview" } {
@@ -780,6 +762,40 @@ pub fn run_result(who: &Who, run: &str, results: &[(String, String, Option<ApiEr
             p { a href="/inbox/" { "Back to the inbox" } }
         },
     )
+}
+
+/// An approval's decisions so far, if any.
+pub(super) fn decisions(a: &Approval) -> Markup {
+    html! {
+        @if !a.decisions.is_empty() {
+            h2 { "Decisions" }
+            ul {
+                @for d in &a.decisions {
+                    li { (d.by) " — " (d.decision) " at " (rfc3339(d.at)) @if let Some(r) = &d.reason { ": " (r) } }
+                }
+            }
+        }
+    }
+}
+
+/// The approve form (an optional reason) and the decline form (a required one) of a pending
+/// approval; `words` are the approve button, the decline reason's label and the decline button.
+pub(super) fn decide_forms(a: &Approval, who: &Who, words: [&str; 3]) -> Markup {
+    let [approve, decline_reason, decline] = words;
+    html! {
+        form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } {
+            input type="hidden" name="csrf" value=(who.csrf);
+            label for="approve-reason" { "Reason (optional)" }
+            input #approve-reason name="reason";
+            button.approve type="submit" { (approve) }
+        }
+        form method="post" action={ "/inbox/approvals/" (a.id) "/decline" } {
+            input type="hidden" name="csrf" value=(who.csrf);
+            label for="decline-reason" { (decline_reason) }
+            input #decline-reason name="reason" required;
+            button.decline type="submit" { (decline) }
+        }
+    }
 }
 
 #[cfg(test)]

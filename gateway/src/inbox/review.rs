@@ -10,7 +10,9 @@ use airlock_storage::Approval;
 use maud::{html, Markup};
 use serde_json::Value;
 
-use super::pages::{approvals_of, in_words, layout, status_title, time_left, Who};
+use super::pages::{
+    approvals_of, decide_forms, decisions, in_words, layout, status_title, time_left, Who,
+};
 use crate::clock::rfc3339;
 use crate::error::ApiError;
 
@@ -93,28 +95,10 @@ pub fn review(
                     }
                 }
             }
-            @if !a.decisions.is_empty() {
-                h2 { "Decisions" }
-                ul {
-                    @for d in &a.decisions {
-                        li { (d.by) " — " (d.decision) " at " (rfc3339(d.at)) @if let Some(r) = &d.reason { ": " (r) } }
-                    }
-                }
-            }
+            (decisions(a))
             @if pending {
                 section.actions aria-label="Decide" {
-                    form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } {
-                        input type="hidden" name="csrf" value=(who.csrf);
-                        label for="approve-reason" { "Reason (optional)" }
-                        input #approve-reason name="reason";
-                        button.approve type="submit" { "Approve the new definition" }
-                    }
-                    form method="post" action={ "/inbox/approvals/" (a.id) "/decline" } {
-                        input type="hidden" name="csrf" value=(who.csrf);
-                        label for="decline-reason" { "Reason (required)" }
-                        input #decline-reason name="reason" required;
-                        button.decline type="submit" { "Decline: keep refusing it" }
-                    }
+                    (decide_forms(a, who, ["Approve the new definition", "Reason (required)", "Decline: keep refusing it"]))
                 }
             }
         },

@@ -721,3 +721,33 @@ pub fn node_script(name: &str, package: &str) -> (PathBuf, PathBuf) {
     std::fs::copy(peers().join(name), &script).unwrap();
     (node, script)
 }
+
+/// Where the browser scenarios save their screenshots (made if missing).
+pub fn shots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/inbox-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs one scenario of `peers/inbox_browser.py` (headless Chromium) against the gateway at
+/// `base`; returns the JSON lines it printed, merged into one object.
+pub fn browser_scenario(base: &str, name: &str) -> Value {
+    let out = Command::new("python3")
+        .arg(peers().join("inbox_browser.py"))
+        .args([base, shots().to_str().unwrap(), name])
+        .output()
+        .expect("python3 with selenium (installed by scripts/test.sh)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut merged = serde_json::Map::new();
+    for line in stdout.lines() {
+        if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(line) {
+            merged.extend(m);
+        }
+    }
+    Value::Object(merged)
+}
