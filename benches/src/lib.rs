@@ -103,6 +103,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
             ttl_ms: 600_000,
             scope: "call".into(),
             scope_key: format!("call:{call_id}"),
+            max: None,
         },
         edited_args: None,
         edited_fingerprint: None,

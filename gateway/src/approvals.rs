@@ -2,8 +2,6 @@
 //! events, webhook payloads), the links to decide it, and a finished call's event. Views only:
 //! deciding is [`crate::pipeline::decide`], storing is the store's.
 
-use std::time::Duration;
-
 use airlock_storage::Approval;
 use serde_json::{json, Value};
 
@@ -32,13 +30,14 @@ pub fn approval_json(a: &Approval) -> Value {
         "created_at": rfc3339(a.created_at),
         "expires_at": rfc3339(a.expires_at),
         "decided_at": a.decided_at.map(rfc3339),
-        "grant": {"uses": a.grant.uses, "ttl": airlock_policy::format_duration(Duration::from_millis(a.grant.ttl_ms)), "scope": a.grant.scope},
+        "grant": crate::grants::terms_json(a),
         "edited_args": a.edited_args,
         "edited_fingerprint": a.edited_fingerprint,
     })
 }
 
-/// An approval as events (SSE, webhooks) carry it: the record plus links to decide it.
+/// An approval as events (SSE, webhooks) carry it: the record plus links to decide it (the
+/// API's) and to see it (its inbox page, where a person signs in and decides).
 pub fn approval_event(config: &Config, a: &Approval) -> Value {
     let mut v = approval_json(a);
     let base = config
@@ -49,6 +48,7 @@ pub fn approval_event(config: &Config, a: &Approval) -> Value {
         "approve": format!("{base}/v1/approvals/{}/approve", a.id),
         "decline": format!("{base}/v1/approvals/{}/decline", a.id),
         "self": format!("{base}/v1/approvals/{}", a.id),
+        "inbox": inbox_link(config, &a.id),
     });
     v
 }

@@ -92,6 +92,7 @@ pub fn status_for(code: Code) -> StatusCode {
         | RequestInvalidHeader
         | RequestInvalidClassifier
         | RequestInvalidTime
+        | ApprovalGrantTooWide
         | McpMissingCapability => StatusCode::BAD_REQUEST,
         RequestInvalidResumeData => StatusCode::UNPROCESSABLE_ENTITY,
         AuthUnauthenticated | AuthInvalidToken => StatusCode::UNAUTHORIZED,
@@ -118,7 +119,7 @@ pub fn status_for(code: Code) -> StatusCode {
         | AuditNotExported => StatusCode::CONFLICT,
         CallExpired => StatusCode::GONE,
         ApprovalNotFound | CallNotFound | ToolUnknown | RouteNotFound | DeliveryNotFound
-        | WebhookNotFound => StatusCode::NOT_FOUND,
+        | WebhookNotFound | GrantNotFound => StatusCode::NOT_FOUND,
         RouteMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         UpstreamUnavailable
         | UpstreamTooLarge

@@ -64,6 +64,9 @@ airlock_policy::stable_names! {
         ApprovalNotPending = "approval.not_pending",
         ApprovalNotFound = "approval.not_found",
         ApprovalEditDenied = "approval.edit_denied",
+        // A grant chosen beyond the rule's maxima (DESIGN §22).
+        ApprovalGrantTooWide = "approval.grant_too_wide",
+        GrantNotFound = "grant.not_found",
         ApprovalInvalidState = "approval.invalid_state",
         // Calls.
         CallNotFound = "call.not_found",

@@ -25,6 +25,7 @@ pub(crate) mod deliveries;
 pub(crate) mod diff;
 pub(crate) mod error;
 pub(crate) mod events;
+pub(crate) mod grants;
 pub(crate) mod http;
 pub(crate) mod identity;
 pub(crate) mod inbox;

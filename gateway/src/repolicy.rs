@@ -151,6 +151,7 @@ fn judge(gw: &Gateway, policy: &PolicySet, a: &Approval) -> Option<Repolicy> {
                     ttl_ms: s.grant.ttl.as_millis() as u64,
                     scope: format!("{scope:?}").to_lowercase(),
                     scope_key: scope_key(scope, &a.call_id, &call, &a.requester),
+                    max: Some(crate::grants::maxima(&s.grant)),
                 },
                 policy_version: version,
             })

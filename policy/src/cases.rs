@@ -201,6 +201,9 @@ struct RawCase {
     expect_errors: Option<Vec<String>>,
     expect_quorum: Option<u32>,
     expect_approvers: Option<Vec<String>>,
+    /// Grant settings the decision must have, any of `uses`, `ttl`, `scope`, `max_uses`,
+    /// `max_ttl`, `max_scope` (compared as the decision's JSON writes them).
+    expect_grant: Option<toml::Table>,
 }
 
 /// One case's result.
@@ -448,6 +451,22 @@ fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
         let got = decision.approval.as_ref().map(|a| a.approvers.clone());
         if got.as_ref() != Some(&want) {
             problems.push(format!("expected approvers {want:?}, got {got:?}"));
+        }
+    }
+    if let Some(expected) = &case.expect_grant {
+        let got = decision
+            .approval
+            .as_ref()
+            .and_then(|a| serde_json::to_value(a.grant).ok())
+            .unwrap_or(Value::Null);
+        for (k, want) in expected {
+            let want = serde_json::to_value(want).unwrap_or(Value::Null);
+            if got.get(k) != Some(&want) {
+                problems.push(format!(
+                    "expected grant {k} {want}, got {}",
+                    got.get(k).unwrap_or(&Value::Null)
+                ));
+            }
         }
     }
     if problems.is_empty() {

@@ -29,6 +29,9 @@ const DEFAULT_GRANT: GrantSettings = GrantSettings {
     uses: 1,
     ttl: Duration::from_secs(10 * 60),
     scope: GrantScope::Run,
+    max_uses: 1,
+    max_ttl: Duration::from_secs(10 * 60),
+    max_scope: GrantScope::Run,
 };
 
 #[derive(Deserialize)]
@@ -59,6 +62,9 @@ struct RawGrant {
     uses: Option<u32>,
     ttl: Option<String>,
     scope: Option<GrantScope>,
+    max_uses: Option<u32>,
+    max_ttl: Option<String>,
+    max_scope: Option<GrantScope>,
 }
 
 #[derive(Deserialize)]
@@ -348,14 +354,25 @@ struct PartialGrant {
     uses: Option<u32>,
     ttl: Option<Duration>,
     scope: Option<GrantScope>,
+    max_uses: Option<u32>,
+    max_ttl: Option<Duration>,
+    max_scope: Option<GrantScope>,
 }
 
 impl PartialGrant {
+    /// The grant, what it leaves out taken from `base`; a maximum is never below its value
+    /// (left out and not inherited, it is the value: nothing widens).
     fn over(self, base: GrantSettings) -> GrantSettings {
+        let uses = self.uses.unwrap_or(base.uses);
+        let ttl = self.ttl.unwrap_or(base.ttl);
+        let scope = self.scope.unwrap_or(base.scope);
         GrantSettings {
-            uses: self.uses.unwrap_or(base.uses),
-            ttl: self.ttl.unwrap_or(base.ttl),
-            scope: self.scope.unwrap_or(base.scope),
+            uses,
+            ttl,
+            scope,
+            max_uses: self.max_uses.unwrap_or(base.max_uses).max(uses),
+            max_ttl: self.max_ttl.unwrap_or(base.max_ttl).max(ttl),
+            max_scope: self.max_scope.unwrap_or(base.max_scope).max(scope),
         }
     }
 }
@@ -410,17 +427,54 @@ impl FileCtx<'_> {
                 "grant `uses` must be at least 1",
             ));
         }
-        let ttl = match &g.ttl {
-            Some(t) => Some(
-                parse_duration(t)
-                    .map_err(|m| self.err("policy.invalid_duration", raw.span(), m))?,
-            ),
-            None => None,
+        if g.max_uses == Some(0) {
+            return Err(self.err(
+                "policy.invalid",
+                raw.span(),
+                "grant `max_uses` must be at least 1",
+            ));
+        }
+        let duration = |t: &Option<String>| {
+            t.as_deref()
+                .map(|t| {
+                    parse_duration(t)
+                        .map_err(|m| self.err("policy.invalid_duration", raw.span(), m))
+                })
+                .transpose()
         };
+        let (ttl, max_ttl) = (duration(&g.ttl)?, duration(&g.max_ttl)?);
+        // A maximum below the value written beside it says two things at once.
+        let below = [
+            (
+                "max_uses",
+                "uses",
+                matches!((g.max_uses, g.uses), (Some(m), Some(u)) if m < u),
+            ),
+            (
+                "max_ttl",
+                "ttl",
+                matches!((max_ttl, ttl), (Some(m), Some(t)) if m < t),
+            ),
+            (
+                "max_scope",
+                "scope",
+                matches!((g.max_scope, g.scope), (Some(m), Some(s)) if m < s),
+            ),
+        ];
+        if let Some((max, value, _)) = below.iter().find(|b| b.2) {
+            return Err(self.err(
+                "policy.invalid",
+                raw.span(),
+                format!("grant `{max}` must not be below `{value}` (it is the most an approver may give)"),
+            ));
+        }
         Ok(PartialGrant {
             uses: g.uses,
             ttl,
             scope: g.scope,
+            max_uses: g.max_uses,
+            max_ttl,
+            max_scope: g.max_scope,
         })
     }
 }

@@ -42,13 +42,19 @@ pub enum GrantScope {
     Principal,
 }
 
-/// What an approval grants: `uses` calls with the approved fingerprint within `ttl`.
+/// What an approval grants: `uses` calls with the approved fingerprint within `ttl`, and the
+/// most an approver may give instead when approving (`max_*`, never below the value itself:
+/// left out, nothing widens).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct GrantSettings {
     pub uses: u32,
     #[serde(serialize_with = "ser_duration")]
     pub ttl: Duration,
     pub scope: GrantScope,
+    pub max_uses: u32,
+    #[serde(serialize_with = "ser_duration")]
+    pub max_ttl: Duration,
+    pub max_scope: GrantScope,
 }
 
 /// Who may approve, how many, and for how long, once a call needs approval.
@@ -65,7 +71,8 @@ pub struct ApprovalSettings {
 
 impl ApprovalSettings {
     /// The strictest of `self` and `other` (DESIGN §4): largest quorum, union of the groups
-    /// that were named, shortest ttl, fewest grant uses, shortest grant ttl, narrowest scope.
+    /// that were named, shortest ttl, fewest grant uses, shortest grant ttl, narrowest scope,
+    /// and the smallest of each grant maximum.
     ///
     /// An empty group list means "any approver" and so adds no group to the union: a rule that
     /// names groups is never widened to everyone by another rule that names none.
@@ -78,6 +85,9 @@ impl ApprovalSettings {
                 uses: self.grant.uses.min(other.grant.uses),
                 ttl: self.grant.ttl.min(other.grant.ttl),
                 scope: self.grant.scope.min(other.grant.scope),
+                max_uses: self.grant.max_uses.min(other.grant.max_uses),
+                max_ttl: self.grant.max_ttl.min(other.grant.max_ttl),
+                max_scope: self.grant.max_scope.min(other.grant.max_scope),
             },
         }
     }

@@ -305,3 +305,73 @@ fn the_shipped_sets_load_without_warnings() {
         }
     }
 }
+
+/// The grant a call of `tool` gets under `text`, as the decision's JSON writes it.
+fn grant_of(text: &str, tool: &str) -> serde_json::Value {
+    let set = load(text).unwrap();
+    let call = airlock_policy::ToolCall::new(tool, json!({}), None).unwrap();
+    let principal = json!({"id": "a", "role": "agent", "groups": []});
+    let d = evaluate(
+        &set,
+        &Input {
+            tool: &call.tool,
+            args: &call.args,
+            context: &call.context,
+            principal: &principal,
+            fingerprint: call.fingerprint.as_str(),
+            now: SystemTime::now(),
+            classifiers: &BTreeMap::new(),
+            resume: None,
+            definition: None,
+        },
+    );
+    serde_json::to_value(d.approval.unwrap().grant).unwrap()
+}
+
+#[test]
+fn grant_maxima_default_to_the_grant_and_widen_only_where_written() {
+    let base = "version = 1\n[defaults]\ndecision = \"require_approval\"\n";
+    // Nothing written: the most an approver may give is the grant itself.
+    assert_eq!(
+        grant_of(base, "t.x"),
+        json!({"uses": 1, "ttl": "10m", "scope": "run", "max_uses": 1, "max_ttl": "10m", "max_scope": "run"})
+    );
+    // A rule's maxima; a rule's own larger value raises an inherited maximum.
+    let text = format!(
+        "{base}grant = {{ max_uses = 5 }}\n[[rules]]\nid = \"r\"\ntools = [\"t.*\"]\ndecision = \"require_approval\"\n\
+         grant = {{ uses = 8, max_ttl = \"1h\", max_scope = \"principal\" }}\n"
+    );
+    assert_eq!(
+        grant_of(&text, "t.x"),
+        json!({"uses": 8, "ttl": "10m", "scope": "run", "max_uses": 8, "max_ttl": "1h", "max_scope": "principal"})
+    );
+    // A maximum below the value beside it, or of no uses, is refused.
+    for bad in [
+        "grant = { uses = 3, max_uses = 2 }",
+        "grant = { ttl = \"1h\", max_ttl = \"10m\" }",
+        "grant = { scope = \"principal\", max_scope = \"run\" }",
+        "grant = { max_uses = 0 }",
+    ] {
+        let text = format!("{base}[[rules]]\nid = \"r\"\ndecision = \"require_approval\"\n{bad}\n");
+        let (code, _, _, rule) = first_error(&text);
+        assert_eq!(
+            (code.as_str(), rule.as_deref()),
+            ("policy.invalid", Some("r")),
+            "{bad}"
+        );
+    }
+    // Two rules: the smallest of each maximum.
+    let two = format!(
+        "{base}[[rules]]\nid = \"a\"\ndecision = \"require_approval\"\ngrant = {{ max_uses = 10, max_scope = \"principal\" }}\n\
+         [[rules]]\nid = \"b\"\ndecision = \"require_approval\"\ngrant = {{ max_uses = 4, max_ttl = \"2h\" }}\n"
+    );
+    let g = grant_of(&two, "t.x");
+    assert_eq!(
+        (
+            g["max_uses"].clone(),
+            g["max_scope"].clone(),
+            g["max_ttl"].clone()
+        ),
+        (json!(4), json!("run"), json!("10m"))
+    );
+}

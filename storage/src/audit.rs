@@ -40,6 +40,7 @@ airlock_policy::stable_names! {
         ApprovalTightened = "approval.tightened",
         GrantConsumed = "grant.consumed",
         GrantExpired = "grant.expired",
+        GrantRevoked = "grant.revoked",
         // Webhook deliveries.
         WebhookDelivered = "webhook.delivered",
         WebhookDead = "webhook.dead",

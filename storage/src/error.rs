@@ -29,6 +29,10 @@ pub enum StoreError {
     CallState(&'static str, &'static str),
     #[error("the grant for this approval has expired or been used up")]
     GrantGone,
+    #[error("{0}")]
+    GrantTooWide(String),
+    #[error("grant `{0}` not found (revoked, used up or expired)")]
+    GrantNotFound(String),
     #[error("delivery `{0}` not found")]
     DeliveryNotFound(String),
     #[error("{0}")]
@@ -57,6 +61,8 @@ impl StoreError {
             StoreError::CallExists(_) => "call.exists",
             StoreError::CallState(..) => "call.invalid_state",
             StoreError::GrantGone => "approval.expired",
+            StoreError::GrantTooWide(_) => "approval.grant_too_wide",
+            StoreError::GrantNotFound(_) => "grant.not_found",
             StoreError::DeliveryNotFound(_) => "delivery.not_found",
             StoreError::NoStore(_) => "store.not_found",
             StoreError::NotExported(_) => "audit.not_exported",

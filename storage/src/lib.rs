@@ -39,8 +39,9 @@ pub use error::StoreError;
 pub use kv::postgres::migrate_database;
 pub use kv::{Change, ChangeListener, PgOptions};
 pub use model::{
-    Approval, ApprovalDecision, ApprovalKind, ApprovalStatus, CallOutcome, CallRecord, CallStatus,
-    Delivery, Grant, GrantTerms, Millis, PinReview, Principal, Suspension, ToolPin,
+    scope_key, Approval, ApprovalDecision, ApprovalKind, ApprovalStatus, CallOutcome, CallRecord,
+    CallStatus, Delivery, Grant, GrantChoice, GrantMax, GrantScopeName, GrantTerms, Millis,
+    PinReview, Principal, Suspension, ToolPin,
 };
 pub use ops::{
     ApprovalFilter, Begin, Expired, NewDelivery, OutboxStats, PinSeen, Repolicy, Seen, Suspend,

@@ -102,6 +102,10 @@ pub struct ApprovalDecision {
     /// How the decider proved who it is (DESIGN §16); none in records written before it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Value>,
+    /// The grant this approver chose, within the rule's maxima (an approve only); none: the
+    /// rule's own terms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<GrantChoice>,
 }
 
 /// What an approval grants once approved (mirrors the policy's grant settings).
@@ -113,6 +117,149 @@ pub struct GrantTerms {
     pub scope: String,
     /// The scope key the grant binds to, computed by the gateway from the scope.
     pub scope_key: String,
+    /// The most an approver may give (DESIGN §22); none (and in records written before):
+    /// these terms themselves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<GrantMax>,
+}
+
+/// The most an approver may give when approving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantMax {
+    pub uses: u32,
+    pub ttl_ms: u64,
+    pub scope: GrantScopeName,
+}
+
+/// A grant scope as the store writes it, narrowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GrantScopeName {
+    Call,
+    Run,
+    Principal,
+}
+
+impl GrantScopeName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantScopeName::Call => "call",
+            GrantScopeName::Run => "run",
+            GrantScopeName::Principal => "principal",
+        }
+    }
+
+    /// `call`, `run` or `principal`; anything else is `None`.
+    pub fn parse(s: &str) -> Option<GrantScopeName> {
+        match s {
+            "call" => Some(GrantScopeName::Call),
+            "run" => Some(GrantScopeName::Run),
+            "principal" => Some(GrantScopeName::Principal),
+            _ => None,
+        }
+    }
+}
+
+/// What one approver chose to grant; each part left out is the rule's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantChoice {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uses: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<GrantScopeName>,
+}
+
+/// The key a grant binds to (DESIGN §5): a run-scoped grant is also bound to the requesting
+/// principal, so another principal reusing a run id gets nothing; `run` without a run id is
+/// the call alone.
+pub fn scope_key(
+    scope: GrantScopeName,
+    call_id: &str,
+    run_id: Option<&str>,
+    principal: &str,
+) -> String {
+    match (scope, run_id) {
+        (GrantScopeName::Run, Some(run)) => format!("run:{principal}:{run}"),
+        (GrantScopeName::Principal, _) => format!("principal:{principal}"),
+        _ => format!("call:{call_id}"),
+    }
+}
+
+impl GrantTerms {
+    /// The most an approver may give: [`GrantTerms::max`], or these terms.
+    pub fn maxima(&self) -> GrantMax {
+        self.max.unwrap_or(GrantMax {
+            uses: self.uses,
+            ttl_ms: self.ttl_ms,
+            scope: GrantScopeName::parse(&self.scope).unwrap_or(GrantScopeName::Call),
+        })
+    }
+
+    /// Why `choice` goes beyond the maxima, if it does (`uses` and `ttl` must also be above
+    /// zero).
+    pub fn too_wide(&self, choice: &GrantChoice) -> Option<String> {
+        let max = self.maxima();
+        if choice.uses == Some(0) || choice.ttl_ms == Some(0) {
+            return Some("a grant's `uses` and `ttl` must be above zero".into());
+        }
+        let mut over = Vec::new();
+        if let Some(u) = choice.uses.filter(|u| *u > max.uses) {
+            over.push(format!("uses {u} (at most {})", max.uses));
+        }
+        if let Some(t) = choice.ttl_ms.filter(|t| *t > max.ttl_ms) {
+            over.push(format!("ttl {t} ms (at most {} ms)", max.ttl_ms));
+        }
+        if let Some(s) = choice.scope.filter(|s| *s > max.scope) {
+            over.push(format!(
+                "scope `{}` (at most `{}`)",
+                s.as_str(),
+                max.scope.as_str()
+            ));
+        }
+        (!over.is_empty()).then(|| {
+            format!(
+                "beyond what the policy lets an approver give: {}",
+                over.join(", ")
+            )
+        })
+    }
+
+    /// The terms a set of approvers' choices give: for each part, the narrowest any of them
+    /// chose, where an approver who chose nothing chose the rule's own. `scope_key` makes the
+    /// key of a scope.
+    pub fn chosen<'a>(
+        &self,
+        choices: impl IntoIterator<Item = Option<&'a GrantChoice>>,
+        scope_key: impl Fn(GrantScopeName) -> String,
+    ) -> GrantTerms {
+        let own = GrantScopeName::parse(&self.scope).unwrap_or(GrantScopeName::Call);
+        let (mut uses, mut ttl_ms, mut scope) = (None::<u32>, None::<u64>, None::<GrantScopeName>);
+        for c in choices {
+            let c = c.copied().unwrap_or_default();
+            let (u, t, s) = (
+                c.uses.unwrap_or(self.uses),
+                c.ttl_ms.unwrap_or(self.ttl_ms),
+                c.scope.unwrap_or(own),
+            );
+            uses = Some(uses.map_or(u, |x| x.min(u)));
+            ttl_ms = Some(ttl_ms.map_or(t, |x| x.min(t)));
+            scope = Some(scope.map_or(s, |x| x.min(s)));
+        }
+        let scope = scope.unwrap_or(own);
+        GrantTerms {
+            uses: uses.unwrap_or(self.uses),
+            ttl_ms: ttl_ms.unwrap_or(self.ttl_ms),
+            scope: scope.as_str().to_owned(),
+            scope_key: if scope == own {
+                self.scope_key.clone()
+            } else {
+                scope_key(scope)
+            },
+            max: self.max,
+        }
+    }
 }
 
 /// What an approval is for.

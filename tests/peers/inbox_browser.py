@@ -579,6 +579,42 @@ def main():
             shot(d, "inbox-shadow-phone")
             out(approver_link=approver_link, approver_sees=approver_sees, rows=rows,
                 headings=headings, call_links=call_links, phone_width=phone_width)
+        elif SCENARIO == "grants":
+            # A held call whose rule lets the approver give more (the gateway's test made it):
+            # the choice the policy allows, at 1280 and 375; approved for the run, three uses;
+            # then the grants page lists it, and revoking it there stops it.
+            sign_in(d, "dba1")
+            open_first_row(d)
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "fieldset.grant")))
+            scopes = [e.get_attribute("value") for e in d.find_elements(By.CSS_SELECTOR, "input[name=grant_scope]")]
+            checked = d.find_element(By.CSS_SELECTOR, "input[name=grant_scope]:checked").get_attribute("value")
+            d.execute_script("document.querySelector('fieldset.grant').scrollIntoView()")
+            shot(d, "inbox-grant-choice")
+            d.set_window_size(375, 812)
+            time.sleep(0.2)
+            d.execute_script("document.querySelector('fieldset.grant').scrollIntoView()")
+            choice_width = d.execute_script("return document.documentElement.scrollWidth")
+            shot(d, "inbox-grant-choice-phone")
+            d.set_window_size(1280, 900)
+            d.find_element(By.CSS_SELECTOR, "input[name=grant_scope][value=run]").click()
+            d.find_element(By.ID, "grant-uses").send_keys("3")
+            d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.decided")))
+            decided = "approved" in d.find_element(By.CSS_SELECTOR, "p.decided").text
+            d.find_element(By.CSS_SELECTOR, "nav a[href='/inbox/grants']").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "table.grants")))
+            listed = d.find_element(By.CSS_SELECTOR, "table.grants").text
+            shot(d, "inbox-grants")
+            d.set_window_size(375, 812)
+            time.sleep(0.2)
+            phone_width = max(choice_width, d.execute_script("return document.documentElement.scrollWidth"))
+            shot(d, "inbox-grants-phone")
+            d.set_window_size(1280, 900)
+            d.find_element(By.CSS_SELECTOR, "table.grants button.decline").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.ok")))
+            note = d.find_element(By.CSS_SELECTOR, "p.ok").text
+            out(scopes=scopes, checked=checked, decided=decided, listed=listed, note=note,
+                phone_width=phone_width)
         else:
             raise SystemExit(f"unknown scenario {SCENARIO}")
     finally:

@@ -352,8 +352,15 @@ fn who_may_decide() {
     let (_, own) = gw.call_async("admin", "db.query", json!({"sql": "select 4"}));
     let (s, b) = gw.approve("admin", &own);
     assert_eq!((s, code(&b)), (403, "approval.self_approval"));
-    // Quorum 2 needs two distinct approvers.
+    // Quorum 2 needs two distinct approvers of the rule's group: an admin outside it is
+    // refused, with the groups named, and counts for nothing.
     let (call, pay) = gw.call_async("agent1", "pay.refund", json!({"amount": 900}));
+    let (s, b) = gw.approve("admin", &pay);
+    assert_eq!((s, code(&b)), (403, "approval.forbidden"), "{b}");
+    assert!(
+        b["error"]["message"].as_str().unwrap().contains("finance"),
+        "{b}"
+    );
     assert_eq!(gw.approve("fin1", &pay).1["status"], "pending");
     assert_eq!(
         code(&gw.approve("fin1", &pay).1),
@@ -362,6 +369,16 @@ fn who_may_decide() {
     assert_eq!(gw.resume("agent1", &call).0, 202);
     assert_eq!(gw.approve("fin2", &pay).1["status"], "approved");
     assert_eq!(gw.resume("agent1", &call).0, 200);
+    // The admin outside the group may still decline.
+    let (_, other) = gw.call_async("agent1", "pay.refund", json!({"amount": 901}));
+    let (s, b) = gw.req(
+        "POST",
+        &format!("/v1/approvals/{other}/decline"),
+        Some("admin"),
+        Some(r#"{"reason":"not this one"}"#),
+        None,
+    );
+    assert_eq!((s, b["status"].as_str()), (200, Some("declined")), "{b}");
     assert_eq!(
         code(&gw.approve("ops", "no-such-id").1),
         "approval.not_found"

@@ -61,6 +61,11 @@ fn signed_requests_and_a_synchronous_approve_releases_the_held_call() {
             "/v1/approvals/{}/approve",
             data["id"].as_str().unwrap()
         )));
+    // And the approval's inbox page, where a person signs in and decides.
+    assert!(data["links"]["inbox"].as_str().unwrap().ends_with(&format!(
+        "/inbox/approvals/{}",
+        data["id"].as_str().unwrap()
+    )));
     assert!(records.iter().all(|r| r["valid"] == true));
     let decided = records
         .iter()

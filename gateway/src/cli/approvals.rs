@@ -35,6 +35,16 @@ pub enum ApprovalsCommand {
         /// Edited args (a JSON object): the call runs with these instead.
         #[arg(long)]
         args: Option<String>,
+        /// Whose identical calls the approval also lets run (`call`, `run`, `principal`),
+        /// within the rule's `max_scope`; always only these exact args.
+        #[arg(long = "for", value_name = "SCOPE")]
+        scope: Option<String>,
+        /// How long the grant lasts (`30m`, `1h`), within the rule's `max_ttl`.
+        #[arg(long)]
+        ttl: Option<String>,
+        /// How many calls it lets run, the approved one included, within `max_uses`.
+        #[arg(long)]
+        uses: Option<u32>,
     },
     /// Decline, with the reason the agent will read.
     Decline {
@@ -82,10 +92,26 @@ pub(super) fn approvals(cmd: ApprovalsCommand) -> u8 {
             id,
             reason,
             args,
+            scope,
+            ttl,
+            uses,
         } => {
             let mut b = json!({});
             if let Some(r) = reason {
                 b["reason"] = json!(r);
+            }
+            if scope.is_some() || ttl.is_some() || uses.is_some() {
+                let mut g = serde_json::Map::new();
+                if let Some(s) = scope {
+                    g.insert("scope".into(), json!(s));
+                }
+                if let Some(t) = ttl {
+                    g.insert("ttl".into(), json!(t));
+                }
+                if let Some(u) = uses {
+                    g.insert("uses".into(), json!(u));
+                }
+                b["grant"] = serde_json::Value::Object(g);
             }
             if let Some(a) = args {
                 match parse_json_flag(a, "args") {

@@ -85,7 +85,7 @@ pub(super) async fn decide(
         ..
     } = cx;
     let fields: &[&str] = if approve {
-        &["reason", "args"]
+        &["reason", "args", "grant"]
     } else {
         &["reason"]
     };
@@ -95,7 +95,12 @@ pub(super) async fn decide(
     } else {
         None
     };
-    let a = pipeline::decide(gw, id, &principal, approve, reason, edit).await?;
+    let grant = body
+        .get("grant")
+        .filter(|_| approve)
+        .map(crate::grants::choice)
+        .transpose()?;
+    let a = pipeline::decide_granting(gw, id, &principal, approve, reason, edit, grant).await?;
     Ok(json_response(StatusCode::OK, &approval_json(&a)))
 }
 
@@ -195,4 +200,27 @@ fn event_stream(gw: &Gateway) -> Response<Body> {
         },
         |n| Bytes::from(format!(": {n} events dropped, the client is too slow\n\n")),
     )
+}
+
+/// `GET /v1/grants`: the live grants (uses left, not expired), with their approvals' tool,
+/// args and scope.
+pub(super) async fn grants(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let Ctx { gw, role, .. } = cx;
+    require(role, &[Role::Approver, Role::Admin])?;
+    let list = crate::grants::live(gw).await?;
+    Ok(json_response(StatusCode::OK, &json!({"grants": list})))
+}
+
+/// `DELETE /v1/grants/{id}`: an approver of the grant's rule's groups (any approver where
+/// it names none) or an admin revokes it; its uses left are gone at once.
+pub(super) async fn revoke_grant(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        role,
+        ..
+    } = cx;
+    require(role, &[Role::Approver, Role::Admin])?;
+    let revoked = crate::grants::revoke(gw, &principal, id).await?;
+    Ok(json_response(StatusCode::OK, &json!({"revoked": revoked})))
 }

@@ -198,6 +198,8 @@ async fn dispatch(
         Op::Events => approvals::events(cx),
         Op::GetPolicy => admin::policy(cx),
         Op::GetShadow => admin::shadow(cx),
+        Op::ListGrants => approvals::grants(cx).await,
+        Op::RevokeGrant => approvals::revoke_grant(cx, id).await,
         Op::EvaluatePolicy => admin::evaluate_policy(cx, req).await,
         Op::ReloadPolicy => admin::reload(cx).await,
         Op::ListTools => tools::list(cx),

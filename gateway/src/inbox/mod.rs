@@ -12,6 +12,7 @@
 //! Deciding goes through [`crate::pipeline::decide`], under the same rules as the API. The
 //! `/v1` API never reads the session cookie.
 
+mod grants;
 mod oidc;
 mod pages;
 mod review;
@@ -136,6 +137,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         ["inbox", "calls", id] => call_page(&gw, &session, id, None).await,
         ["inbox", "audit"] => audit(&gw, &session).await,
         ["inbox", "shadow"] => shadow_page(&gw, &session),
+        ["inbox", "grants"] => grants_page(&gw, &session, None).await,
         _ => page(
             StatusCode::NOT_FOUND,
             pages::message("Not found", "There is no such page in the inbox."),
@@ -188,6 +190,16 @@ async fn post(
             decide_one(gw, session, id, *verb == "approve", reason, form).await
         }
         ["inbox", "approvals", id, "preview"] => preview(gw, id, form).await,
+        ["inbox", "grants", id, "revoke"] => {
+            let note = match crate::grants::revoke(gw, &session.principal, id).await {
+                Ok(g) => format!(
+                    "Revoked the grant for {}: it lets nothing run any more.",
+                    g["tool"].as_str().unwrap_or("the tool")
+                ),
+                Err(e) => pages::in_words(&e),
+            };
+            grants_page(gw, session, Some(&note)).await
+        }
         ["inbox", "calls", id, "resume"] => {
             let data = match resume_data(gw, id, form).await {
                 Ok(d) => d,
@@ -244,10 +256,48 @@ async fn decide_one(
             }
         }
     };
-    match crate::pipeline::decide(gw, id, &session.principal, approve, reason, edit).await {
+    let grant = match grant_choice(form) {
+        Ok(g) => g.filter(|_| approve),
+        Err(e) => return approval(gw, session, id, Some(e)).await,
+    };
+    match crate::pipeline::decide_granting(gw, id, &session.principal, approve, reason, edit, grant)
+        .await
+    {
         Ok(_) => redirect(&format!("/inbox/approvals/{id}"), None),
         Err(e) => approval(gw, session, id, Some(e)).await,
     }
+}
+
+/// The grant an approver chose on the page (`grant_scope`, `grant_ttl`, `grant_uses`), read
+/// as the API reads `grant`; `None` when the form offers no choice or none was made.
+fn grant_choice(
+    form: &[(String, String)],
+) -> Result<Option<airlock_storage::GrantChoice>, ApiError> {
+    let field = |k: &str| {
+        urlencoded::get(form, k)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+    };
+    let mut m = serde_json::Map::new();
+    if let Some(s) = field("grant_scope") {
+        m.insert("scope".into(), Value::from(s));
+    }
+    if let Some(t) = field("grant_ttl") {
+        m.insert("ttl".into(), Value::from(t));
+    }
+    if let Some(u) = field("grant_uses") {
+        let n: u64 = u.parse().map_err(|_| {
+            ApiError::new(
+                Code::RequestInvalidField,
+                "`grant`: uses must be a whole number",
+            )
+        })?;
+        m.insert("uses".into(), Value::from(n));
+    }
+    if m.is_empty() {
+        return Ok(None);
+    }
+    crate::grants::choice(&Value::Object(m)).map(Some)
 }
 
 /// Approve or decline every pending approval of a run (up to 500), each under the same rules
@@ -540,6 +590,17 @@ async fn audit(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
                 pages::audit(&session_view(session), &tail, chain),
             )
         }
+        Err(e) => refusal_page(&e),
+    }
+}
+
+/// The live grants, with revoke.
+async fn grants_page(gw: &Arc<Gateway>, session: &Session, note: Option<&str>) -> Response<Body> {
+    match crate::grants::live(gw).await {
+        Ok(list) => page(
+            StatusCode::OK,
+            grants::grants(&session_view(session), &list, note),
+        ),
         Err(e) => refusal_page(&e),
     }
 }

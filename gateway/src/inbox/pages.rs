@@ -45,6 +45,7 @@ pub(super) fn layout(title: &str, who: Option<&Who>, body: Markup) -> Markup {
                             a href="/inbox/" { "Pending" }
                             a href="/inbox/suspended" { "Suspended" }
                             a href="/inbox/history" { "Decided" }
+                            a href="/inbox/grants" { "Grants" }
                             a href="/inbox/audit" { "Audit" }
                             @if w.admin { a href="/inbox/shadow" { "Shadow" } }
                             span.who { span.wide { "Signed in as " } strong { (w.id) } }
@@ -433,7 +434,7 @@ pub fn approval(
             (decisions(a))
             @if pending {
                 section.actions aria-label="Decide" {
-                    (decide_forms(a, who, ["Approve", "Reason (required: the agent reads it)", "Decline"]))
+                    (decide_forms(a, who, ["Approve", "Reason (required: the agent reads it)", "Decline"], grant_fields(a)))
                     details.edit {
                         summary { "Edit the arguments, then approve" }
                         form #edit-form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } data-preview={ "/inbox/approvals/" (a.id) "/preview" } {
@@ -778,15 +779,17 @@ pub(super) fn decisions(a: &Approval) -> Markup {
     }
 }
 
-/// The approve form (an optional reason) and the decline form (a required one) of a pending
-/// approval; `words` are the approve button, the decline reason's label and the decline button.
-pub(super) fn decide_forms(a: &Approval, who: &Who, words: [&str; 3]) -> Markup {
+/// The approve form (an optional reason, and `extra` fields) and the decline form (a required
+/// reason) of a pending approval; `words` are the approve button, the decline reason's label
+/// and the decline button.
+pub(super) fn decide_forms(a: &Approval, who: &Who, words: [&str; 3], extra: Markup) -> Markup {
     let [approve, decline_reason, decline] = words;
     html! {
         form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } {
             input type="hidden" name="csrf" value=(who.csrf);
             label for="approve-reason" { "Reason (optional)" }
             input #approve-reason name="reason";
+            (extra)
             button.approve type="submit" { (approve) }
         }
         form method="post" action={ "/inbox/approvals/" (a.id) "/decline" } {
@@ -794,6 +797,45 @@ pub(super) fn decide_forms(a: &Approval, who: &Who, words: [&str; 3]) -> Markup 
             label for="decline-reason" { (decline_reason) }
             input #decline-reason name="reason" required;
             button.decline type="submit" { (decline) }
+        }
+    }
+}
+
+/// What an approver may choose to grant, where the rule allows more than its own terms: the
+/// scope as radio buttons (narrowest first, the rule's own checked), and the ttl and uses with
+/// their most. Nothing where there is no choice.
+fn grant_fields(a: &Approval) -> Markup {
+    let scopes = crate::grants::scopes_allowed(a);
+    let max = a.grant.maxima();
+    let ttl = airlock_policy::format_duration(std::time::Duration::from_millis(a.grant.ttl_ms));
+    let max_ttl = airlock_policy::format_duration(std::time::Duration::from_millis(max.ttl_ms));
+    let words = |s: &str| match s {
+        "call" => "this call only",
+        "run" => "this run",
+        _ => "this agent",
+    };
+    html! {
+        @if scopes.len() > 1 || max.ttl_ms > a.grant.ttl_ms || max.uses > a.grant.uses {
+            fieldset.grant {
+                legend { "Approve for" }
+                @if scopes.len() > 1 {
+                    @for s in &scopes {
+                        label.choice {
+                            input type="radio" name="grant_scope" value=(s.as_str()) checked[s.as_str() == a.grant.scope];
+                            " " (words(s.as_str()))
+                        }
+                    }
+                }
+                @if max.ttl_ms > a.grant.ttl_ms {
+                    label for="grant-ttl" { "For how long (up to " (max_ttl) ")" }
+                    input #grant-ttl name="grant_ttl" placeholder=(ttl);
+                }
+                @if max.uses > a.grant.uses {
+                    label for="grant-uses" { "Identical calls it lets run (up to " (max.uses) ")" }
+                    input #grant-uses name="grant_uses" type="number" min="1" max=(max.uses) placeholder=(a.grant.uses);
+                }
+                p.hint { "Only calls with exactly these arguments, of this tool, are covered." }
+            }
         }
     }
 }

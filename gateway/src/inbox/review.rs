@@ -98,7 +98,7 @@ pub fn review(
             (decisions(a))
             @if pending {
                 section.actions aria-label="Decide" {
-                    (decide_forms(a, who, ["Approve the new definition", "Reason (required)", "Decline: keep refusing it"]))
+                    (decide_forms(a, who, ["Approve the new definition", "Reason (required)", "Decline: keep refusing it"], html! {}))
                 }
             }
         },

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use airlock_policy::{GrantScope, ToolCall};
+use airlock_policy::{GrantScope, GrantSettings, ToolCall};
 use airlock_storage::{CallRecord, CallStatus, Kind, Principal};
 use serde_json::json;
 
@@ -15,19 +15,38 @@ use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::state::{attach_key, audit_fields, Gateway};
 
-/// The key a grant binds to (DESIGN §5). A run-scoped grant is also bound to the requesting
-/// principal, so another principal reusing a run id gets nothing.
+/// The key a grant binds to (DESIGN §5; the store's [`airlock_storage::scope_key`]).
 pub(crate) fn scope_key(
     scope: GrantScope,
     call_id: &str,
     call: &ToolCall,
     principal: &Principal,
 ) -> String {
-    match (scope, call.run_id()) {
-        (GrantScope::Run, Some(run)) => format!("run:{}:{run}", principal.id),
-        (GrantScope::Principal, _) => format!("principal:{}", principal.id),
-        _ => format!("call:{call_id}"),
-    }
+    airlock_storage::scope_key(
+        crate::grants::scope_name(scope),
+        call_id,
+        call.run_id(),
+        &principal.id,
+    )
+}
+
+/// The scope keys a grant for this call may be kept under: the rule's scope and every wider
+/// one up to its `max_scope` (an approver may have chosen one), narrowest first. A `call` key
+/// names the call itself, which no grant can exist for yet, so it is left out.
+pub(super) fn keys_to_try(
+    grant: &GrantSettings,
+    call_id: &str,
+    call: &ToolCall,
+    principal: &Principal,
+) -> Vec<String> {
+    let mut keys: Vec<String> = [GrantScope::Call, GrantScope::Run, GrantScope::Principal]
+        .into_iter()
+        .filter(|s| *s >= grant.scope && *s <= grant.max_scope)
+        .map(|s| scope_key(s, call_id, call, principal))
+        .filter(|k| !k.starts_with("call:"))
+        .collect();
+    keys.dedup();
+    keys
 }
 
 /// Spends one use of a grant for this call's fingerprint and `scope_key`, if there is one

@@ -59,6 +59,7 @@ pub(super) async fn open(
             ttl_ms: settings.grant.ttl.as_millis() as u64,
             scope: format!("{:?}", settings.grant.scope).to_lowercase(),
             scope_key,
+            max: Some(crate::grants::maxima(&settings.grant)),
         },
         edited_args: None,
         edited_fingerprint: None,

@@ -32,7 +32,7 @@ pub use hold::{call_outcome, cancel};
 pub use outcome::{
     call_not_found, question_of, tool_call_id, Completed, Outcome, Pending, Suspended,
 };
-pub use verdict::decide;
+pub use verdict::{decide, decide_granting};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -196,8 +196,12 @@ async fn needs_approval(
         ));
     };
     let scope_key = grant::scope_key(settings.grant.scope, &d.call_id, &d.call, &d.principal);
-    if let Some((record, guard)) = grant::spend(gw, &d, &scope_key).await? {
-        return forward::run(gw, record, None, guard).await;
+    // A grant an approver gave for a wider scope than the rule's own (up to its `max_scope`)
+    // is found under that scope's key: narrowest first.
+    for key in grant::keys_to_try(&settings.grant, &d.call_id, &d.call, &d.principal) {
+        if let Some((record, guard)) = grant::spend(gw, &d, &key).await? {
+            return forward::run(gw, record, None, guard).await;
+        }
     }
     if let Some(joined) = grant::join(gw, &d).await? {
         return call_outcome(gw, &d.principal, &joined, hold.wait(), false).await;

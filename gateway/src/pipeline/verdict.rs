@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use airlock_policy::{DecisionKind, ToolCall};
-use airlock_storage::{Approval, ApprovalKind, ApprovalStatus, Principal, Verdict};
+use airlock_storage::{Approval, ApprovalKind, ApprovalStatus, GrantChoice, Principal, Verdict};
 use serde_json::{json, Value};
 
 use crate::clock::now_ms;
@@ -23,6 +23,19 @@ pub async fn decide(
     approve: bool,
     reason: Option<String>,
     edited_args: Option<Value>,
+) -> Result<Approval, ApiError> {
+    decide_granting(gw, approval_id, by, approve, reason, edited_args, None).await
+}
+
+/// [`decide`], where an approve may choose the grant within the rule's maxima (DESIGN §22).
+pub async fn decide_granting(
+    gw: &Arc<Gateway>,
+    approval_id: &str,
+    by: &Principal,
+    approve: bool,
+    reason: Option<String>,
+    edited_args: Option<Value>,
+    grant: Option<GrantChoice>,
 ) -> Result<Approval, ApiError> {
     let verdict = if approve {
         let edit = match edited_args {
@@ -65,7 +78,7 @@ pub async fn decide(
     };
     let (id, who, now) = (approval_id.to_owned(), by.clone(), now_ms());
     let a = gw
-        .store_op(move |s| s.decide(&id, &who, verdict, now))
+        .store_op(move |s| s.decide_granting(&id, &who, verdict, grant, now))
         .await?;
     if a.kind == ApprovalKind::ToolDefinition {
         // A tool definition's review: its pin, as the decision left it, is kept here at once.

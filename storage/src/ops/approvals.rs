@@ -7,8 +7,8 @@ use crate::audit::Kind;
 use crate::error::StoreError;
 use crate::keys::{self, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT};
 use crate::model::{
-    Approval, ApprovalDecision, ApprovalKind, ApprovalStatus, CallRecord, CallStatus, Grant,
-    Millis, Principal,
+    scope_key, Approval, ApprovalDecision, ApprovalKind, ApprovalStatus, CallRecord, CallStatus,
+    Grant, GrantChoice, Millis, Principal,
 };
 use crate::writer::Tx;
 use crate::Store;
@@ -40,27 +40,35 @@ pub struct ApprovalFilter {
     pub principal: Option<String>,
 }
 
-/// Who may decide `a`: approvers (in one of its groups, when it names groups) and admins,
-/// never the requester.
-fn check_decider(a: &Approval, by: &Principal) -> Result<(), StoreError> {
+/// Who may decide `a`: approvers and admins, never the requester. Where `a` names groups, an
+/// approval counts toward its quorum only from a principal in one of them, admins included:
+/// an admin outside them may decline (or cancel), and its approve is refused with the groups
+/// named; an approver outside them decides nothing.
+fn check_decider(a: &Approval, by: &Principal, approving: bool) -> Result<(), StoreError> {
+    if by.id == a.requester.id {
+        return Err(StoreError::SelfApproval);
+    }
+    let in_groups = a.approvers.is_empty() || by.groups.iter().any(|g| a.approvers.contains(g));
     match by.role.as_str() {
-        "admin" => {}
-        "approver" => {
-            if !a.approvers.is_empty() && !by.groups.iter().any(|g| a.approvers.contains(g)) {
-                return Err(StoreError::Forbidden(format!(
-                    "`{}` is in none of the approver groups {:?}",
-                    by.id, a.approvers
-                )));
-            }
+        "admin" if approving && !in_groups => {
+            return Err(StoreError::Forbidden(format!(
+                "`{}` is an admin in none of the approver groups {:?}: only their members' approvals count toward the quorum; an admin may decline",
+                by.id, a.approvers
+            )))
         }
+        "admin" => {}
+        "approver" if !in_groups => {
+            return Err(StoreError::Forbidden(format!(
+                "`{}` is in none of the approver groups {:?}",
+                by.id, a.approvers
+            )))
+        }
+        "approver" => {}
         other => {
             return Err(StoreError::Forbidden(format!(
                 "the `{other}` role cannot decide approvals"
             )))
         }
-    }
-    if by.id == a.requester.id {
-        return Err(StoreError::SelfApproval);
     }
     Ok(())
 }
@@ -171,13 +179,28 @@ impl Store {
         verdict: Verdict,
         now: Millis,
     ) -> Result<Approval, StoreError> {
+        self.decide_granting(approval_id, by, verdict, None, now)
+    }
+
+    /// [`Store::decide`], where an approve may choose the grant within the rule's maxima
+    /// (DESIGN §22): beyond them is `approval.grant_too_wide`, and nothing is decided. The
+    /// grant made when the quorum is reached is, part by part, the narrowest the counted
+    /// approvers chose (one who chose nothing chose the rule's own terms).
+    pub fn decide_granting(
+        &self,
+        approval_id: &str,
+        by: &Principal,
+        verdict: Verdict,
+        grant: Option<GrantChoice>,
+        now: Millis,
+    ) -> Result<Approval, StoreError> {
         let redact_ptrs = self.redact.clone();
         let approval_id = approval_id.to_owned();
         let by = by.clone();
         self.writer.submit(move |tx| {
             let mut a: Approval = get(tx, Ks::Approvals, approval_id.as_bytes())?
                 .ok_or_else(|| StoreError::ApprovalNotFound(approval_id.clone()))?;
-            check_decider(&a, &by)?;
+            check_decider(&a, &by, matches!(verdict, Verdict::Approve { .. }))?;
             if a.decisions.iter().any(|d| d.by == by.id) {
                 return Err(StoreError::AlreadyDecided(by.id.clone()));
             }
@@ -188,7 +211,17 @@ impl Store {
                 return Err(StoreError::NotPending("expired"));
             }
             let old_status = a.status;
+            let approving = matches!(verdict, Verdict::Approve { .. });
+            let grant = grant.filter(|_| approving);
+            if let Some(why) = grant.as_ref().and_then(|g| a.grant.too_wide(g)) {
+                return Err(StoreError::GrantTooWide(why));
+            }
             if a.kind == ApprovalKind::ToolDefinition {
+                if grant.is_some() {
+                    return Err(StoreError::GrantTooWide(
+                        "a tool definition's review grants nothing to choose".into(),
+                    ));
+                }
                 return decide_review(tx, a, &by, &verdict, now);
             }
             let mut call = load_call(tx, &a.call_id)?
@@ -210,6 +243,7 @@ impl Store {
                 at: now,
                 fingerprint: a.effective_fingerprint().to_owned(),
                 auth: Some(by.auth_record()),
+                grant,
             });
             if decision == "decline" {
                 a.status = ApprovalStatus::Declined;
@@ -221,6 +255,16 @@ impl Store {
                 call.args = a.effective_args().clone();
                 call.fingerprint = a.effective_fingerprint().to_owned();
                 call.edited = a.edited_fingerprint.is_some();
+                let fp = a.effective_fingerprint().to_owned();
+                let (call_id, requester) = (a.call_id.clone(), a.requester.id.clone());
+                let run = run_id(&a.context).map(str::to_owned);
+                a.grant = a.grant.chosen(
+                    a.decisions
+                        .iter()
+                        .filter(|d| d.decision == "approve" && d.fingerprint == fp)
+                        .map(|d| d.grant.as_ref()),
+                    |scope| scope_key(scope, &call_id, run.as_deref(), &requester),
+                );
                 // INVARIANT: the approved call itself is the first use, reserved for it: it
                 // may start until the grant's ttl runs out. The grant holds only the uses
                 // left for later identical calls, so none of them can take the approved
@@ -361,6 +405,7 @@ fn decide_review(
         at: now,
         fingerprint: a.fingerprint.clone(),
         auth: Some(by.auth_record()),
+        grant: None,
     });
     let old = a.status;
     a.status = if decision == "decline" {

@@ -95,3 +95,57 @@ impl Store {
         })
     }
 }
+
+impl Store {
+    /// The grants with uses left that have not expired at `now`, by approval id.
+    pub fn list_grants(&self, now: Millis) -> Result<Vec<Grant>, StoreError> {
+        self.shared.check()?;
+        let mut out = Vec::new();
+        for entry in self.shared.backend.prefix(Ks::Grants, &[]) {
+            let (_, bytes) = entry?;
+            let g: Grant = keys::decode(&bytes)?;
+            if g.uses_left > 0 && now < g.expires_at {
+                out.push(g);
+            }
+        }
+        out.sort_by(|a, b| a.approval_id.cmp(&b.approval_id));
+        Ok(out)
+    }
+
+    /// Revokes the grant approval `approval_id` made: its uses left are gone at once (a
+    /// call spending one at the same moment either got it first or gets nothing). Who may
+    /// revoke is the caller's to check. Audited `grant.revoked`; `grant.not_found` when it
+    /// has no grant left.
+    pub fn revoke_grant(
+        &self,
+        approval_id: &str,
+        by: &crate::model::Principal,
+        now: Millis,
+    ) -> Result<Grant, StoreError> {
+        let approval_id = approval_id.to_owned();
+        let by = by.clone();
+        self.writer.submit(move |tx| {
+            let a: crate::model::Approval = get(tx, Ks::Approvals, approval_id.as_bytes())?
+                .ok_or_else(|| StoreError::GrantNotFound(approval_id.clone()))?;
+            let gk = keys::grant_key(a.effective_fingerprint(), &a.grant.scope_key);
+            let grant = get::<Grant>(tx, Ks::Grants, &gk)?
+                .filter(|g| g.approval_id == a.id && g.uses_left > 0 && now < g.expires_at)
+                .ok_or_else(|| StoreError::GrantNotFound(approval_id.clone()))?;
+            tx.delete(Ks::Grants, gk.clone());
+            tx.delete(
+                Ks::Expiry,
+                keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
+            );
+            tx.audit(
+                now,
+                Kind::GrantRevoked,
+                fields(json!({
+                    "approval_id": a.id, "tool": a.tool, "fingerprint": grant.fingerprint,
+                    "scope_key": grant.scope_key, "uses_left": grant.uses_left,
+                    "by": by.id, "auth": by.auth_record(),
+                })),
+            );
+            Ok(grant)
+        })
+    }
+}

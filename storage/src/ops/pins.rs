@@ -224,6 +224,7 @@ fn open_review(
             ttl_ms: 0,
             scope: "call".into(),
             scope_key: String::new(),
+            max: None,
         },
         edited_args: None,
         edited_fingerprint: None,

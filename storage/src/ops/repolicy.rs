@@ -130,6 +130,7 @@ impl Store {
                         at: now,
                         fingerprint: a.effective_fingerprint().to_owned(),
                         auth: None,
+                        grant: None,
                     });
                     a.status = ApprovalStatus::Declined;
                     a.decided_at = Some(now);
@@ -213,6 +214,7 @@ mod tests {
             ttl_ms,
             scope: scope.into(),
             scope_key: format!("{scope}:key"),
+            max: None,
         }
     }
 

@@ -195,6 +195,7 @@ pub fn held(
             ttl_ms: 600_000,
             scope: "run".into(),
             scope_key: "run:run-1".into(),
+            max: None,
         },
         edited_args: None,
         edited_fingerprint: None,

@@ -324,8 +324,9 @@ const RESUME: [Code; 6] = [
 ];
 
 /// Deciding one approval (DESIGN §6's refusals, and an edit's).
-const DECIDE: [Code; 10] = [
+const DECIDE: [Code; 11] = [
     Code::RequestInvalidField,
+    Code::ApprovalGrantTooWide,
     Code::RequestMissingReason,
     Code::RequestInvalidArgs,
     Code::ApprovalForbidden,
@@ -504,7 +505,7 @@ fn operation(op: Op) -> Operation {
                 (200, "getCall", "call_id", "$response.body#/call_id"),
                 (200, "resumeCall", "call_id", "$response.body#/call_id"),
             ],
-            ..o("approve", "approvers", "Approve", "Bound to the call's fingerprint; `args` edits the call where the rule allows it.",
+            ..o("approve", "approvers", "Approve", "Bound to the call's fingerprint; `args` edits the call where the rule allows it. `grant` chooses what the approval grants, within the rule's `max_scope`, `max_ttl` and `max_uses` (the approval's `grant` shows them); beyond them is `400 approval.grant_too_wide`. With a quorum, the grant is, part by part, the narrowest the approvers chose.",
                 &DECIDE)
         },
         Op::Decline => Operation {
@@ -547,6 +548,18 @@ fn operation(op: Op) -> Operation {
             ok: vec![json_ok(200, "Shadow", "The shadow set's transitions since it loaded.")],
             ..o("getShadow", "admin", "What the shadow policy would change",
                 "Every call is evaluated by the shadow set (`[server] shadow_policy`) too; its decision changes nothing. Counts of calls by live and shadow decision since the shadow set loaded, the pairs that differ first (widening ones, towards allow, before narrowing ones), each with its latest calls. `configured: false` when no shadow set is configured. Role: admin.", &[])
+        },
+        Op::ListGrants => Operation {
+            ok: vec![json_ok(200, "Grants", "The live grants.")],
+            links: &[(200, "revokeGrant", "id", "$response.body#/grants/0/id")],
+            ..o("listGrants", "approvers", "Live grants",
+                "Grants with uses left that have not expired, each bound to one fingerprint (the tool and its canonical args) and one scope key. Roles: approver, admin.", &[])
+        },
+        Op::RevokeGrant => Operation {
+            ok: vec![json_ok(200, "RevokedGrant", "The grant, revoked: its uses left are gone.")],
+            ..o("revokeGrant", "approvers", "Revoke a grant",
+                "An approver in one of the grant's rule's groups (any approver when it names none) or an admin. Audited `grant.revoked`. Roles: approver, admin.",
+                &[Code::GrantNotFound, Code::ApprovalForbidden])
         },
         Op::ListTools => Operation {
             ok: vec![json_ok(200, "Tools", "Every MCP upstream tool with its pin state.")],

@@ -191,7 +191,11 @@ fn written() -> Value {
                 "decided_at": {"type": ["string", "null"], "format": "date-time"},
                 "grant": {
                     "type": "object",
-                    "properties": {"uses": {"type": "integer"}, "ttl": string, "scope": string},
+                    "description": "What the approval grants, and the most an approver may choose (`max_*`).",
+                    "properties": {
+                        "uses": {"type": "integer"}, "ttl": string, "scope": string,
+                        "max_uses": {"type": "integer"}, "max_ttl": string, "max_scope": string,
+                    },
                 },
                 "edited_args": {"type": ["object", "null"]},
                 "edited_fingerprint": nullable_string,
@@ -211,6 +215,41 @@ fn written() -> Value {
             "properties": {
                 "reason": nullable_string,
                 "args": r("EditedArgs"),
+                "grant": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "description": "What this approval grants, within the rule's maxima; each part left out is the rule's own.",
+                    "properties": {
+                        "scope": {"enum": ["call", "run", "principal"]},
+                        "ttl": {"type": "string", "description": "A duration: `30m`, `1h`."},
+                        "uses": {"type": "integer", "minimum": 1},
+                    },
+                },
+            },
+        },
+        "Grants": {
+            "type": "object",
+            "required": ["grants"],
+            "properties": {"grants": {"type": "array", "items": r("Grant")}},
+        },
+        "RevokedGrant": {
+            "type": "object",
+            "required": ["revoked"],
+            "properties": {"revoked": r("Grant")},
+        },
+        "Grant": {
+            "type": "object",
+            "required": ["id", "approval_id", "fingerprint", "scope_key", "uses_left", "expires_at"],
+            "properties": {
+                "id": string, "approval_id": string,
+                "tool": nullable_string,
+                "args": {"type": ["object", "null"], "description": "The canonical args the grant is bound to."},
+                "fingerprint": string,
+                "scope": nullable_string, "scope_key": string,
+                "uses_left": {"type": "integer"},
+                "expires_at": time,
+                "approvers": {"type": ["array", "null"], "items": string},
+                "requester": nullable_string,
             },
         },
         "DeclineRequest": {
