@@ -1,4 +1,5 @@
-//! The webhook worker: leases due deliveries from the outbox, sends each signed per Standard
+//! The delivery worker: leases due deliveries from the outbox, sends approval mail through
+//! [`crate::email`], and sends each webhook delivery signed per Standard
 //! Webhooks, records the answer (ack, retry with jitter or `Retry-After`, dead letter,
 //! `410` disabling), and turns a synchronous decision in a 2xx answer into an approver's
 //! decision through [`crate::pipeline::decide`]. Like a front end, it feeds the pipeline
@@ -174,6 +175,9 @@ fn jitter(base: Duration) -> Duration {
 }
 
 async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
+    if d.webhook.starts_with(crate::email::TARGET) {
+        return deliver_mail(gw, d).await;
+    }
     let id = d.id.clone();
     let Some(hook) = gw.webhooks.hook(&d.webhook).cloned() else {
         let _ = gw
@@ -258,6 +262,43 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
             }
         }
     }
+}
+
+/// One approval mail of the outbox: sent, retried on [`crate::email::RETRIES`], or
+/// dead-lettered (a mail without `[email]` configured any more is dead at once).
+async fn deliver_mail(gw: &Arc<Gateway>, d: Delivery) {
+    let id = d.id.clone();
+    let result = match &gw.config.email {
+        Some(email) => crate::email::send(email, &d.payload).await,
+        None => Err("`[email]` is no longer configured".to_owned()),
+    };
+    let attempts = d.attempts as usize;
+    let outcome = match result {
+        Ok(()) => {
+            let _ = gw.store_op(move |s| s.ack_delivery(&id, now_ms())).await;
+            "delivered"
+        }
+        Err(error) if gw.config.email.is_none() || attempts > crate::email::RETRIES.len() => {
+            tracing::warn!(delivery = %d.id, "approval mail given up after {attempts} attempts: {error}");
+            let _ = gw
+                .store_op(move |s| s.dead_letter(&id, &error, now_ms()))
+                .await;
+            "dead"
+        }
+        Err(error) => {
+            tracing::warn!(delivery = %d.id, "approval mail not sent, trying again: {error}");
+            let due =
+                now_ms() + jitter(crate::email::RETRIES[attempts.max(1) - 1]).as_millis() as u64;
+            let _ = gw
+                .store_op(move |s| s.retry_delivery(&id, due, &error))
+                .await;
+            "retried"
+        }
+    };
+    gw.metrics
+        .webhook_deliveries
+        .with_label_values(&[outcome])
+        .inc();
 }
 
 /// A webhook's answer `{"decision":"approve"|"decline","reason"?}`: a decision by its

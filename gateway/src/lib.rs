@@ -23,6 +23,7 @@ pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod deliveries;
 pub(crate) mod diff;
+pub(crate) mod email;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod grants;

@@ -359,10 +359,21 @@ impl Gateway {
         result.map_err(ApiError::from)
     }
 
+    /// What an event puts in the outbox: a delivery to every webhook subscribed to `kind`, and
+    /// the approval mail (`[email]`).
+    pub fn outbound(&self, kind: Kind, data: &Value) -> Vec<airlock_storage::NewDelivery> {
+        let mut deliveries = self.webhooks.deliveries_for(kind, data);
+        if let Some(email) = &self.config.email {
+            let redacted = self.webhooks.redacted(data);
+            deliveries.extend(crate::email::deliveries_for(email, kind, &redacted));
+        }
+        deliveries
+    }
+
     /// Tells approvers: the SSE stream, and the outbox of every webhook subscribed to `kind`
-    /// (durable before this returns).
+    /// and of the approval mail (durable before this returns).
     pub async fn announce(self: &Arc<Self>, kind: Kind, data: Value) {
-        let deliveries = self.webhooks.deliveries_for(kind, &data);
+        let deliveries = self.outbound(kind, &data);
         let _ = self.events.send(Event { kind, data });
         if deliveries.is_empty() {
             return;

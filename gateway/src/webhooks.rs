@@ -53,13 +53,7 @@ impl Webhooks {
     /// One delivery per webhook that subscribes to `kind`, with the configured pointers
     /// redacted in the args it carries.
     pub fn deliveries_for(&self, kind: Kind, data: &Value) -> Vec<NewDelivery> {
-        let mut data = data.clone();
-        for field in ["args", "edited_args"] {
-            if let Some(args) = data.get(field).filter(|a| a.is_object()) {
-                data[field] = airlock_storage::redact(args, &self.redact);
-            }
-        }
-        let data = &data;
+        let data = &self.redacted(data);
         self.hooks
             .iter()
             .filter(|h| h.events.contains(&kind))
@@ -69,6 +63,18 @@ impl Webhooks {
                 payload: payload(kind.as_str(), data),
             })
             .collect()
+    }
+
+    /// An event's data with the `[audit] redact` pointers redacted in its args (and edited
+    /// args), as every message that leaves the gateway carries them.
+    pub fn redacted(&self, data: &Value) -> Value {
+        let mut data = data.clone();
+        for field in ["args", "edited_args"] {
+            if let Some(args) = data.get(field).filter(|a| a.is_object()) {
+                data[field] = airlock_storage::redact(args, &self.redact);
+            }
+        }
+        data
     }
 
     pub(crate) fn hook(&self, id: &str) -> Option<&WebhookConfig> {

@@ -615,6 +615,23 @@ def main():
             note = d.find_element(By.CSS_SELECTOR, "p.ok").text
             out(scopes=scopes, checked=checked, decided=decided, listed=listed, note=note,
                 phone_width=phone_width)
+        elif SCENARIO == "mail":
+            # The link of an approval mail (the gateway's test read it from the mail the SMTP
+            # server received): opened with no session it asks to sign in, and only then does
+            # the page decide; approved there.
+            import os
+            link = os.environ["MAIL_LINK"]
+            d.get(link)
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "token")))
+            asked_to_sign_in = "/inbox/login" in d.current_url
+            d.find_element(By.ID, "token").send_keys("token-dba1")
+            d.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "button.approve")))
+            landed = d.current_url
+            d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.decided")))
+            out(asked_to_sign_in=asked_to_sign_in, landed=landed,
+                decided=d.find_element(By.CSS_SELECTOR, "p.decided").text)
         else:
             raise SystemExit(f"unknown scenario {SCENARIO}")
     finally:

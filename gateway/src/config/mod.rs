@@ -17,6 +17,7 @@ use airlock_policy::{parse_duration, Glob};
 use sha2::{Digest, Sha256};
 
 mod classifiers;
+mod email;
 mod issuers;
 mod mcp_servers;
 mod principals;
@@ -28,6 +29,7 @@ mod tools;
 mod webhooks;
 
 pub use classifiers::{ClassifierConfig, ClassifierKind};
+pub use email::{EmailConfig, SmtpTls};
 pub use issuers::{fetchable, InboxOidcConfig, IssuerConfig};
 pub use mcp_servers::{McpServerConfig, McpTransport, PinMode};
 pub use principals::{PrincipalConfig, Rate};
@@ -118,6 +120,8 @@ pub struct Config {
     pub issuers: Vec<IssuerConfig>,
     /// The inbox's "Sign in with …".
     pub inbox_oidc: Option<InboxOidcConfig>,
+    /// `[email]`: approval mail to the approver groups' addresses (DESIGN §22).
+    pub email: Option<EmailConfig>,
 }
 
 /// A `Host` value's name, lower-case, without its port (`[::1]:8080` → `[::1]`).
@@ -201,6 +205,7 @@ impl Config {
         let store = store::validate(raw.store, &server.data_dir, &resolve)?;
         let issuers = issuers::validate(raw.issuers, &principals, &resolve)?;
         let inbox_oidc = issuers::validate_inbox(raw.inbox.oidc, &issuers)?;
+        let email = email::validate(raw.email, &resolve)?;
         Ok(Config {
             listen: server.listen,
             data_dir: server.data_dir,
@@ -233,6 +238,7 @@ impl Config {
             mcp_servers,
             issuers,
             inbox_oidc,
+            email,
             banner: None,
         })
     }
@@ -314,6 +320,7 @@ impl Config {
             flush_interval: Duration::from_millis(5),
             issuers: vec![],
             inbox_oidc: None,
+            email: None,
         }
     }
 

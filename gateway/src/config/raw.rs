@@ -28,6 +28,7 @@ pub(super) struct RawConfig {
     pub(super) issuers: Vec<RawIssuer>,
     #[serde(default)]
     pub(super) inbox: RawInbox,
+    pub(super) email: Option<super::email::RawEmail>,
 }
 
 #[derive(Deserialize, Default)]

@@ -40,6 +40,15 @@ pub(super) fn validate(
     let mut webhooks: Vec<WebhookConfig> = Vec::new();
     for (i, w) in raw.into_iter().enumerate() {
         let key = format!("webhooks[{i}]");
+        if w.id.starts_with("email:") || w.id.starts_with("slack:") {
+            return Err(err(
+                format!("{key}.id"),
+                format!(
+                    "`{}`: ids starting `email:` or `slack:` are airlock's own channels",
+                    w.id
+                ),
+            ));
+        }
         if w.id.is_empty() || webhooks.iter().any(|x| x.id == w.id) {
             return Err(err(
                 format!("{key}.id"),

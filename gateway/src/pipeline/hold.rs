@@ -71,11 +71,9 @@ pub(super) async fn open(
         drop(permit);
         return Err(principal_refused(gw, principal, Code::PrincipalTooManyPending, refusal).await);
     }
-    // The approval and its webhook notifications are durable together.
+    // The approval and its notifications (webhooks, mail) are durable together.
     let event = gw.approval_event(&approval);
-    let deliveries = gw
-        .webhooks
-        .deliveries_for(airlock_storage::Kind::ApprovalRequested, &event);
+    let deliveries = gw.outbound(airlock_storage::Kind::ApprovalRequested, &event);
     let notify_webhooks = !deliveries.is_empty();
     let record = d.record();
     let approval = match gw

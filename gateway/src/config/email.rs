@@ -1,0 +1,129 @@
+//! The `[email]` table (DESIGN §22): where approval mail goes out (an SMTP server, with
+//! STARTTLS for `smtp://` or TLS from the first byte for `smtps://`; never in the clear), who
+//! it comes from, and the addresses of each approver group. Checked here; mail is built and
+//! sent by [`crate::email`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::{err, secret, ConfigError};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEmail {
+    smtp: String,
+    username: Option<String>,
+    password: Option<String>,
+    ca: Option<PathBuf>,
+    from: String,
+    #[serde(default)]
+    to: BTreeMap<String, Vec<String>>,
+}
+
+/// How the connection to the SMTP server is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpTls {
+    /// `smtp://`: a plain connection upgraded with STARTTLS before anything is sent; a server
+    /// that does not offer it gets nothing.
+    StartTls,
+    /// `smtps://`: TLS from the first byte.
+    Implicit,
+}
+
+#[derive(Debug, Clone)]
+pub struct EmailConfig {
+    pub host: String,
+    pub port: u16,
+    pub tls: SmtpTls,
+    /// Both or neither; from `env:` references.
+    pub credentials: Option<(String, String)>,
+    /// PEM authorities to trust besides the system's (a private mail server).
+    pub ca: Option<PathBuf>,
+    pub from: String,
+    /// Addresses by approver group; `"*"` for approvals any approver may decide.
+    pub to: BTreeMap<String, Vec<String>>,
+}
+
+fn address_ok(a: &str) -> bool {
+    let a = a.trim();
+    a.parse::<lettre::Address>().is_ok() || a.parse::<lettre::message::Mailbox>().is_ok()
+}
+
+pub(super) fn validate(
+    raw: Option<RawEmail>,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> Result<Option<EmailConfig>, ConfigError> {
+    let Some(r) = raw else { return Ok(None) };
+    let (tls, rest, default_port) = if let Some(rest) = r.smtp.strip_prefix("smtp://") {
+        (SmtpTls::StartTls, rest, 587)
+    } else if let Some(rest) = r.smtp.strip_prefix("smtps://") {
+        (SmtpTls::Implicit, rest, 465)
+    } else {
+        return Err(err(
+            "email.smtp",
+            format!(
+                "`{}` must be smtp://HOST[:PORT] (STARTTLS) or smtps://HOST[:PORT]",
+                r.smtp
+            ),
+        ));
+    };
+    let rest = rest.trim_end_matches('/');
+    if rest.contains('@') || rest.contains('/') {
+        return Err(err(
+            "email.smtp",
+            "give the server only (smtp://host:port); credentials go in `username` and `password`",
+        ));
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) => (
+            h.to_owned(),
+            p.parse::<u16>()
+                .map_err(|_| err("email.smtp", format!("`{p}` is not a port")))?,
+        ),
+        None => (rest.to_owned(), default_port),
+    };
+    if host.is_empty() {
+        return Err(err("email.smtp", "names no host"));
+    }
+    let credentials = match (r.username, r.password) {
+        (None, None) => None,
+        (Some(u), Some(p)) => Some((secret("email.username", &u)?, secret("email.password", &p)?)),
+        _ => {
+            return Err(err(
+                "email.password",
+                "give both `username` and `password`, or neither",
+            ))
+        }
+    };
+    if !address_ok(&r.from) {
+        return Err(err(
+            "email.from",
+            format!("`{}` is not an email address", r.from),
+        ));
+    }
+    for (group, list) in &r.to {
+        if let Some(bad) = list.iter().find(|a| !address_ok(a)) {
+            return Err(err(
+                format!("email.to.{group}"),
+                format!("`{bad}` is not an email address"),
+            ));
+        }
+    }
+    if r.to.values().all(Vec::is_empty) {
+        return Err(err(
+            "email.to",
+            "names no address: `to = { finance = [\"fin@corp.example\"], \"*\" = [\"approvers@corp.example\"] }`",
+        ));
+    }
+    Ok(Some(EmailConfig {
+        host,
+        port,
+        tls,
+        credentials,
+        ca: r.ca.map(resolve),
+        from: r.from,
+        to: r.to,
+    }))
+}

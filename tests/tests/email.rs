@@ -1,0 +1,277 @@
+//! Approval mail, end to end: the real binary sends to a real SMTP server (PyPI `aiosmtpd`,
+//! STARTTLS required, with a test certificate authority the gateway is told to trust); the
+//! mail reaches the group's addresses, shows hostile args as text, and its link, followed in
+//! headless Chromium, asks for a sign-in before anything is decided.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::*;
+
+struct Smtp {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Drop for Smtp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn smtp(dir: &Path, cert: &Path, key: &Path, fail_first: u32) -> Smtp {
+    let port = free_port();
+    let mut child = Command::new("python3")
+        .arg(peers().join("smtp_server.py"))
+        .args([
+            &port.to_string(),
+            cert.to_str().unwrap(),
+            key.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ])
+        .env("FAIL_FIRST", fail_first.to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 with aiosmtpd (installed by scripts/test.sh)");
+    wait_for_line(&mut child, "listening");
+    Smtp { child, port }
+}
+
+/// The mails the server has received: `(envelope, {subject, to, text, html})`, read with
+/// Python's own `email` package.
+fn mails(dir: &Path) -> Vec<(Value, Value)> {
+    let mut out = Vec::new();
+    for n in 1.. {
+        let meta = dir.join(format!("{n}.json"));
+        if !meta.exists() {
+            break;
+        }
+        let envelope: Value = serde_json::from_slice(&std::fs::read(&meta).unwrap()).unwrap();
+        let parsed = Command::new("python3")
+            .args([
+                "-c",
+                "import email, email.policy, json, sys\n\
+                 m = email.message_from_binary_file(open(sys.argv[1], 'rb'), policy=email.policy.default)\n\
+                 print(json.dumps({'subject': m['subject'], 'to': m['to'], 'from': m['from'],\n\
+                   'text': m.get_body(('plain',)).get_content(), 'html': m.get_body(('html',)).get_content()}))",
+                dir.join(format!("{n}.eml")).to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            parsed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&parsed.stderr)
+        );
+        out.push((envelope, serde_json::from_slice(&parsed.stdout).unwrap()));
+    }
+    out
+}
+
+fn wait_mails(gw: &Gateway, dir: &Path, n: usize, within: Duration) -> Vec<(Value, Value)> {
+    let start = Instant::now();
+    loop {
+        let m = mails(dir);
+        if m.len() >= n {
+            return m;
+        }
+        assert!(
+            start.elapsed() < within,
+            "{} of {n} mails arrived; the gateway's log:\n{}",
+            m.len(),
+            std::fs::read_to_string(gw.dir.path().join("gateway.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn config(backend: &Backend, port: u16, smtp_port: u16, ca: &Path) -> String {
+    format!(
+        "{}\n[email]\nsmtp = \"smtp://localhost:{smtp_port}\"\nca = {:?}\nfrom = \"airlock <airlock@corp.example>\"\n\
+         to = {{ dba = [\"dba@corp.example\", \"dba-lead@corp.example\"], \"*\" = [\"approvers@corp.example\"] }}\n",
+        config_text(backend, &format!("public_url = \"http://127.0.0.1:{port}\"")),
+        ca.to_str().unwrap()
+    )
+}
+
+#[test]
+fn an_approval_mail_reaches_the_group_and_its_link_decides_only_after_sign_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certs(dir.path(), "smtp");
+    let inbox = dir.path().join("mail");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let server = smtp(&inbox, &cert, &key, 0);
+    let backend = Backend::start();
+    let port = free_port();
+    let gw = Gateway::start_at(
+        &config(&backend, port, server.port, &ca),
+        POLICY,
+        port,
+        "warn",
+    );
+
+    // A call the dba group must approve, with args made to look like markup and a link, and
+    // a password the audit log redacts.
+    let hostile = "select '<script>alert(1)</script><a href=\"https://evil.example\">click</a>'";
+    let (call, approval) = gw.call_async(
+        "agent1",
+        "db.query",
+        json!({"sql": hostile, "password": "hunter2"}),
+    );
+    let got = wait_mails(&gw, &inbox, 2, Duration::from_secs(15));
+    let mut to: Vec<String> = got
+        .iter()
+        .map(|(e, _)| e["to"][0].as_str().unwrap().to_owned())
+        .collect();
+    to.sort();
+    assert_eq!(to, ["dba-lead@corp.example", "dba@corp.example"], "{got:?}");
+    for (envelope, mail) in &got {
+        assert_eq!(envelope["tls"], true, "sent only after STARTTLS");
+        assert_eq!(
+            mail["subject"],
+            "[airlock] Approval needed: db.query for agent1"
+        );
+        let text = mail["text"].as_str().unwrap();
+        let html = mail["html"].as_str().unwrap();
+        let link = format!("http://127.0.0.1:{port}/inbox/approvals/{approval}");
+        assert!(text.contains(&link), "{text}");
+        assert!(
+            text.contains("<script>alert(1)</script>"),
+            "the text is the args as sent: {text}"
+        );
+        assert!(
+            !html.contains("<script>") && html.contains("&lt;script&gt;"),
+            "{html}"
+        );
+        assert!(
+            !html.contains("<a href=\\\"https://evil") && !html.contains("<a href=\"https://evil"),
+            "{html}"
+        );
+        assert_eq!(
+            html.matches("<a ").count(),
+            1,
+            "one link, the inbox page: {html}"
+        );
+        // No credential: no token, no secret, and the redacted field stays redacted.
+        assert!(!text.contains("hunter2") && !html.contains("hunter2"));
+        assert!(
+            !text.contains("token-") && !text.to_lowercase().contains("approve?"),
+            "{text}"
+        );
+    }
+    // An approval any approver may decide goes to "*".
+    gw.call_async("agent1", "multi.op", json!({"n": 1}));
+    let got = wait_mails(&gw, &inbox, 3, Duration::from_secs(15));
+    assert_eq!(got[2].0["to"], json!(["approvers@corp.example"]));
+
+    // The link: a GET decides nothing (mail scanners open every link).
+    let link = got[0].1["text"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("http://"))
+        .unwrap()
+        .to_owned();
+    let plain = reqwest::blocking::Client::builder()
+        .redirect(reqwest::redirect::Policy::limited(5))
+        .build()
+        .unwrap();
+    let page = plain.get(&link).send().unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().unwrap().contains("Sign in"));
+    let a = gw
+        .req(
+            "GET",
+            &format!("/v1/approvals/{approval}"),
+            Some("dba1"),
+            None,
+            None,
+        )
+        .1;
+    assert_eq!(a["status"], "pending");
+    // Followed in a browser: sign in, land on the approval, approve.
+    let out = Command::new("python3")
+        .arg(peers().join("inbox_browser.py"))
+        .args([gw.base.as_str(), shots().to_str().unwrap(), "mail"])
+        .env("MAIL_LINK", &link)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(r["asked_to_sign_in"], true, "{r}");
+    assert_eq!(r["landed"], link.as_str(), "{r}");
+    assert!(r["decided"].as_str().unwrap().contains("approved"), "{r}");
+    assert_eq!(gw.resume("agent1", &call).0, 200);
+}
+
+#[test]
+fn a_mail_server_down_for_a_while_gets_the_mail_once_and_bad_config_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certs(dir.path(), "smtp");
+    let inbox = dir.path().join("mail");
+    std::fs::create_dir_all(&inbox).unwrap();
+    // The first two tries are refused with a transient failure.
+    let server = smtp(&inbox, &cert, &key, 2);
+    let backend = Backend::start();
+    let port = free_port();
+    let gw = Gateway::start_at(
+        &config(&backend, port, server.port, &ca),
+        POLICY,
+        port,
+        "warn",
+    );
+    gw.call_async("agent1", "multi.op", json!({"n": 1}));
+    let got = wait_mails(&gw, &inbox, 1, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(mails(&inbox).len(), 1, "delivered once: {got:?}");
+    let m = gw.metrics();
+    assert!(
+        m.contains("airlock_webhook_deliveries_total{result=\"retried\"} 2"),
+        "{m}"
+    );
+
+    // Without the authority, the server's certificate is not trusted: nothing is sent.
+    let (other_ca, _, _) = certs(dir.path(), "other");
+    let inbox2 = dir.path().join("mail2");
+    std::fs::create_dir_all(&inbox2).unwrap();
+    let server2 = smtp(&inbox2, &cert, &key, 0);
+    let port2 = free_port();
+    let gw2 = Gateway::start_at(
+        &config(&backend, port2, server2.port, &other_ca),
+        POLICY,
+        port2,
+        "warn",
+    );
+    gw2.call_async("agent1", "multi.op", json!({"n": 2}));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(mails(&inbox2).is_empty());
+
+    // Config refusals name the key.
+    for (email, key) in [
+        ("smtp = \"http://localhost:25\"\nfrom = \"a@b.example\"\nto = { \"*\" = [\"c@d.example\"] }", "email.smtp"),
+        ("smtp = \"smtp://localhost\"\nfrom = \"not an address\"\nto = { \"*\" = [\"c@d.example\"] }", "email.from"),
+        ("smtp = \"smtp://localhost\"\nfrom = \"a@b.example\"\nto = { dba = [\"nope\"] }", "email.to.dba"),
+        ("smtp = \"smtp://localhost\"\nfrom = \"a@b.example\"\nusername = \"u\"\nto = { \"*\" = [\"c@d.example\"] }", "email.password"),
+        ("smtp = \"smtp://localhost\"\nfrom = \"a@b.example\"", "email.to"),
+    ] {
+        let cfg = dir.path().join("bad.toml");
+        std::fs::write(&cfg, format!("{}\n[email]\n{email}\n", config_text(&backend, ""))).unwrap();
+        let out = Command::new(airlock_bin())
+            .args(["serve", "--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(key), "{key}: {err}");
+    }
+}
