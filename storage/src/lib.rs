@@ -340,6 +340,7 @@ pub(crate) fn head_of(last: Option<(Vec<u8>, Vec<u8>)>) -> Result<ChainHead, Sto
         return Ok(ChainHead {
             seq: 0,
             hash: GENESIS.to_owned(),
+            ts: 0,
         });
     };
     let seq = keys::split_audit_key(&key)
@@ -354,5 +355,6 @@ pub(crate) fn head_of(last: Option<(Vec<u8>, Vec<u8>)>) -> Result<ChainHead, Sto
     Ok(ChainHead {
         seq,
         hash: hash.to_owned(),
+        ts: record.get("ts").and_then(Value::as_u64).unwrap_or(0),
     })
 }

@@ -58,6 +58,8 @@ pub enum Durability {
 pub(crate) struct ChainHead {
     pub seq: u64,
     pub hash: String,
+    /// The last record's `ts`: no record after it carries an earlier one.
+    pub ts: u64,
 }
 
 /// What whoever writes must hold: the chain's head, and what is written but not yet fsynced.
@@ -290,6 +292,10 @@ impl<'a> Tx<'a> {
     /// for the run's event stream.
     pub fn audit(&mut self, ts: u64, kind: audit::Kind, fields: Map<String, Value>) -> u64 {
         let seq = self.head.seq + 1;
+        // INVARIANT: time never goes back within a chain. A record whose time was taken before
+        // its predecessor's was appended (two requests racing to the writer) carries its
+        // predecessor's time, so an export ordered by time, chain and seq keeps chain order.
+        let ts = ts.max(self.head.ts);
         let run = fields
             .get("run_id")
             .or_else(|| fields.get("context").and_then(|c| c.get("run_id")))
@@ -311,7 +317,7 @@ impl<'a> Tx<'a> {
             );
             self.runs.push(run);
         }
-        self.head = ChainHead { seq, hash };
+        self.head = ChainHead { seq, hash, ts };
         seq
     }
 

@@ -1125,3 +1125,39 @@ fn a_burst_of_commits_is_told_in_fewer_announcements_that_name_every_call() {
         next = to + 1;
     }
 }
+
+#[test]
+fn time_never_goes_back_within_a_chain_across_a_reopen() {
+    let place = Place::new();
+    let field = |n: u64| {
+        let mut m = serde_json::Map::new();
+        m.insert("n".into(), serde_json::Value::from(n));
+        m
+    };
+    {
+        let store = open(&place);
+        // A record whose time was taken before its predecessor's was appended.
+        store
+            .append_audit(Kind::PolicyLoaded, field(1), 2_000)
+            .unwrap();
+        store
+            .append_audit(Kind::PolicyLoaded, field(2), 1_000)
+            .unwrap();
+        store
+            .append_audit(Kind::PolicyLoaded, field(3), 3_000)
+            .unwrap();
+    }
+    let store = open(&place);
+    store
+        .append_audit(Kind::PolicyLoaded, field(4), 2_500)
+        .unwrap();
+    let ts: Vec<u64> = store
+        .audit_after(0, 100)
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "policy.loaded")
+        .map(|r| r["ts"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ts, [2_000, 2_000, 3_000, 3_000]);
+    assert!(store.verify_audit().unwrap().is_ok());
+}
