@@ -221,8 +221,8 @@ fn written() -> Value {
                     "description": "What this approval grants, within the rule's maxima; each part left out is the rule's own.",
                     "properties": {
                         "scope": {"enum": ["call", "run", "principal"]},
-                        "ttl": {"type": "string", "description": "A duration: `30m`, `1h`."},
-                        "uses": {"type": "integer", "minimum": 1},
+                        "ttl": {"type": "string", "pattern": "^[1-9][0-9]{0,8}(ms|s|m|h|d)$", "description": "A duration: `30m`, `1h`."},
+                        "uses": {"type": "integer", "minimum": 1, "maximum": 4294967295u64},
                     },
                 },
             },
