@@ -415,8 +415,13 @@ fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
 
     let mut problems = Vec::new();
     if decision.decision != case.expect {
+        let why = if decision.rules.is_empty() {
+            "no rule matched: the defaults decided".to_owned()
+        } else {
+            format!("matched rules {:?}", decision.rules)
+        };
         problems.push(format!(
-            "expected {}, got {}",
+            "expected {}, got {} ({why})",
             case.expect.as_str(),
             decision.decision.as_str()
         ));

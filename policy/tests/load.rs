@@ -375,3 +375,27 @@ fn grant_maxima_default_to_the_grant_and_widen_only_where_written() {
         (json!(4), json!("run"), json!("10m"))
     );
 }
+
+#[test]
+fn a_failing_case_says_which_rules_matched_or_that_the_defaults_decided() {
+    let set = load("version = 1\n[defaults]\ndecision = \"allow\"\n[[rules]]\nid = \"no-rm\"\ntools = [\"shell.*\"]\nwhen = 'args.cmd.startsWith(\"rm\")'\ndecision = \"deny\"\n").unwrap();
+    let dir = std::env::temp_dir().join(format!("airlock-cases-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.cases.toml");
+    std::fs::write(
+        &file,
+        "[[case]]\nname = \"rm\"\ntool = \"shell.exec\"\nargs = { cmd = \"rm -rf /\" }\nexpect = \"allow\"\n\
+         [[case]]\nname = \"ls\"\ntool = \"shell.exec\"\nargs = { cmd = \"ls\" }\nexpect = \"deny\"\n",
+    )
+    .unwrap();
+    let results = airlock_policy::cases::run_file(&file, &set);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let failures: Vec<String> = results.iter().filter_map(|r| r.failure.clone()).collect();
+    assert_eq!(
+        failures,
+        [
+            "expected allow, got deny (matched rules [\"no-rm\"])",
+            "expected deny, got allow (no rule matched: the defaults decided)"
+        ]
+    );
+}

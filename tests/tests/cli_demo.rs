@@ -210,6 +210,9 @@ fn approval_commands_use_the_approver_token_and_explain_an_agent_token() {
         "{table}"
     );
     assert!(table.contains(held["call_id"].as_str().unwrap()), "{table}");
+    // The approver sees what the call would do.
+    assert!(header.ends_with("ARGS"), "{table}");
+    assert!(table.contains(r#"{"command":"rm -rf build/"}"#), "{table}");
 
     let out = demo.cli(&["approvals", "show", approval], &both);
     let shown = text(&out.stdout);

@@ -104,6 +104,7 @@ pub fn approvals_table(list: &[Value]) -> String {
         "QUORUM".into(),
         "EXPIRES".into(),
         "RULES".into(),
+        "ARGS".into(),
     ]];
     for a in list {
         let s = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
@@ -130,18 +131,38 @@ pub fn approvals_table(list: &[Value]) -> String {
                 a.get("quorum").and_then(Value::as_u64).unwrap_or(1)
             ),
             s("expires_at"),
-            a.get("rules")
-                .and_then(Value::as_array)
-                .map(|r| {
-                    r.iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                })
-                .unwrap_or_default(),
+            rules_text(a.get("rules"), ","),
+            args_text(a),
         ]);
     }
     columns(&rows)
+}
+
+/// The rules that decided, or that it was the policy's defaults (no rule matched).
+pub fn rules_text(rules: Option<&Value>, sep: &str) -> String {
+    let names: Vec<&str> = rules
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if names.is_empty() {
+        "(no rule: the defaults)".to_owned()
+    } else {
+        names.join(sep)
+    }
+}
+
+/// An approval's args on one line, as canonical JSON cut to 60 characters (a review's: the
+/// tool whose definition changed), so an approver sees what a call would do in the list.
+fn args_text(a: &Value) -> String {
+    if a.get("kind").and_then(Value::as_str) == Some("tool_definition") {
+        return "(a changed definition)".to_owned();
+    }
+    let args = a.get("args").map(Value::to_string).unwrap_or_default();
+    let mut cut: String = args.chars().take(60).collect();
+    if cut.len() < args.len() {
+        cut.push('…');
+    }
+    cut
 }
 
 /// Rows as aligned columns, the first row the header.
@@ -181,7 +202,7 @@ pub fn approval_details(a: &Value) -> String {
         ("args", s("/args")),
         ("fingerprint", s("/fingerprint")),
         ("requester", s("/requester/principal")),
-        ("rules", s("/rules")),
+        ("rules", rules_text(a.get("rules"), ", ")),
         (
             "approvers",
             format!(
