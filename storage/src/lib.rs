@@ -49,6 +49,13 @@ pub use ops::{
 };
 pub use writer::Durability;
 
+/// How the PostgreSQL store's connections plan, and the statements each prepares: for the
+/// test that EXPLAINs them on an empty table and a large one.
+#[doc(hidden)]
+pub mod postgres_plans {
+    pub use crate::kv::postgres::{PLAN_SETTINGS as SETTINGS, STATEMENTS};
+}
+
 use keys::{decode, Ks};
 use kv::Backend;
 use writer::{ChainHead, Shared, Writer};

@@ -313,7 +313,7 @@ fn a_changed_definition_is_held_until_a_reviewer_approves_it_and_declined_stays_
         .as_str()
         .unwrap()
         .to_owned();
-    let (s, b) = decide(&gw, "admin", &id, true);
+    let (s, b) = decide(&gw, "dba2", &id, true);
     assert_eq!(s, 200, "{b}");
     let (s, b) = gw.call(
         "agent1",

@@ -484,6 +484,45 @@ const WRITE: &str = "\
     SELECT (SELECT count(*) FROM expected), \
         CASE WHEN $12::boolean THEN set_config('synchronous_commit', 'off', true) END";
 
+/// How every connection plans. Each prepared statement is planned once per connection (its
+/// generic plan), not at each use: with a plan per use, PostgreSQL planned a group's statement
+/// at every commit, which cost more CPU than the statement saved. But a generic plan made on a
+/// connection opened while the table was empty (every new deployment) hashed a sequential
+/// scan of it to find the keys a group deletes, and kept doing so as the table grew, so the
+/// cost of a group grew with the store. Every statement here finds its rows by the primary
+/// key, one key at a time; the planner is told to plan them so whatever it believes of the
+/// table's size: no sequential scan where the key's index serves, no hash or merge join. A
+/// test EXPLAINs every statement on an empty table and on a large one
+/// (`storage/tests/pg_plans.rs`).
+pub const PLAN_SETTINGS: &str = "SET plan_cache_mode = force_generic_plan; \
+    SET enable_seqscan = off; SET enable_hashjoin = off; SET enable_mergejoin = off";
+
+/// The statements every connection prepares, by name: reading one key, the four scans of a
+/// key range, and a group's write ([`WRITE`]).
+pub const STATEMENTS: [(&str, &str); 6] = [
+    (
+        "airlock_get",
+        "SELECT v FROM airlock_kv WHERE ks = $1 AND k = $2",
+    ),
+    (
+        "airlock_scan_from",
+        "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k LIMIT $3",
+    ),
+    (
+        "airlock_scan_from_to",
+        "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 ORDER BY k LIMIT $4",
+    ),
+    (
+        "airlock_scan_rev",
+        "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k DESC LIMIT $3",
+    ),
+    (
+        "airlock_scan_rev_to",
+        "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 ORDER BY k DESC LIMIT $4",
+    ),
+    ("airlock_write", WRITE),
+];
+
 /// Connects and prepares the statements every connection uses.
 async fn connect(
     config: &tokio_postgres::Config,
@@ -491,32 +530,21 @@ async fn connect(
 ) -> Result<Conn, StoreError> {
     let (client, connection) = config.connect(tls).await.map_err(with_causes)?;
     tokio::spawn(connection);
-    // Each prepared statement is planned once per connection (its generic plan), not at each
-    // use: with a plan per use, PostgreSQL planned a group's statement at every commit, which
-    // cost more CPU than the statement saved. The generic plans look every key up by the
-    // primary key (checked with EXPLAIN on a table of 200,000 rows), and are made again when
-    // ANALYZE changes the table's statistics.
     client
         .batch_execute(&format!(
-            "SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}'; \
-             SET plan_cache_mode = force_generic_plan"
+            "SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION}'; {PLAN_SETTINGS}"
         ))
         .await
         .map_err(unavailable)?;
     // Prepared together: one round trip.
-    let prepare = |sql: &'static str| client.prepare(sql);
+    let prepare = |i: usize| client.prepare(STATEMENTS[i].1);
     let (get, scan_from, scan_from_to, scan_rev, scan_rev_to, write) = tokio::join!(
-        prepare("SELECT v FROM airlock_kv WHERE ks = $1 AND k = $2"),
-        prepare("SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k LIMIT $3"),
-        prepare(
-            "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 ORDER BY k LIMIT $4"
-        ),
-        prepare("SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 ORDER BY k DESC LIMIT $3"),
-        prepare(
-            "SELECT k, v FROM airlock_kv WHERE ks = $1 AND k >= $2 AND k < $3 \
-             ORDER BY k DESC LIMIT $4"
-        ),
-        prepare(WRITE),
+        prepare(0),
+        prepare(1),
+        prepare(2),
+        prepare(3),
+        prepare(4),
+        prepare(5),
     );
     Ok(Conn {
         get: get.map_err(unavailable)?,
