@@ -104,7 +104,7 @@ fn without_the_settings_a_new_database_would_plan_a_scan() {
     c.batch_execute(&format!("PREPARE w AS {write}")).unwrap();
     let rows = c
         .query(
-            &format!("EXPLAIN EXECUTE w({})", vec!["NULL"; 12].join(", ")),
+            &format!("EXPLAIN EXECUTE w({})", ["NULL"; 12].join(", ")),
             &[],
         )
         .unwrap();
