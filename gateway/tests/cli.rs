@@ -180,7 +180,7 @@ fn eval_explains_the_decision() {
     assert_eq!(v["approval_ttl"], "1h");
     assert_eq!(
         v["grant"],
-        serde_json::json!({"uses": 1, "ttl": "5m", "scope": "call"})
+        serde_json::json!({"uses": 1, "ttl": "5m", "scope": "call", "max_uses": 1, "max_ttl": "5m", "max_scope": "call"})
     );
     assert_eq!(
         v["rules"],

@@ -360,9 +360,14 @@ struct PartialGrant {
 }
 
 impl PartialGrant {
-    /// The grant, what it leaves out taken from `base`; a maximum is never below its value
-    /// (left out and not inherited, it is the value: nothing widens).
+    /// The grant, what it leaves out taken from `base`. A maximum is never below its value;
+    /// left out, it is the value itself (nothing widens), unless `base` widened it (its
+    /// maximum above its own value, as `[defaults].grant` may write one), which it inherits.
     fn over(self, base: GrantSettings) -> GrantSettings {
+        fn max_of<T: Ord + Copy>(written: Option<T>, base_max: T, base_value: T, own: T) -> T {
+            let inherited = if base_max > base_value { base_max } else { own };
+            written.unwrap_or(inherited).max(own)
+        }
         let uses = self.uses.unwrap_or(base.uses);
         let ttl = self.ttl.unwrap_or(base.ttl);
         let scope = self.scope.unwrap_or(base.scope);
@@ -370,9 +375,9 @@ impl PartialGrant {
             uses,
             ttl,
             scope,
-            max_uses: self.max_uses.unwrap_or(base.max_uses).max(uses),
-            max_ttl: self.max_ttl.unwrap_or(base.max_ttl).max(ttl),
-            max_scope: self.max_scope.unwrap_or(base.max_scope).max(scope),
+            max_uses: max_of(self.max_uses, base.max_uses, base.uses, uses),
+            max_ttl: max_of(self.max_ttl, base.max_ttl, base.ttl, ttl),
+            max_scope: max_of(self.max_scope, base.max_scope, base.scope, scope),
         }
     }
 }

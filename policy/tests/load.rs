@@ -345,6 +345,13 @@ fn grant_maxima_default_to_the_grant_and_widen_only_where_written() {
         grant_of(&text, "t.x"),
         json!({"uses": 8, "ttl": "10m", "scope": "run", "max_uses": 8, "max_ttl": "1h", "max_scope": "principal"})
     );
+    // A rule that narrows the scope widens nothing it did not write: its maximum is its own.
+    let narrow = format!("{base}[[rules]]\nid = \"r\"\ndecision = \"require_approval\"\ngrant = {{ scope = \"call\", ttl = \"5m\" }}\n");
+    let g = grant_of(&narrow, "t.x");
+    assert_eq!(
+        (g["max_scope"].clone(), g["max_ttl"].clone()),
+        (json!("call"), json!("5m"))
+    );
     // A maximum below the value beside it, or of no uses, is refused.
     for bad in [
         "grant = { uses = 3, max_uses = 2 }",
