@@ -126,13 +126,19 @@ impl Model {
         now: u64,
     ) -> Result<ApprovalStatus, &'static str> {
         let a = &mut self.approvals[i];
-        let in_group = who.role == "admin"
-            || (who.role == "approver" && (!a.grouped || who.groups.iter().any(|g| g == "g")));
-        if !in_group {
-            return Err("approval.forbidden");
-        }
         if who.id == "alice" {
             return Err("approval.self_approval");
+        }
+        // Where the approval names groups, only their members' approvals count: an admin
+        // outside them may decline, not approve.
+        let member = !a.grouped || who.groups.iter().any(|g| g == "g");
+        let may = match who.role.as_str() {
+            "admin" => member || !approve,
+            "approver" => member,
+            _ => false,
+        };
+        if !may {
+            return Err("approval.forbidden");
         }
         if a.deciders.contains(&who.id) {
             return Err("approval.already_decided");
