@@ -73,13 +73,17 @@ fn refusals_come_in_the_documented_order() {
         code(store.decide(&a.id, &approver("bob", &["finance"]), approve(), 2001)),
         "approval.already_decided"
     );
-    // An admin needs no group.
+    // An admin outside the approval's groups counts for nothing toward its quorum.
     assert_eq!(
         code(store.decide(&a.id, &admin("root"), approve(), 2002)),
-        "ok"
+        "approval.forbidden"
     );
     assert_eq!(
         code(store.decide(&a.id, &approver("carol", &["finance"]), approve(), 2003)),
+        "ok"
+    );
+    assert_eq!(
+        code(store.decide(&a.id, &approver("dave", &["finance"]), approve(), 2004)),
         "approval.not_pending"
     );
     assert_eq!(
