@@ -178,9 +178,8 @@ pub async fn send(email: &EmailConfig, payload: &str) -> Result<(), String> {
 /// The SMTP transport `[email]` describes: TLS required, with the extra authorities of `ca`.
 fn transport(email: &EmailConfig) -> Result<AsyncSmtpTransport<Tokio1Executor>, String> {
     let mut params = TlsParameters::builder(email.host.clone());
-    if let Some(ca) = &email.ca {
-        let pem = std::fs::read(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
-        let cert = Certificate::from_pem(&pem).map_err(|e| format!("{}: {e}", ca.display()))?;
+    if let Some(pem) = &email.ca {
+        let cert = Certificate::from_pem(pem).map_err(|e| format!("[email] ca: {e}"))?;
         params = params.add_root_certificate(cert);
     }
     let params = params

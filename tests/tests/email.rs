@@ -264,6 +264,7 @@ fn a_mail_server_down_for_a_while_gets_the_mail_once_and_bad_config_is_named() {
         ("smtp = \"smtp://localhost\"\nfrom = \"a@b.example\"\nto = { dba = [\"nope\"] }", "email.to.dba"),
         ("smtp = \"smtp://localhost\"\nfrom = \"a@b.example\"\nusername = \"u\"\nto = { \"*\" = [\"c@d.example\"] }", "email.password"),
         ("smtp = \"smtp://localhost\"\nfrom = \"a@b.example\"", "email.to"),
+        ("smtp = \"smtp://localhost\"\nfrom = \"a@b.example\"\nca = \"no-such-ca.pem\"\nto = { \"*\" = [\"c@d.example\"] }", "email.ca"),
     ] {
         let cfg = dir.path().join("bad.toml");
         std::fs::write(&cfg, format!("{}\n[email]\n{email}\n", config_text(&backend, ""))).unwrap();

@@ -352,4 +352,24 @@ fn replay_gives_the_same_table_from_fjall_postgres_and_an_export() {
     let (code, text) = replay(&["--policy", p, "--data-dir", d, "--since", "yesterday"]);
     assert_eq!(code, 2, "{text}");
     assert!(text.contains("request.invalid_time"), "{text}");
+    // An export with a line that is not a record: named, with its line, and nothing replayed.
+    let broken = dir.join("broken.jsonl");
+    std::fs::write(
+        &broken,
+        format!(
+            "{}\nnot json\n",
+            std::fs::read_to_string(&export)
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap()
+        ),
+    )
+    .unwrap();
+    let (code, text) = replay(&["--policy", p, "--file", broken.to_str().unwrap()]);
+    assert_eq!(code, 2, "{text}");
+    assert!(
+        text.contains("audit.invalid") && text.contains("broken.jsonl:2"),
+        "{text}"
+    );
 }

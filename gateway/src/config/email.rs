@@ -39,8 +39,9 @@ pub struct EmailConfig {
     pub tls: SmtpTls,
     /// Both or neither; from `env:` references.
     pub credentials: Option<(String, String)>,
-    /// PEM authorities to trust besides the system's (a private mail server).
-    pub ca: Option<PathBuf>,
+    /// PEM authorities to trust besides the system's (a private mail server), read once when
+    /// the config loads.
+    pub ca: Option<Vec<u8>>,
     pub from: String,
     /// Addresses by approver group; `"*"` for approvals any approver may decide.
     pub to: BTreeMap<String, Vec<String>>,
@@ -117,12 +118,26 @@ pub(super) fn validate(
             "names no address: `to = { finance = [\"fin@corp.example\"], \"*\" = [\"approvers@corp.example\"] }`",
         ));
     }
+    let ca = match r.ca.map(resolve) {
+        None => None,
+        Some(path) => {
+            let pem = std::fs::read(&path)
+                .map_err(|e| err("email.ca", format!("{}: {e}", path.display())))?;
+            lettre::transport::smtp::client::Certificate::from_pem(&pem).map_err(|e| {
+                err(
+                    "email.ca",
+                    format!("{}: not a PEM certificate: {e}", path.display()),
+                )
+            })?;
+            Some(pem)
+        }
+    };
     Ok(Some(EmailConfig {
         host,
         port,
         tls,
         credentials,
-        ca: r.ca.map(resolve),
+        ca,
         from: r.from,
         to: r.to,
     }))

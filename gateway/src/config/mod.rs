@@ -420,6 +420,9 @@ mod tests {
             ("[store]\nwitness_interval = \"5s\"\n", "store.witness_interval"),
             ("[store]\ndsn = \"x\"\n", "line 2"),
             ("[store]\nca = \"db-ca.pem\"\n", "store.ca"),
+            // Ids that name airlock's own channels in the outbox.
+            ("[[webhooks]]\nid = \"email:ops\"\nurl = \"http://x\"\nsecret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\"\n", "webhooks[0].id"),
+            ("[[webhooks]]\nid = \"slack:ops\"\nurl = \"http://x\"\nsecret = \"whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\"\n", "webhooks[0].id"),
         ];
         for (text, key) in cases {
             let e = parse(text).unwrap_err();

@@ -366,15 +366,7 @@ pub fn approval(
                 h1 { "Approve " code { (a.tool) } "?" }
             } @else {
                 h1 { (status_title(a.status.as_str())) ": " code { (a.tool) } }
-                p class={ "decided status-" (a.status.as_str()) } role="status" {
-                    "This call is " (a.status.as_str()) ". "
-                    @if let Some(n) = next {
-                        "Next waiting: " a href={ "/inbox/approvals/" (n.id) } { (n.tool) }
-                        " " code.args { (args_summary(&n.args)) }
-                    } @else {
-                        "Nothing else is waiting. " a href="/inbox/" { "Back to the inbox" }
-                    }
-                }
+                (decided_note(a, "call", next))
             }
             @if let Some(e) = error {
                 p.error role="alert" data-canonical={ "/inbox/approvals/" (a.id) } { (in_words(e)) }
@@ -763,6 +755,22 @@ pub fn run_result(who: &Who, run: &str, results: &[(String, String, Option<ApiEr
             p { a href="/inbox/" { "Back to the inbox" } }
         },
     )
+}
+
+/// What a decided approval's page says first: how it ended, and the next one waiting (a
+/// call's args in short beside its tool), or that nothing is.
+pub(super) fn decided_note(a: &Approval, what: &str, next: Option<&Approval>) -> Markup {
+    html! {
+        p class={ "decided status-" (a.status.as_str()) } role="status" {
+            "This " (what) " is " (a.status.as_str()) ". "
+            @if let Some(n) = next {
+                "Next waiting: " a href={ "/inbox/approvals/" (n.id) } { (n.tool) }
+                @if n.kind == ApprovalKind::Call { " " code.args { (args_summary(&n.args)) } }
+            } @else {
+                "Nothing else is waiting. " a href="/inbox/" { "Back to the inbox" }
+            }
+        }
+    }
 }
 
 /// An approval's decisions so far, if any.

@@ -11,7 +11,8 @@ use maud::{html, Markup};
 use serde_json::Value;
 
 use super::pages::{
-    approvals_of, decide_forms, decisions, in_words, layout, status_title, time_left, Who,
+    approvals_of, decide_forms, decided_note, decisions, in_words, layout, status_title, time_left,
+    Who,
 };
 use crate::clock::rfc3339;
 use crate::error::ApiError;
@@ -37,14 +38,7 @@ pub fn review(
                 h1 { "Trust the changed definition of " code { (a.tool) } "?" }
             } @else {
                 h1 { (status_title(a.status.as_str())) ": the definition of " code { (a.tool) } }
-                p class={ "decided status-" (a.status.as_str()) } role="status" {
-                    "This review is " (a.status.as_str()) ". "
-                    @if let Some(n) = next {
-                        "Next waiting: " a href={ "/inbox/approvals/" (n.id) } { (n.tool) }
-                    } @else {
-                        "Nothing else is waiting. " a href="/inbox/" { "Back to the inbox" }
-                    }
-                }
+                (decided_note(a, "review", next))
             }
             @if let Some(e) = error {
                 p.error role="alert" data-canonical={ "/inbox/approvals/" (a.id) } { (in_words(e)) }
