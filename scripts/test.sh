@@ -13,15 +13,17 @@
 #   README tells readers to;
 # - `cel-expr-python` (PyPI): Google's CEL (cel-cpp), the reference airlock's policy
 #   conditions are checked against;
-# - `aiosmtpd` (PyPI): a real SMTP server (STARTTLS required) that approval mail is sent to.
+# - `aiosmtpd` (PyPI): a real SMTP server (STARTTLS required) that approval mail is sent to;
+# - `slack_sdk` (PyPI): Slack's own SDK, whose SignatureVerifier checks how the Slack stand-in
+#   signs interactions and whose Block Kit models validate every message airlock posts.
 # PostgreSQL (Debian's `postgresql`) runs as a throwaway cluster for the run (scripts/postgres.sh):
 # several gateways on one database, and the store's conformance suite run a second time on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="$PWD/target/peers/venv"
-peers="standardwebhooks==1.1.0 mcp==2.3.0 selenium==4.38.0 schemathesis==4.32.5 openapi-python-client==0.29.1 cel-expr-python==0.1.3 aiosmtpd==1.4.6"
-if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client, selenium, schemathesis, openapi_python_client, cel_expr_python.cel, aiosmtpd' 2>/dev/null; then
+peers="standardwebhooks==1.1.0 mcp==2.3.0 selenium==4.38.0 schemathesis==4.32.5 openapi-python-client==0.29.1 cel-expr-python==0.1.3 aiosmtpd==1.4.6 slack_sdk==3.47.0"
+if ! "$venv/bin/python3" -c 'import standardwebhooks, mcp.client.client, selenium, schemathesis, openapi_python_client, cel_expr_python.cel, aiosmtpd, slack_sdk.signature' 2>/dev/null; then
   [ -x "$venv/bin/python3" ] || python3 -m venv "$venv"
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check $peers
 fi

@@ -95,7 +95,9 @@ pub fn status_for(code: Code) -> StatusCode {
         | ApprovalGrantTooWide
         | McpMissingCapability => StatusCode::BAD_REQUEST,
         RequestInvalidResumeData => StatusCode::UNPROCESSABLE_ENTITY,
-        AuthUnauthenticated | AuthInvalidToken => StatusCode::UNAUTHORIZED,
+        AuthUnauthenticated | AuthInvalidToken | SlackSignatureInvalid | SlackRequestStale => {
+            StatusCode::UNAUTHORIZED
+        }
         AuthForbidden
         | AuthForbiddenOrigin
         | AuthForbiddenHost
@@ -116,6 +118,7 @@ pub fn status_for(code: Code) -> StatusCode {
         | CallAmbiguous
         | CallSuspended
         | ToolDefinitionChanged
+        | SlackReplayed
         | AuditNotExported => StatusCode::CONFLICT,
         CallExpired => StatusCode::GONE,
         ApprovalNotFound | CallNotFound | ToolUnknown | RouteNotFound | DeliveryNotFound

@@ -1,5 +1,6 @@
 //! The delivery worker: leases due deliveries from the outbox, sends approval mail through
-//! [`crate::email`], and sends each webhook delivery signed per Standard
+//! [`crate::email`] and Slack messages through [`crate::slack`], and sends each webhook
+//! delivery signed per Standard
 //! Webhooks, records the answer (ack, retry with jitter or `Retry-After`, dead letter,
 //! `410` disabling), and turns a synchronous decision in a 2xx answer into an approver's
 //! decision through [`crate::pipeline::decide`]. Like a front end, it feeds the pipeline
@@ -16,6 +17,7 @@ use tokio::sync::Semaphore;
 use crate::clock::now_ms;
 use crate::config::WebhookConfig;
 use crate::signing;
+use crate::slack::api::Failure;
 use crate::state::{audit_fields, Gateway};
 
 /// Most a `Retry-After` may delay a delivery.
@@ -178,6 +180,9 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
     if d.webhook.starts_with(crate::email::TARGET) {
         return deliver_mail(gw, d).await;
     }
+    if d.webhook.starts_with(crate::slack::TARGET) {
+        return deliver_slack(gw, d).await;
+    }
     let id = d.id.clone();
     let Some(hook) = gw.webhooks.hook(&d.webhook).cloned() else {
         let _ = gw
@@ -267,32 +272,67 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
 /// One approval mail of the outbox: sent, retried on [`crate::email::RETRIES`], or
 /// dead-lettered (a mail without `[email]` configured any more is dead at once).
 async fn deliver_mail(gw: &Arc<Gateway>, d: Delivery) {
-    let id = d.id.clone();
     let result = match &gw.config.email {
-        Some(email) => crate::email::send(email, &d.payload).await,
-        None => Err("`[email]` is no longer configured".to_owned()),
+        Some(email) => crate::email::send(email, &d.payload)
+            .await
+            .map_err(|error| Failure::Retry {
+                error,
+                retry_after: None,
+            }),
+        None => Err(Failure::Permanent(
+            "`[email]` is no longer configured".to_owned(),
+        )),
     };
+    settle(gw, &d, "approval mail", &crate::email::RETRIES, result).await;
+}
+
+/// One Slack message of the outbox: posted or updated, retried (after Slack's `Retry-After`
+/// when it gave one), or dead-lettered.
+async fn deliver_slack(gw: &Arc<Gateway>, d: Delivery) {
+    let result = match &gw.config.slack {
+        Some(slack) => crate::slack::messages::deliver(gw, slack, &d).await,
+        None => Err(Failure::Permanent(
+            "`[slack]` is no longer configured".to_owned(),
+        )),
+    };
+    settle(gw, &d, "Slack message", &crate::slack::RETRIES, result).await;
+}
+
+/// Records how a mail's or a Slack message's attempt went: acked, retried on `schedule` (or
+/// when the answer said), or dead-lettered when the schedule has run out or a retry would
+/// fail the same way.
+async fn settle(
+    gw: &Arc<Gateway>,
+    d: &Delivery,
+    what: &str,
+    schedule: &[Duration],
+    result: Result<(), Failure>,
+) {
+    let id = d.id.clone();
     let attempts = d.attempts as usize;
     let outcome = match result {
         Ok(()) => {
             let _ = gw.store_op(move |s| s.ack_delivery(&id, now_ms())).await;
             "delivered"
         }
-        Err(error) if gw.config.email.is_none() || attempts > crate::email::RETRIES.len() => {
-            tracing::warn!(delivery = %d.id, "approval mail given up after {attempts} attempts: {error}");
-            let _ = gw
-                .store_op(move |s| s.dead_letter(&id, &error, now_ms()))
-                .await;
-            "dead"
-        }
-        Err(error) => {
-            tracing::warn!(delivery = %d.id, "approval mail not sent, trying again: {error}");
-            let due =
-                now_ms() + jitter(crate::email::RETRIES[attempts.max(1) - 1]).as_millis() as u64;
+        Err(Failure::Retry { error, retry_after }) if attempts <= schedule.len() => {
+            tracing::warn!(delivery = %d.id, target = %d.webhook, "{what} not sent, trying again: {error}");
+            let delay = retry_after
+                .map(|r| r.min(MAX_RETRY_AFTER))
+                .unwrap_or_else(|| jitter(schedule[attempts.max(1) - 1]));
+            let due = now_ms() + delay.as_millis() as u64;
             let _ = gw
                 .store_op(move |s| s.retry_delivery(&id, due, &error))
                 .await;
             "retried"
+        }
+        Err(f) => {
+            let error = f.message().to_owned();
+            tracing::warn!(delivery = %d.id, target = %d.webhook, "{what} given up after {attempts} attempts: {error}");
+            let _ = gw
+                .store_op(move |s| s.dead_letter(&id, &error, now_ms()))
+                .await;
+            "dead"
         }
     };
     gw.metrics

@@ -68,6 +68,10 @@ airlock_policy::stable_names! {
         ApprovalGrantTooWide = "approval.grant_too_wide",
         GrantNotFound = "grant.not_found",
         ApprovalInvalidState = "approval.invalid_state",
+        // A request to `/slack/interactions` that is not Slack's (DESIGN §22).
+        SlackSignatureInvalid = "slack.signature_invalid",
+        SlackRequestStale = "slack.request_stale",
+        SlackReplayed = "slack.replayed",
         // Calls.
         CallNotFound = "call.not_found",
         CallExists = "call.exists",

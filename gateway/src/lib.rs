@@ -43,6 +43,7 @@ pub(crate) mod schemas;
 pub(crate) mod serve;
 pub(crate) mod shadow;
 pub mod signing;
+pub(crate) mod slack;
 pub(crate) mod state;
 pub(crate) mod urlencoded;
 pub(crate) mod webhooks;

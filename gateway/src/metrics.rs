@@ -23,6 +23,8 @@ pub struct Metrics {
     pub policy_reloads: IntCounterVec,
     /// Calls the shadow set decided, by the `live` and the `shadow` decision.
     pub shadow_decisions: IntCounterVec,
+    /// Requests to `/slack/interactions` by what they were (`click`, `decline`, `refused`).
+    pub slack_interactions: IntCounterVec,
     pub store_errors: IntCounter,
     /// Classifier latency and failures by configured classifier name.
     pub classifier_seconds: HistogramVec,
@@ -89,6 +91,13 @@ fn build() -> Result<Metrics, prometheus::Error> {
         policy_reloads: IntCounterVec::new(
             Opts::new("airlock_policy_reloads_total", "Policy reloads by result"),
             &["result"],
+        )?,
+        slack_interactions: IntCounterVec::new(
+            Opts::new(
+                "airlock_slack_interactions_total",
+                "Requests from Slack to /slack/interactions, by kind (click, decline, refused)",
+            ),
+            &["kind"],
         )?,
         shadow_decisions: IntCounterVec::new(
             Opts::new(
@@ -176,6 +185,8 @@ fn build() -> Result<Metrics, prometheus::Error> {
         .register(Box::new(m.approval_wait_seconds.clone()))?;
     m.registry.register(Box::new(m.policy_reloads.clone()))?;
     m.registry.register(Box::new(m.shadow_decisions.clone()))?;
+    m.registry
+        .register(Box::new(m.slack_interactions.clone()))?;
     m.registry.register(Box::new(m.store_errors.clone()))?;
     m.registry
         .register(Box::new(m.classifier_seconds.clone()))?;

@@ -359,13 +359,16 @@ impl Gateway {
         result.map_err(ApiError::from)
     }
 
-    /// What an event puts in the outbox: a delivery to every webhook subscribed to `kind`, and
-    /// the approval mail (`[email]`).
+    /// What an event puts in the outbox: a delivery to every webhook subscribed to `kind`, the
+    /// approval mail (`[email]`), and the approval's Slack messages (`[slack]`).
     pub fn outbound(&self, kind: Kind, data: &Value) -> Vec<airlock_storage::NewDelivery> {
         let mut deliveries = self.webhooks.deliveries_for(kind, data);
         if let Some(email) = &self.config.email {
             let redacted = self.webhooks.redacted(data);
             deliveries.extend(crate::email::deliveries_for(email, kind, &redacted));
+        }
+        if let Some(slack) = &self.config.slack {
+            deliveries.extend(crate::slack::deliveries_for(slack, kind, data));
         }
         deliveries
     }

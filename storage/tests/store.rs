@@ -671,6 +671,42 @@ fn secrets_are_created_once_and_tokens_are_spent_once_across_restarts() {
 }
 
 #[test]
+fn notes_are_kept_until_their_deadline_replaced_whole_and_swept_after() {
+    let dir = Place::new();
+    let head = {
+        let store = open(&dir);
+        store
+            .put_note("slack.apr_1.C1", serde_json::json!({"ts": "1.1"}), 500)
+            .unwrap();
+        store
+            .put_note("slack.apr_1.C1", serde_json::json!({"ts": "2.2"}), 1000)
+            .unwrap();
+        store
+            .put_note(
+                "identity.corp:alice",
+                serde_json::json!({"groups": ["dba"]}),
+                50,
+            )
+            .unwrap();
+        store.audit_head().unwrap()
+    };
+    let store = open(&dir);
+    // Durable, the last write whole, and no audit record for a note.
+    assert_eq!(
+        store.note("slack.apr_1.C1", 10).unwrap(),
+        Some(serde_json::json!({"ts": "2.2"}))
+    );
+    assert_eq!(store.audit_head().unwrap(), head);
+    // Past its deadline a note reads as none, before and after the sweep drops it.
+    assert_eq!(store.note("identity.corp:alice", 51).unwrap(), None);
+    assert!(store.note("identity.corp:alice", 50).unwrap().is_some());
+    assert_eq!(store.note("slack.apr_9.C1", 10).unwrap(), None);
+    assert_eq!(store.sweep_settings(100).unwrap(), 1);
+    assert_eq!(store.note("identity.corp:alice", 0).unwrap(), None);
+    assert!(store.note("slack.apr_1.C1", 100).unwrap().is_some());
+}
+
+#[test]
 fn tasks_are_kept_under_their_owner_listed_in_order_and_swept_once_expired() {
     let dir = Place::new();
     let task =

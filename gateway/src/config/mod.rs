@@ -23,6 +23,7 @@ mod mcp_servers;
 mod principals;
 mod raw;
 mod server;
+mod slack;
 mod store;
 mod target;
 mod tools;
@@ -34,6 +35,7 @@ pub use issuers::{fetchable, InboxOidcConfig, IssuerConfig};
 pub use mcp_servers::{McpServerConfig, McpTransport, PinMode};
 pub use principals::{PrincipalConfig, Rate};
 pub use server::ConnectionLimits;
+pub use slack::SlackConfig;
 pub use store::StoreKind;
 pub use target::{Target, BUILTINS};
 pub use tools::{ToolRoute, Upstream};
@@ -122,6 +124,9 @@ pub struct Config {
     pub inbox_oidc: Option<InboxOidcConfig>,
     /// `[email]`: approval mail to the approver groups' addresses (DESIGN §22).
     pub email: Option<EmailConfig>,
+    /// `[slack]`: approvals posted to the approver groups' channels, decided by a click
+    /// (DESIGN §22).
+    pub slack: Option<SlackConfig>,
 }
 
 /// A `Host` value's name, lower-case, without its port (`[::1]:8080` → `[::1]`).
@@ -206,6 +211,7 @@ impl Config {
         let issuers = issuers::validate(raw.issuers, &principals, &resolve)?;
         let inbox_oidc = issuers::validate_inbox(raw.inbox.oidc, &issuers)?;
         let email = email::validate(raw.email, &resolve)?;
+        let slack = slack::validate(raw.slack, &principals, &issuers)?;
         Ok(Config {
             listen: server.listen,
             data_dir: server.data_dir,
@@ -239,6 +245,7 @@ impl Config {
             issuers,
             inbox_oidc,
             email,
+            slack,
             banner: None,
         })
     }
@@ -321,6 +328,7 @@ impl Config {
             issuers: vec![],
             inbox_oidc: None,
             email: None,
+            slack: None,
         }
     }
 

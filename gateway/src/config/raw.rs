@@ -29,6 +29,7 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) inbox: RawInbox,
     pub(super) email: Option<super::email::RawEmail>,
+    pub(super) slack: Option<super::slack::RawSlack>,
 }
 
 #[derive(Deserialize, Default)]

@@ -741,6 +741,7 @@ async fn start_session(
     {
         return Err(refusal_page(&e));
     }
+    crate::slack::users::remember_identity(gw, principal, now + SESSION_MS).await;
     tracing::info!(principal = %principal.id, "signed in to the inbox");
     let secure = if gw.config.tls.is_some() {
         "; Secure"

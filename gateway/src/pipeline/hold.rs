@@ -241,8 +241,9 @@ pub async fn cancel(
     }
     let (id, by, now) = (call_id.to_owned(), principal.clone(), now_ms());
     let call = gw.store_op(move |s| s.cancel(&id, &by, now)).await?;
-    if call.approval_id.is_some() && call.suspension.is_none() {
+    if let (Some(approval_id), None) = (&call.approval_id, &call.suspension) {
         gw.approval_closed(&call.requester.id);
+        crate::slack::messages::cancelled(gw, approval_id).await;
     }
     gw.backends.abandon(&call.call_id);
     gw.metrics.call(&call.decision, "cancelled");

@@ -275,6 +275,8 @@ impl Connection {
                     crate::mcp::handle(gw, mcp, req).await
                 } else if path == "/inbox" || path.starts_with("/inbox/") {
                     crate::inbox::handle(gw, req).await
+                } else if path == "/slack/interactions" {
+                    crate::slack::interactions::handle(gw, req).await
                 } else {
                     crate::http::handle(gw, req).await
                 };

@@ -40,11 +40,12 @@ pub struct ApprovalFilter {
     pub principal: Option<String>,
 }
 
-/// Who may decide `a`: approvers and admins, never the requester. Where `a` names groups, an
+/// Who may decide `a` (the store checks it again in the transaction that decides; front ends
+/// ask it first only to say no early): approvers and admins, never the requester. Where `a` names groups, an
 /// approval counts toward its quorum only from a principal in one of them, admins included:
 /// an admin outside them may decline (or cancel), and its approve is refused with the groups
 /// named; an approver outside them decides nothing.
-fn check_decider(a: &Approval, by: &Principal, approving: bool) -> Result<(), StoreError> {
+pub fn check_decider(a: &Approval, by: &Principal, approving: bool) -> Result<(), StoreError> {
     if by.id == a.requester.id {
         return Err(StoreError::SelfApproval);
     }
@@ -292,6 +293,10 @@ impl Store {
             f.insert("approval_id".into(), Value::from(a.id.clone()));
             f.insert("by".into(), Value::from(by.id.clone()));
             f.insert("auth".into(), by.auth_record());
+            if let Some(via) = by.auth.as_ref().and_then(|a| a.get("via")) {
+                // A decision made in Slack names it beside the principal (DESIGN §22).
+                f.insert("via".into(), via.clone());
+            }
             f.insert("decision".into(), Value::from(decision));
             f.insert("reason".into(), json!(reason));
             f.insert("status".into(), Value::from(a.status.as_str()));
@@ -415,16 +420,16 @@ fn decide_review(
     } else {
         ApprovalStatus::Pending
     };
-    tx.audit(
-        now,
-        Kind::ApprovalDecided,
-        super::fields(
-            json!({"approval_id": a.id, "kind": a.kind.as_str(), "tool": a.tool,
-            "fingerprint": a.fingerprint, "by": by.id, "auth": by.auth_record(),
-            "decision": decision, "reason": reason, "status": a.status.as_str(),
-            "approvals": a.approvals_counted(), "quorum": a.quorum}),
-        ),
+    let mut f = super::fields(
+        json!({"approval_id": a.id, "kind": a.kind.as_str(), "tool": a.tool,
+        "fingerprint": a.fingerprint, "by": by.id, "auth": by.auth_record(),
+        "decision": decision, "reason": reason, "status": a.status.as_str(),
+        "approvals": a.approvals_counted(), "quorum": a.quorum}),
     );
+    if let Some(via) = by.auth.as_ref().and_then(|a| a.get("via")) {
+        f.insert("via".into(), via.clone());
+    }
+    tx.audit(now, Kind::ApprovalDecided, f);
     if a.status != old {
         a.decided_at = Some(now);
         set_status_index(tx, &a, old)?;

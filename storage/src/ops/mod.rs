@@ -40,7 +40,7 @@ mod sessions;
 mod suspensions;
 mod tasks;
 
-pub use approvals::{ApprovalFilter, Verdict};
+pub use approvals::{check_decider, ApprovalFilter, Verdict};
 pub use calls::Begin;
 pub use expiry::Expired;
 pub use outbox::{NewDelivery, OutboxStats, PARKED};

@@ -1,5 +1,7 @@
 //! Small durable state beside the calls: inbox sessions, one-time marks (spent once, swept
-//! when their time has passed) and the gateway's named secrets, created once.
+//! when their time has passed), notes kept until a deadline (where an approval's Slack
+//! message is, the groups an issuer's principal signed in with) and the gateway's named
+//! secrets, created once.
 
 use serde_json::{json, Map, Value};
 
@@ -26,6 +28,9 @@ fn hex_field(v: &Value) -> Result<Vec<u8>, StoreError> {
         })
         .collect()
 }
+
+/// Where notes ([`Store::put_note`]) live among the settings.
+const NOTE_PREFIX: &str = "note.";
 
 impl Store {
     /// The named secret, created from `fresh` (random bytes the caller drew) on first use and
@@ -84,6 +89,7 @@ impl Store {
             for (prefix, field) in [
                 ("session.", "expires_at"),
                 ("spent.", "keep_until"),
+                (NOTE_PREFIX, "expires_at"),
                 (super::tasks::TASK_PREFIX, "expires_at"),
             ] {
                 for key in tx.committed_keys_from(Ks::Settings, prefix.as_bytes(), 10_000)? {
@@ -104,6 +110,34 @@ impl Store {
             }
             Ok(gone)
         })
+    }
+
+    /// Keeps `value` under `key` until `expires_at`, replacing what was there; then
+    /// [`Store::sweep_settings`] drops it. No audit record: a note is a convenience the
+    /// gateway can do without (the audit log has what happened).
+    pub fn put_note(&self, key: &str, value: Value, expires_at: Millis) -> Result<(), StoreError> {
+        let key = format!("{NOTE_PREFIX}{key}");
+        self.writer.submit(move |tx| {
+            put(
+                tx,
+                Ks::Settings,
+                key.as_bytes(),
+                &json!({"value": value, "expires_at": expires_at}),
+            )
+        })
+    }
+
+    /// The note under `key`, unless it has expired at `now`.
+    pub fn note(&self, key: &str, now: Millis) -> Result<Option<Value>, StoreError> {
+        let stored: Option<Value> =
+            self.read(Ks::Settings, format!("{NOTE_PREFIX}{key}").as_bytes())?;
+        Ok(stored.and_then(|mut v| {
+            let live = v
+                .get("expires_at")
+                .and_then(Value::as_u64)
+                .is_some_and(|t| t >= now);
+            live.then(|| v["value"].take())
+        }))
     }
 
     /// Stores a sign-in session under `key` (the caller passes a hash of the session's secret,

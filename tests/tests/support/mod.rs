@@ -240,6 +240,8 @@ pub struct Gateway {
     listen: String,
     /// `AIRLOCK_LOG`.
     pub log_level: &'static str,
+    /// More environment variables for the process (`env:` references of its config).
+    pub env: Vec<(String, String)>,
     /// The gateway's `/v1/openapi.json`, fetched at the first `/v1` answer [`Gateway::req`]
     /// checks against it.
     document: std::sync::OnceLock<Value>,
@@ -283,6 +285,17 @@ impl Gateway {
 
     /// Starts on `127.0.0.1:<port>` (0: any) with `AIRLOCK_LOG=<log_level>`.
     pub fn start_at(config: &str, policy: &str, port: u16, log_level: &'static str) -> Gateway {
+        Gateway::start_env(config, policy, port, log_level, &[])
+    }
+
+    /// [`Gateway::start_at`], with more environment variables for the process.
+    pub fn start_env(
+        config: &str,
+        policy: &str,
+        port: u16,
+        log_level: &'static str,
+        env: &[(&str, &str)],
+    ) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("policy")).unwrap();
         std::fs::write(dir.path().join("policy/policy.toml"), policy).unwrap();
@@ -299,6 +312,10 @@ impl Gateway {
                 .unwrap(),
             listen: format!("127.0.0.1:{port}"),
             log_level,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             document: std::sync::OnceLock::new(),
         };
         g.spawn();
@@ -317,6 +334,7 @@ impl Gateway {
                 &self.listen,
             ])
             .env("AIRLOCK_LOG", self.log_level)
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
