@@ -55,16 +55,26 @@ fn world(extra: &str) -> World {
 
 /// [`world`] with more keys for `[inbox.oidc]`.
 fn world_with(extra: &str, inbox_extra: &str) -> World {
-    let port = free_port();
+    world_at(free_port(), extra, inbox_extra, "", &[])
+}
+
+/// [`world_with`] on `port`, with more tables after `[inbox.oidc]` and environment variables.
+fn world_at(
+    port: u16,
+    extra: &str,
+    inbox_extra: &str,
+    tables: &str,
+    env: &[(&str, &str)],
+) -> World {
     let base = format!("http://127.0.0.1:{port}");
     let idp = Idp::start(&format!("{base}/inbox/oidc/callback"));
     let backend = Backend::start();
     let config = format!(
-        "{}\n[[issuers]]\nid = \"corp\"\nissuer = \"{}\"\nroles = {{ agent = [\"agents\"], approver = [\"sec-approvers\"], admin = [\"airlock-admins\"] }}\nscopes = [\"airlock:call\"]\nclaims = [\"client_id\"]\n{extra}\n[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"airlock-inbox\"\nclient_secret = \"inbox-secret\"\n{inbox_extra}\n",
+        "{}\n[[issuers]]\nid = \"corp\"\nissuer = \"{}\"\nroles = {{ agent = [\"agents\"], approver = [\"sec-approvers\"], admin = [\"airlock-admins\"] }}\nscopes = [\"airlock:call\"]\nclaims = [\"client_id\"]\n{extra}\n[inbox.oidc]\nissuer = \"corp\"\nclient_id = \"airlock-inbox\"\nclient_secret = \"inbox-secret\"\n{inbox_extra}\n{tables}\n",
         config_text(&backend, ""),
         idp.issuer
     );
-    let gw = Gateway::start_at(&config, POLICY, port, "debug");
+    let gw = Gateway::start_env(&config, POLICY, port, "debug", env);
     World {
         idp,
         gw,
@@ -1094,4 +1104,48 @@ fn an_issuers_pending_limit_holds_per_principal_and_the_token_form_can_be_turned
         page.contains("takes no tokens") && !b.jar.contains_key("airlock_session"),
         "{page}"
     );
+}
+
+#[test]
+fn a_slack_user_mapped_to_a_provider_s_principal_decides_with_the_groups_of_its_sign_in() {
+    use support::slack::*;
+    let port = free_port();
+    let slack = Slack::start(port);
+    let users = "users = { \"U0ALICE\" = \"corp:alice\" }";
+    let w = world_at(port, "", "", &slack_table(slack.port, users), &SLACK_ENV);
+    let gw = &w.gw;
+    // The sec-approvers group has no channel of its own: the default one.
+    let (_, id) = gw.call_async("agent1", "db.query", json!({"sql": "select 1"}));
+    let m = slack.wait_message(&id, "posted", |_| true);
+    assert_eq!(m["channel"], "C0ALL");
+
+    // Slack does not say which groups alice is in: until she signs in, she decides nothing.
+    slack.click(&m, "U0ALICE", "airlock.approve", json!({}));
+    slack.wait_told("U0ALICE", "sign in to the inbox once");
+    assert_eq!(
+        gw.req(
+            "GET",
+            &format!("/v1/approvals/{id}"),
+            Some("admin"),
+            None,
+            None
+        )
+        .1["status"],
+        "pending"
+    );
+    let mut b = Browser::new();
+    let back = b.sign_in_at_idp(gw, &w.idp, "alice");
+    let (s, _, page) = b.go("GET", &back, None);
+    assert!(s == 200 && page.contains("corp:alice"), "{s} {page}");
+    slack.click(&m, "U0ALICE", "airlock.approve", json!({}));
+    slack.wait_message(&id, "approved", |v| {
+        !has_buttons(v) && text_of(v).contains("Approved by corp:alice in Slack (user U0ALICE)")
+    });
+    let record = audit(gw)
+        .into_iter()
+        .find(|r| r["kind"] == "approval.decided" && r["approval_id"] == id)
+        .unwrap();
+    assert_eq!(record["by"], "corp:alice");
+    assert_eq!(record["via"], "slack");
+    assert_eq!(record["auth"]["user"], "U0ALICE");
 }

@@ -6,170 +6,11 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::slack::*;
 use support::*;
-
-const TOKEN: &str = "xoxb-17653672481-19874698323-pdFZKVeTuE8sk7oOcBrzbqgy";
-const SECRET: &str = "8f742231b10e8888abcd99yyyzzz85a5";
-
-/// Slack users of the tests' workspace and who they are to airlock.
-const USERS: &str = "users = { \"U0DBA1\" = \"dba1\", \"U0DBA2\" = \"dba2\", \"U0FIN1\" = \"fin1\", \"U0FIN2\" = \"fin2\", \"U0ADMIN\" = \"admin\", \"U0OPS\" = \"ops\" }";
-
-struct Slack {
-    child: Child,
-    port: u16,
-    client: reqwest::blocking::Client,
-}
-
-impl Drop for Slack {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Slack {
-    fn start(gateway_port: u16) -> Slack {
-        let port = free_port();
-        let mut child = Command::new("python3")
-            .arg(peers().join("slack_api.py"))
-            .arg(port.to_string())
-            .env("SLACK_BOT_TOKEN", TOKEN)
-            .env("SLACK_SIGNING_SECRET", SECRET)
-            .env(
-                "INTERACTIONS_URL",
-                format!("http://127.0.0.1:{gateway_port}/slack/interactions"),
-            )
-            .env("SLACK_CHANNELS", "C0DBA,C0FIN,C0ALL")
-            .env(
-                "SLACK_MEMBERS",
-                "U0DBA1,U0DBA2,U0FIN1,U0FIN2,U0ADMIN,U0OPS,U0NOBODY",
-            )
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 with slack_sdk (installed by scripts/test.sh)");
-        wait_for_line(&mut child, "listening");
-        Slack {
-            child,
-            port,
-            client: reqwest::blocking::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn get(&self, what: &str) -> Value {
-        self.client
-            .get(format!("http://127.0.0.1:{}/_test/{what}", self.port))
-            .send()
-            .unwrap()
-            .json()
-            .unwrap()
-    }
-
-    fn post(&self, what: &str, body: Value) -> Value {
-        self.client
-            .post(format!("http://127.0.0.1:{}/_test/{what}", self.port))
-            .json(&body)
-            .send()
-            .unwrap()
-            .json()
-            .unwrap()
-    }
-
-    /// The messages of one approval (its id is every button's value and in its link).
-    fn messages_of(&self, approval: &str) -> Vec<Value> {
-        self.get("messages")
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|m| m.to_string().contains(approval))
-            .cloned()
-            .collect()
-    }
-
-    /// Waits until `approval` has a message whose latest version satisfies `ok`.
-    fn wait_message(&self, approval: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
-        let start = Instant::now();
-        loop {
-            if let Some(m) = self
-                .messages_of(approval)
-                .into_iter()
-                .find(|m| ok(m["versions"].as_array().unwrap().last().unwrap()))
-            {
-                return m;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "no message {what} for {approval}: {:?}",
-                self.messages_of(approval)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn ephemeral_to(&self, user: &str) -> Vec<String> {
-        self.get("ephemeral")
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["user"] == user)
-            .map(|e| e["text"].as_str().unwrap().to_owned())
-            .collect()
-    }
-
-    /// Waits for a private message to `user` that contains `part`.
-    fn wait_told(&self, user: &str, part: &str) -> String {
-        let start = Instant::now();
-        loop {
-            if let Some(t) = self
-                .ephemeral_to(user)
-                .into_iter()
-                .find(|t| t.contains(part))
-            {
-                return t;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(15),
-                "{user} was not told `{part}`: {:?}",
-                self.ephemeral_to(user)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn click(&self, m: &Value, user: &str, action: &str, more: Value) -> Vec<Value> {
-        let mut req =
-            json!({"user": user, "channel": m["channel"], "ts": m["ts"], "action_id": action});
-        for (k, v) in more.as_object().unwrap() {
-            req[k] = v.clone();
-        }
-        let out = self.post("click", req);
-        assert!(out["results"].is_array(), "{out}");
-        out["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| r.as_array().unwrap().clone())
-            .collect()
-    }
-}
-
-fn text_of(version: &Value) -> String {
-    version["blocks"].to_string()
-}
-
-fn has_buttons(version: &Value) -> bool {
-    version["blocks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|b| b["type"] == "actions")
-}
 
 /// The test policy, where a dba may also approve a query for its run, up to five uses.
 fn policy() -> String {
@@ -184,20 +25,14 @@ fn policy() -> String {
 
 fn start(slack_port: u16, port: u16, backend: &Backend) -> Gateway {
     let config = format!(
-        "{}\n[slack]\nbot_token = \"env:TEST_SLACK_BOT_TOKEN\"\nsigning_secret = \"env:TEST_SLACK_SIGNING_SECRET\"\n\
-         api_url = \"http://127.0.0.1:{slack_port}/api\"\nchannel = \"C0ALL\"\nchannels = {{ dba = \"C0DBA\", finance = \"C0FIN\" }}\n{USERS}\n",
-        config_text(backend, &format!("public_url = \"http://127.0.0.1:{port}\"")),
+        "{}\n{}",
+        config_text(
+            backend,
+            &format!("public_url = \"http://127.0.0.1:{port}\"")
+        ),
+        slack_table(slack_port, USERS)
     );
-    Gateway::start_env(
-        &config,
-        &policy(),
-        port,
-        "warn",
-        &[
-            ("TEST_SLACK_BOT_TOKEN", TOKEN),
-            ("TEST_SLACK_SIGNING_SECRET", SECRET),
-        ],
-    )
+    Gateway::start_env(&config, &policy(), port, "warn", &SLACK_ENV)
 }
 
 fn approval(gw: &Gateway, id: &str) -> Value {

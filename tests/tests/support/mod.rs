@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 pub mod idp;
 pub mod pg;
+pub mod slack;
 
 /// The README's code block that opens with `opening` (e.g. "```python\n# approve_reads.py"),
 /// its text after the fence line, as printed: what a reader copies.
