@@ -359,12 +359,12 @@ fn a_decision_anywhere_else_and_expiry_update_the_message_and_a_late_click_chang
     let (_, pay) = gw.call_async("agent1", "pay.send", json!({"amount": 10}));
     let m = slack.wait_message(&pay, "posted", |_| true);
     assert_eq!(m["channel"], "C0FIN");
-    slack.click(&m, "U0FIN1", "airlock.approve_once", json!({}));
+    slack.click(&m, "U0FIN1", "airlock.approve", json!({}));
     slack.wait_told("U0FIN1", "1 of 2");
     slack.wait_message(&pay, "1 of 2", |v| {
         text_of(v).contains("1 of 2") && has_buttons(v)
     });
-    slack.click(&m, "U0FIN2", "airlock.approve_once", json!({}));
+    slack.click(&m, "U0FIN2", "airlock.approve", json!({}));
     slack.wait_message(&pay, "approved", |v| {
         !has_buttons(v) && text_of(v).contains("2 of 2")
     });
