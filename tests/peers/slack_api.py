@@ -16,8 +16,8 @@ SLACK_SIGNING_SECRET as Slack signs it, the signature checked first with `slack_
 
 Test controls (JSON, under /_test/): GET messages (each with its versions), GET ephemeral,
 GET views, POST mode {"down": bool, "ratelimit": n, "not_in_channel": [..]}, POST click
-{"user", "channel", "ts", "action_id", "version"?, "times"?, "resend"?, "tamper"?,
-"timestamp_offset"?}, POST submit {"user", "view_id", "reason"}, GET calls (every Web API call).
+{"user", "channel", "ts", "action_id", "version"?, "times"?, "resend"?, "also_to"?,
+"tamper"?, "timestamp_offset"?}, POST submit {"user", "view_id", "reason"}, GET calls (every Web API call).
 
 Usage: slack_api.py PORT; env SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET, INTERACTIONS_URL,
 SLACK_CHANNELS (comma-separated ids the workspace has), SLACK_MEMBERS (user ids in every
@@ -148,8 +148,9 @@ def web_api(method, body):
     return {"ok": False, "error": "unknown_method"}
 
 
-def sign_and_send(payload, tamper=None, timestamp_offset=0, resend=0):
-    """Sends `payload` as Slack does; returns each attempt's (status, body)."""
+def sign_and_send(payload, tamper=None, timestamp_offset=0, resend=0, also_to=()):
+    """Sends `payload` as Slack does (then the same bytes `resend` times more, and once to each
+    URL of `also_to`, as a replay would); returns each attempt's status, body and time."""
     body = urllib.parse.urlencode({"payload": json.dumps(payload)}).encode()
     ts = str(int(time.time()) + timestamp_offset)
     base = b"v0:" + ts.encode() + b":" + body
@@ -163,9 +164,9 @@ def sign_and_send(payload, tamper=None, timestamp_offset=0, resend=0):
     elif tamper == "body":
         body = body.replace(b"airlock", b"airlocK", 1)
     out = []
-    for _ in range(1 + resend):
+    for url in [INTERACTIONS] * (1 + resend) + list(also_to):
         req = urllib.request.Request(
-            INTERACTIONS,
+            url,
             data=body,
             method="POST",
             headers={
@@ -238,6 +239,7 @@ def click(req):
                 tamper=req.get("tamper"),
                 timestamp_offset=req.get("timestamp_offset", 0),
                 resend=req.get("resend", 0),
+                also_to=req.get("also_to", []),
             )
         )
 

@@ -9,6 +9,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::pg::Database;
 use support::slack::*;
 use support::*;
 
@@ -459,4 +460,58 @@ fn slack_down_or_rate_limiting_then_back_delivers_each_message_once() {
         "pending",
         "nothing decided by an error"
     );
+}
+
+#[test]
+fn two_gateways_on_postgres_post_once_update_the_same_message_and_share_the_replay_marks() {
+    let backend = Backend::start();
+    let db = Database::fresh();
+    let (port_a, port_b) = (free_port(), free_port());
+    // Slack's Request URL is gateway B; the approval is held by gateway A.
+    let slack = Slack::start(port_b);
+    let gws: Vec<Gateway> =
+        [("gw-a", port_a), ("gw-b", port_b)]
+            .iter()
+            .map(|(name, port)| {
+                let config =
+                    format!(
+                "{}\n{}\n[store]\nkind = \"postgres\"\nurl = \"{}\"\ninstance = \"{name}\"\n",
+                config_text(&backend, &format!("public_url = \"http://127.0.0.1:{port}\"")),
+                slack_table(slack.port, USERS),
+                db.url
+            );
+                Gateway::start_env(&config, &policy(), *port, "warn", &SLACK_ENV)
+            })
+            .collect();
+    let (call, id) = gws[0].call_async("agent1", "db.query", json!({"sql": "select 8"}));
+    let m = slack.wait_message(&id, "posted", |_| true);
+    let a_url = format!("http://127.0.0.1:{port_a}/slack/interactions");
+    let results = slack.click(
+        &m,
+        "U0DBA1",
+        "airlock.approve_once",
+        json!({"also_to": [a_url]}),
+    );
+    assert_eq!(results[0]["status"], 200, "{results:?}");
+    assert_eq!(
+        results[1]["status"], 409,
+        "replayed to the other gateway: {results:?}"
+    );
+    slack.wait_message(&id, "decided", |v| {
+        !has_buttons(v) && text_of(v).contains("Approved by dba1 in Slack")
+    });
+    assert_eq!(gws[0].resume("agent1", &call).0, 200);
+    assert_eq!(backend.count(), 1);
+    // Two delivery workers, one outbox: one post, and each update on that message.
+    std::thread::sleep(Duration::from_millis(500));
+    let posts = slack
+        .get("calls")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["method"] == "chat.postMessage")
+        .count();
+    assert_eq!(posts, 1);
+    assert_eq!(slack.messages_of(&id).len(), 1);
+    assert_eq!(decisions_in_audit(&gws[1], &id).len(), 1);
 }
