@@ -333,11 +333,15 @@ fn schemathesis_finds_nothing_with_every_role_and_the_backend_sees_only_calls_th
 }
 
 #[test]
-fn the_readmes_python_approver_approves_reads_and_declines_the_rest() {
-    // The snippet as the README shows it: what a reader copies works, with plain HTTP.
+fn the_api_pages_python_approver_approves_reads_and_declines_the_rest() {
+    // The snippet as docs/api.md shows it: what a reader copies works, with plain HTTP.
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("approve_reads.py");
-    std::fs::write(&script, readme_snippet("```python\n# approve_reads.py")).unwrap();
+    std::fs::write(
+        &script,
+        doc_snippet("docs/api.md", "```python\n# approve_reads.py"),
+    )
+    .unwrap();
 
     let backend = Backend::start();
     let gw = Gateway::start(&backend);
@@ -379,7 +383,7 @@ fn the_readmes_python_approver_approves_reads_and_declines_the_rest() {
 
 #[test]
 fn a_client_generated_from_the_document_lists_and_approves_a_call() {
-    // The README's one line, then the generated package used as its users would.
+    // The README's one line (the generator's command), then the generated package used as its users would.
     let backend = Backend::start();
     let gw = Gateway::start(&backend);
     let (call_id, approval_id) =

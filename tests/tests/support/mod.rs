@@ -15,19 +15,27 @@ pub mod idp;
 pub mod pg;
 pub mod slack;
 
-/// The README's code block that opens with `opening` (e.g. "```python\n# approve_reads.py"),
-/// its text after the fence line, as printed: what a reader copies.
+/// The README's code block that opens with `opening` (e.g. "```python\nimport asyncio"), its
+/// text after the fence line, as printed: what a reader copies.
 pub fn readme_snippet(opening: &str) -> String {
-    let readme =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
+    doc_snippet("README.md", opening)
+}
+
+/// [`readme_snippet`] of another page of the repository (`docs/api.md`).
+pub fn doc_snippet(page: &str, opening: &str) -> String {
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(page),
+    )
+    .unwrap();
     let fence = opening.split('\n').next().unwrap_or(opening).len() + 1;
-    let start = readme
+    let start = text
         .find(opening)
-        .unwrap_or_else(|| panic!("no `{opening}` block in the README"))
+        .unwrap_or_else(|| panic!("no `{opening}` block in {page}"))
         + fence;
-    let end = start + readme[start..].find("```").unwrap();
-    readme[start..end].to_owned()
+    let end = start + text[start..].find("```").unwrap();
+    text[start..end].to_owned()
 }
 
 /// Runs `cmd`, which must succeed; its standard output.
