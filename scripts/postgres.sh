@@ -3,7 +3,9 @@
 # listening on 127.0.0.1:PORT and a socket in DIR, and prints the connection string;
 # `stop DIR` stops it. PostgreSQL refuses to run as root, so the cluster runs as the `postgres`
 # user that Debian's package creates. Installs Debian's `postgresql` if it is missing. With
-# PG_SSL_CERT and PG_SSL_KEY set (PEM files), `start` also serves TLS with them.
+# PG_SSL_CERT and PG_SSL_KEY set (PEM files), `start` also serves TLS with them. With
+# PG_HOST_AUTH set (e.g. scram-sha-256), a new cluster asks that of connections over TCP (the
+# socket in DIR stays trusted, for the superuser that sets roles up), as a deployment's would.
 set -euo pipefail
 
 bin=""
@@ -31,7 +33,9 @@ case "${1:-}" in
     mkdir -p "$dir"
     [ "$(id -u)" = 0 ] && chown postgres "$dir"
     if ! [ -f "$dir/PG_VERSION" ]; then
-      "${as_pg[@]}" "$bin/initdb" -D "$dir" -U postgres -A trust --no-sync >/dev/null
+      auth=(-A trust)
+      if [ -n "${PG_HOST_AUTH:-}" ]; then auth=(--auth-local=trust "--auth-host=$PG_HOST_AUTH"); fi
+      "${as_pg[@]}" "$bin/initdb" -D "$dir" -U postgres "${auth[@]}" --no-sync >/dev/null
     fi
     ssl=""
     if [ -n "${PG_SSL_CERT:-}" ]; then

@@ -27,14 +27,13 @@
 mod pg;
 mod support;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use airlock_benches::cycle_rate;
 use airlock_storage::{PgOptions, Store, StoreOptions};
 use sha2::{Digest, Sha256};
 use support::{
-    client, closed_loop, cpu_seconds, pct, send, start_backend, try_cpu_seconds, GatewayProcess,
+    client, closed_loop, futures_join, pct, send, start_backend, CpuMark, GatewayProcess,
 };
 
 const AGENT: &str = "bench-agent-token";
@@ -339,54 +338,6 @@ async fn warm_up(http: &support::HttpClient, port: u16, body: &str) {
     futures_join(calls.collect()).await;
 }
 
-/// CPU time used by the gateways measured and by every PostgreSQL process on this machine
-/// (the bench's database is the only one that works while it measures), read when a load
-/// starts: what the load cost each side, per call, is read from it when the load ends. A
-/// database process that exits during the load is not counted (none does: each gateway's
-/// connections live as long as it does).
-struct CpuMark {
-    gateways: Vec<u32>,
-    gateways_then: f64,
-    postgres_then: HashMap<u32, f64>,
-}
-
-impl CpuMark {
-    fn now(gateways: &[&GatewayProcess]) -> CpuMark {
-        let gateways: Vec<u32> = gateways.iter().map(|g| g.child.id()).collect();
-        CpuMark {
-            gateways_then: gateways.iter().map(|p| cpu_seconds(*p)).sum(),
-            gateways,
-            postgres_then: postgres_cpu(),
-        }
-    }
-
-    /// Microseconds of CPU per call, (gateways, PostgreSQL), for `calls` calls since the mark.
-    fn per_call(&self, calls: f64) -> (f64, f64) {
-        let gateways: f64 = self.gateways.iter().map(|p| cpu_seconds(*p)).sum();
-        let postgres: f64 = postgres_cpu()
-            .iter()
-            .map(|(pid, now)| now - self.postgres_then.get(pid).unwrap_or(&0.0))
-            .sum();
-        let per = |seconds: f64| seconds / calls * 1e6;
-        (per(gateways - self.gateways_then), per(postgres))
-    }
-}
-
-/// CPU seconds used so far by each process named `postgres`.
-fn postgres_cpu() -> HashMap<u32, f64> {
-    let Ok(proc) = std::fs::read_dir("/proc") else {
-        return HashMap::new();
-    };
-    proc.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|name| name.trim_end() == "postgres")
-        })
-        .filter_map(|pid| Some((pid, try_cpu_seconds(pid)?)))
-        .collect()
-}
-
 /// Rounds' CPU per call, (gateways, PostgreSQL) µs: the medians of each.
 fn cpu_per_call(rounds: &[(f64, f64)]) -> String {
     format!(
@@ -530,18 +481,6 @@ fn decision_to_answer(
 }
 
 /// Runs the futures concurrently on the current runtime; their outputs in order.
-async fn futures_join<F>(futures: Vec<F>) -> Vec<f64>
-where
-    F: std::future::Future<Output = f64> + Send + 'static,
-{
-    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(h.await.unwrap());
-    }
-    out
-}
-
 async fn get(http: &support::HttpClient, port: u16, path: &str) -> (u16, bytes::Bytes) {
     use http_body_util::BodyExt;
     let req = hyper::Request::get(format!("http://127.0.0.1:{port}{path}"))

@@ -1,10 +1,11 @@
 //! What the load harnesses share: the release `airlock` binary started as its own process
 //! with a config and policy in a temp dir, a minimal in-process backend, a pooled HTTP client
-//! with `TCP_NODELAY`, one request, a closed loop, percentiles, and ([`delay`]) a TCP proxy
-//! that adds network delay.
+//! with `TCP_NODELAY`, one request, a closed loop, percentiles, the CPU a load cost the gateways
+//! and PostgreSQL ([`CpuMark`]), and ([`delay`]) a TCP proxy that adds network delay.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -269,4 +270,66 @@ pub fn settle(pids: &[u32]) {
             return;
         }
     }
+}
+
+/// CPU time used by the gateways measured and by every PostgreSQL process on this machine
+/// (the bench's database is the only one that works while it measures), read when a load
+/// starts: what the load cost each side, per call, is read from it when the load ends. A
+/// database process that exits during the load is not counted (none does: each gateway's
+/// connections live as long as it does).
+pub struct CpuMark {
+    gateways: Vec<u32>,
+    gateways_then: f64,
+    postgres_then: HashMap<u32, f64>,
+}
+
+impl CpuMark {
+    pub fn now(gateways: &[&GatewayProcess]) -> CpuMark {
+        let gateways: Vec<u32> = gateways.iter().map(|g| g.child.id()).collect();
+        CpuMark {
+            gateways_then: gateways.iter().map(|p| cpu_seconds(*p)).sum(),
+            gateways,
+            postgres_then: postgres_cpu(),
+        }
+    }
+
+    /// Microseconds of CPU per call, (gateways, PostgreSQL), for `calls` calls since the mark.
+    pub fn per_call(&self, calls: f64) -> (f64, f64) {
+        let gateways: f64 = self.gateways.iter().map(|p| cpu_seconds(*p)).sum();
+        let postgres: f64 = postgres_cpu()
+            .iter()
+            .map(|(pid, now)| now - self.postgres_then.get(pid).unwrap_or(&0.0))
+            .sum();
+        let per = |seconds: f64| seconds / calls * 1e6;
+        (per(gateways - self.gateways_then), per(postgres))
+    }
+}
+
+/// CPU seconds used so far by each process named `postgres`.
+pub fn postgres_cpu() -> HashMap<u32, f64> {
+    let Ok(proc) = std::fs::read_dir("/proc") else {
+        return HashMap::new();
+    };
+    proc.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|name| name.trim_end() == "postgres")
+        })
+        .filter_map(|pid| Some((pid, try_cpu_seconds(pid)?)))
+        .collect()
+}
+
+/// Runs `futures` each on a task of its own, at once; their outputs in order.
+pub async fn futures_join<F>(futures: Vec<F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
 }

@@ -23,11 +23,22 @@ pub struct Cluster {
     pub url: String,
     /// The certificate and key it serves TLS with, if any.
     tls: Option<(PathBuf, PathBuf)>,
+    /// What a new cluster asks of TCP clients (`PG_HOST_AUTH`); none: trust.
+    host_auth: Option<&'static str>,
 }
 
 impl Cluster {
     pub fn start() -> Cluster {
         Cluster::start_with(None)
+    }
+
+    /// A cluster whose TCP clients must sign in as `method` asks (`scram-sha-256`: a role's
+    /// password), as a deployment's would; its socket stays trusted, for setting roles up.
+    pub fn start_host_auth(method: &'static str) -> Cluster {
+        let mut c = Cluster::new(None);
+        c.host_auth = Some(method);
+        c.url = c.up();
+        c
     }
 
     /// A cluster that also serves TLS on its TCP port with `cert` and `key` (PEM).
@@ -36,6 +47,12 @@ impl Cluster {
     }
 
     fn start_with(tls: Option<(PathBuf, PathBuf)>) -> Cluster {
+        let mut c = Cluster::new(tls);
+        c.url = c.up();
+        c
+    }
+
+    fn new(tls: Option<(PathBuf, PathBuf)>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("airlock-pg")
             .tempdir()
@@ -45,14 +62,13 @@ impl Cluster {
             .local_addr()
             .unwrap()
             .port();
-        let mut c = Cluster {
+        Cluster {
             dir,
             port,
             url: String::new(),
             tls,
-        };
-        c.url = c.up();
-        c
+            host_auth: None,
+        }
     }
 
     fn up(&self) -> String {
@@ -64,6 +80,9 @@ impl Cluster {
         ]);
         if let Some((cert, key)) = &self.tls {
             cmd.env("PG_SSL_CERT", cert).env("PG_SSL_KEY", key);
+        }
+        if let Some(method) = self.host_auth {
+            cmd.env("PG_HOST_AUTH", method);
         }
         let out = cmd.output().unwrap();
         assert!(
