@@ -71,6 +71,40 @@ fn each_bad_policy_class_has_its_code_and_place() {
 }
 
 #[test]
+fn a_shape_error_does_not_hide_the_cel_errors_of_the_same_file() {
+    // A misspelt key in one rule, a misspelt function and an unknown variable in others: all
+    // three are reported at once, each at its place.
+    let text = format!(
+        "{DEFAULTS}[[rules]]\nid = \"a\"\ntools = [\"*\"]\ndecison = \"deny\"\n\
+         [[rules]]\nid = \"b\"\ntools = [\"*\"]\ndecision = \"deny\"\nwhen = 'args.cmd.startswith(\"rm\")'\n\
+         [[rules]]\nid = \"c\"\ntools = [\"*\"]\ndecision = \"deny\"\nwhen = 'argz.x == 1'\n"
+    );
+    let errors = load(&text).expect_err("refused").0;
+    let found: Vec<(&str, usize, Option<&str>)> = errors
+        .iter()
+        .map(|e| (e.code, e.line, e.rule.as_deref()))
+        .collect();
+    assert_eq!(found[0], ("policy.unknown_key", 7, None), "{errors:?}");
+    assert!(
+        found
+            .iter()
+            .any(|(c, l, r)| *c == "policy.unknown_function" && *l == 12 && *r == Some("b")),
+        "the misspelt function of rule b: {errors:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|(c, l, r)| *c == "policy.unknown_variable" && *l == 17 && *r == Some("c")),
+        "the unknown variable of rule c: {errors:?}"
+    );
+    // A file that is not TOML at all reports only that.
+    let errors = load(&format!("{DEFAULTS}[[rules]\n"))
+        .expect_err("refused")
+        .0;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+}
+
+#[test]
 fn cel_errors_point_into_the_expression() {
     let text = format!("{DEFAULTS}[[rules]]\nid = \"r1\"\ndecision = \"deny\"\nwhen = '''\nargs.a == 1 &&\n    argz.b == 2'''\n");
     let (code, line, col, _) = first_error(&text);

@@ -236,18 +236,29 @@ fn parallel_calls_on_three_gateways_keep_a_chain_each_without_a_gap() {
     );
     assert!(records.iter().any(|r| r["kind"] == "chain.witness"));
     assert!(!out.contains(" 0 witness"), "{out}");
-    // The export is ordered by time, then chain, then seq, each chain kept in seq order
-    // (within a chain a record may carry an earlier time than the one before it): where it
-    // steps from one chain to another, time never goes back.
+    // Within a chain, time never goes back (DESIGN §17: a record never carries an earlier ts
+    // than the one before it), so the export, ordered by time, then chain, then seq, keeps
+    // each chain in seq order.
+    for chain in by.keys() {
+        let ts: Vec<u64> = records
+            .iter()
+            .filter(|r| r["chain"] == chain.as_str())
+            .map(|r| r["ts"].as_u64().unwrap())
+            .collect();
+        assert!(
+            ts.windows(2).all(|w| w[0] <= w[1]),
+            "chain {chain}: time went back: {ts:?}"
+        );
+    }
+    let key = |r: &Value| {
+        (
+            r["ts"].as_u64().unwrap(),
+            r["chain"].as_str().unwrap().to_owned(),
+            r["seq"].as_u64().unwrap(),
+        )
+    };
     for w in records.windows(2) {
-        if w[0]["chain"] != w[1]["chain"] {
-            assert!(
-                w[0]["ts"].as_u64() <= w[1]["ts"].as_u64(),
-                "{} then {}",
-                w[0],
-                w[1]
-            );
-        }
+        assert!(key(&w[0]) < key(&w[1]), "{} then {}", w[0], w[1]);
     }
     let decided: BTreeSet<&str> = records
         .iter()
