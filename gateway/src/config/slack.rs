@@ -79,6 +79,50 @@ fn env_secret(key: &str, value: &str) -> Result<String, ConfigError> {
     std::env::var(var).map_err(|_| err(key, format!("environment variable `{var}` is not set")))
 }
 
+/// Each Slack user id, and the approver principal it is mapped to: configured, not an agent,
+/// or of a configured issuer.
+fn check_users(
+    users: &BTreeMap<String, String>,
+    principals: &[PrincipalConfig],
+    issuers: &[IssuerConfig],
+) -> Result<(), ConfigError> {
+    for (user, principal) in users {
+        let key = format!("slack.users.{user}");
+        if !slack_id(user, &['U', 'W']) {
+            return Err(err(
+                key,
+                format!("`{user}` is not a Slack user id (U… or W…, from the user's profile)"),
+            ));
+        }
+        match principal.split_once(':') {
+            Some((issuer, sub)) => {
+                if sub.is_empty() || !issuers.iter().any(|i| i.id == issuer) {
+                    return Err(err(
+                        key,
+                        format!("`{principal}` names no configured issuer's principal (`<issuer>:<sub>`)"),
+                    ));
+                }
+            }
+            None => match principals.iter().find(|p| &p.id == principal) {
+                None => {
+                    return Err(err(
+                        key,
+                        format!("`{principal}` is not a configured principal"),
+                    ))
+                }
+                Some(p) if p.role == "agent" => {
+                    return Err(err(
+                        key,
+                        format!("`{principal}` is an agent: only approvers and admins decide"),
+                    ))
+                }
+                Some(_) => {}
+            },
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn validate(
     raw: Option<RawSlack>,
     principals: &[PrincipalConfig],
@@ -127,40 +171,7 @@ pub(super) fn validate(
             "maps no Slack user to an approver, so nobody could decide in Slack: `users = { \"U024BE7LH\" = \"alice\" }`",
         ));
     }
-    for (user, principal) in &r.users {
-        let key = format!("slack.users.{user}");
-        if !slack_id(user, &['U', 'W']) {
-            return Err(err(
-                key,
-                format!("`{user}` is not a Slack user id (U… or W…, from the user's profile)"),
-            ));
-        }
-        match principal.split_once(':') {
-            Some((issuer, sub)) => {
-                if sub.is_empty() || !issuers.iter().any(|i| i.id == issuer) {
-                    return Err(err(
-                        key,
-                        format!("`{principal}` names no configured issuer's principal (`<issuer>:<sub>`)"),
-                    ));
-                }
-            }
-            None => match principals.iter().find(|p| &p.id == principal) {
-                None => {
-                    return Err(err(
-                        key,
-                        format!("`{principal}` is not a configured principal"),
-                    ))
-                }
-                Some(p) if p.role == "agent" => {
-                    return Err(err(
-                        key,
-                        format!("`{principal}` is an agent: only approvers and admins decide"),
-                    ))
-                }
-                Some(_) => {}
-            },
-        }
-    }
+    check_users(&r.users, principals, issuers)?;
     let bot_token = env_secret("slack.bot_token", &r.bot_token)?;
     if !bot_token.starts_with("xoxb-") {
         return Err(err(

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use airlock_storage::{check_decider, Approval, ApprovalStatus};
+use airlock_storage::{check_decider, Approval, ApprovalStatus, Principal};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -72,6 +72,35 @@ async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bo
         e.allow = Some("POST".into());
         return Err(e);
     }
+    let payload = verified(gw, &slack, req).await?;
+    match payload["type"].as_str() {
+        Some("block_actions") => {
+            gw.metrics
+                .slack_interactions
+                .with_label_values(&["click"])
+                .inc();
+            let gw = gw.clone();
+            tokio::spawn(async move { click(&gw, &slack, &payload).await });
+            Ok(empty())
+        }
+        Some("view_submission") if payload["view"]["callback_id"] == DECLINE => {
+            gw.metrics
+                .slack_interactions
+                .with_label_values(&["decline"])
+                .inc();
+            Ok(submit_decline(gw, &slack, &payload).await)
+        }
+        _ => Ok(empty()),
+    }
+}
+
+/// The `payload` of a request Slack signed, not seen before: refused `slack.signature_invalid`,
+/// `slack.request_stale` or `slack.replayed` otherwise.
+async fn verified(
+    gw: &Arc<Gateway>,
+    slack: &SlackConfig,
+    req: Request<Incoming>,
+) -> Result<Value, ApiError> {
     let header = |name: &str| {
         req.headers()
             .get(name)
@@ -116,28 +145,9 @@ async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bo
     }
     let form = std::str::from_utf8(&body).map_err(|_| bad("the body is not UTF-8"))?;
     let pairs = crate::urlencoded::pairs(form);
-    let payload: Value = crate::urlencoded::get(&pairs, "payload")
+    crate::urlencoded::get(&pairs, "payload")
         .and_then(|p| serde_json::from_str(p).ok())
-        .ok_or_else(|| bad("no `payload` form field of JSON"))?;
-    match payload["type"].as_str() {
-        Some("block_actions") => {
-            gw.metrics
-                .slack_interactions
-                .with_label_values(&["click"])
-                .inc();
-            let gw = gw.clone();
-            tokio::spawn(async move { click(&gw, &slack, &payload).await });
-            Ok(empty())
-        }
-        Some("view_submission") if payload["view"]["callback_id"] == DECLINE => {
-            gw.metrics
-                .slack_interactions
-                .with_label_values(&["decline"])
-                .inc();
-            Ok(submit_decline(gw, &slack, &payload).await)
-        }
-        _ => Ok(empty()),
-    }
+        .ok_or_else(|| bad("no `payload` form field of JSON"))
 }
 
 fn bad(message: &str) -> ApiError {
@@ -177,14 +187,18 @@ fn already(a: &Approval) -> String {
 
 /// A button click, after Slack has had its answer.
 async fn click(gw: &Arc<Gateway>, slack: &SlackConfig, p: &Value) {
-    let user = p["user"]["id"].as_str().unwrap_or("");
+    let who = Clicker {
+        gw,
+        slack,
+        user: p["user"]["id"].as_str().unwrap_or(""),
+        channel: p["container"]["channel_id"]
+            .as_str()
+            .or_else(|| p["channel"]["id"].as_str())
+            .unwrap_or(""),
+    };
     let team = p["user"]["team_id"]
         .as_str()
         .or_else(|| p["team"]["id"].as_str());
-    let channel = p["container"]["channel_id"]
-        .as_str()
-        .or_else(|| p["channel"]["id"].as_str())
-        .unwrap_or("");
     let action = &p["actions"][0];
     let action_id = action["action_id"].as_str().unwrap_or("");
     let Some(approval_id) = action["value"].as_str() else {
@@ -195,62 +209,79 @@ async fn click(gw: &Arc<Gateway>, slack: &SlackConfig, p: &Value) {
     }
     let a = match super::messages::approval(gw, approval_id).await {
         Ok(a) => a,
-        Err(e) => return tell(gw, slack, channel, user, e.message()).await,
+        Err(e) => return who.tell(e.message()).await,
     };
     if a.status != ApprovalStatus::Pending {
-        tell(gw, slack, channel, user, &already(&a)).await;
+        who.tell(&already(&a)).await;
         // A message that still offers buttons is brought up to date.
-        let _ = super::messages::show(gw, slack, &a, channel, false).await;
+        let _ = super::messages::show(gw, slack, &a, who.channel, false).await;
         return;
     }
-    let principal = match super::users::principal(gw, slack, user, team).await {
+    let principal = match super::users::principal(gw, slack, who.user, team).await {
         Ok(p) => p,
-        Err(why) => return tell(gw, slack, channel, user, &why).await,
+        Err(why) => return who.tell(&why).await,
     };
     if action_id == DECLINE {
-        if let Err(e) = check_decider(&a, &principal, false) {
-            let e = ApiError::from(e);
-            return tell(
-                gw,
-                slack,
-                channel,
-                user,
-                &format!("You cannot decline this: {}", e.message),
-            )
-            .await;
-        }
-        let meta = json!({"approval_id": a.id, "channel": channel}).to_string();
-        let view = json!({"trigger_id": p["trigger_id"], "view": blocks::decline_modal(&a, &meta)});
-        if let Err(e) = super::api::call(&gw.webhooks.client, slack, "views.open", &view).await {
-            tracing::warn!("cannot open the decline modal: {}", e.message());
-            tell(
-                gw,
-                slack,
-                channel,
-                user,
-                "Slack did not open the form for a reason: decline in the inbox instead.",
-            )
-            .await;
-        }
-        return;
+        open_decline(&who, &a, &principal, &p["trigger_id"]).await;
+    } else {
+        approve(&who, &a, &principal, action_id).await;
     }
-    let Some(choice) = blocks::approve_actions(&a)
+}
+
+/// Who clicked, and where: what a private answer needs.
+struct Clicker<'a> {
+    gw: &'a Arc<Gateway>,
+    slack: &'a SlackConfig,
+    user: &'a str,
+    channel: &'a str,
+}
+
+impl Clicker<'_> {
+    async fn tell(&self, text: &str) {
+        tell(self.gw, self.slack, self.channel, self.user, text).await;
+    }
+}
+
+/// Decline: the modal that asks for the reason, for a principal who may decline.
+async fn open_decline(who: &Clicker<'_>, a: &Approval, principal: &Principal, trigger: &Value) {
+    if let Err(e) = check_decider(a, principal, false) {
+        let e = ApiError::from(e);
+        return who
+            .tell(&format!("You cannot decline this: {}", e.message))
+            .await;
+    }
+    let meta = json!({"approval_id": a.id, "channel": who.channel}).to_string();
+    let view = json!({"trigger_id": trigger, "view": blocks::decline_modal(a, &meta)});
+    let opened = super::api::call(&who.gw.webhooks.client, who.slack, "views.open", &view).await;
+    if let Err(e) = opened {
+        tracing::warn!("cannot open the decline modal: {}", e.message());
+        who.tell("Slack did not open the form for a reason: decline in the inbox instead.")
+            .await;
+    }
+}
+
+/// An approve button: the grant it chooses, through the one verdict.
+async fn approve(who: &Clicker<'_>, a: &Approval, principal: &Principal, action_id: &str) {
+    let Some(choice) = blocks::approve_actions(a)
         .into_iter()
         .find(|b| b.id == action_id)
     else {
-        let text =
-            "That choice is no longer offered (the policy changed): the message now shows what is.";
-        let _ = super::messages::show(gw, slack, &a, channel, false).await;
-        return tell(gw, slack, channel, user, text).await;
+        let _ = super::messages::show(who.gw, who.slack, a, who.channel, false).await;
+        return who
+            .tell("That choice is no longer offered (the policy changed): the message now shows what is.")
+            .await;
     };
     let decided =
-        crate::pipeline::decide_granting(gw, &a.id, &principal, true, None, None, choice.grant)
+        crate::pipeline::decide_granting(who.gw, &a.id, principal, true, None, None, choice.grant)
             .await;
     match decided {
         Ok(after) if after.status == ApprovalStatus::Pending => {
             let n = after.approvals_counted();
-            let text = format!("Your approval counts: {n} of {} so far.", after.quorum);
-            tell(gw, slack, channel, user, &text).await;
+            who.tell(&format!(
+                "Your approval counts: {n} of {} so far.",
+                after.quorum
+            ))
+            .await;
         }
         Ok(_) => {}
         Err(e)
@@ -259,21 +290,15 @@ async fn click(gw: &Arc<Gateway>, slack: &SlackConfig, p: &Value) {
                 Code::ApprovalAlreadyDecided | Code::ApprovalNotPending
             ) =>
         {
-            let text = match super::messages::approval(gw, &a.id).await {
+            let text = match super::messages::approval(who.gw, &a.id).await {
                 Ok(now) if now.status != ApprovalStatus::Pending => already(&now),
                 _ => format!("Nothing changed: {}", e.message),
             };
-            tell(gw, slack, channel, user, &text).await;
+            who.tell(&text).await;
         }
         Err(e) => {
-            tell(
-                gw,
-                slack,
-                channel,
-                user,
-                &format!("You cannot approve this: {}", e.message),
-            )
-            .await;
+            who.tell(&format!("You cannot approve this: {}", e.message))
+                .await;
         }
     }
 }
