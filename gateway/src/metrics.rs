@@ -48,161 +48,170 @@ pub struct Metrics {
     pub tool_definitions: IntCounterVec,
 }
 
+/// Makes each metric and registers it in the one step, so that none is made and left out of
+/// `/metrics`.
+struct Reg(Registry);
+
+impl Reg {
+    fn add<M: prometheus::core::Collector + Clone + 'static>(
+        &self,
+        m: M,
+    ) -> Result<M, prometheus::Error> {
+        self.0.register(Box::new(m.clone()))?;
+        Ok(m)
+    }
+
+    fn counter(&self, name: &str, help: &str) -> Result<IntCounter, prometheus::Error> {
+        self.add(IntCounter::new(name, help)?)
+    }
+
+    fn counters(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<IntCounterVec, prometheus::Error> {
+        self.add(IntCounterVec::new(Opts::new(name, help), labels)?)
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> Result<IntGauge, prometheus::Error> {
+        self.add(IntGauge::new(name, help)?)
+    }
+
+    fn histogram(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: Vec<f64>,
+    ) -> Result<Histogram, prometheus::Error> {
+        self.add(Histogram::with_opts(
+            HistogramOpts::new(name, help).buckets(buckets),
+        )?)
+    }
+
+    fn histograms(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: Vec<f64>,
+        labels: &[&str],
+    ) -> Result<HistogramVec, prometheus::Error> {
+        self.add(HistogramVec::new(
+            HistogramOpts::new(name, help).buckets(buckets),
+            labels,
+        )?)
+    }
+}
+
 fn build() -> Result<Metrics, prometheus::Error> {
-    let registry = Registry::new();
+    let r = Reg(Registry::new());
     let fast = vec![
         0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.005, 0.01,
     ];
-    let m = Metrics {
-        calls: IntCounterVec::new(
-            Opts::new("airlock_calls_total", "Tool calls by decision and outcome"),
+    let classify = vec![
+        0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.01, 0.05, 0.1, 0.3, 1.0,
+    ];
+    let waits = vec![1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0];
+    Ok(Metrics {
+        calls: r.counters(
+            "airlock_calls_total",
+            "Tool calls by decision and outcome",
             &["decision", "outcome"],
         )?,
-        policy_eval_seconds: Histogram::with_opts(
-            HistogramOpts::new("airlock_policy_eval_seconds", "Policy evaluation latency")
-                .buckets(fast),
+        policy_eval_seconds: r.histogram(
+            "airlock_policy_eval_seconds",
+            "Policy evaluation latency",
+            fast,
         )?,
-        policy_budget_exceeded: IntCounter::new(
+        policy_budget_exceeded: r.counter(
             "airlock_policy_budget_exceeded_total",
             "Rules that ran out of the evaluation budget and yielded on_error",
         )?,
-        upstream_seconds: HistogramVec::new(
-            HistogramOpts::new(
-                "airlock_upstream_seconds",
-                "Upstream latency by configured route",
-            ),
+        upstream_seconds: r.histograms(
+            "airlock_upstream_seconds",
+            "Upstream latency by configured route",
+            prometheus::DEFAULT_BUCKETS.to_vec(),
             &["route"],
         )?,
-        pending_approvals: IntGauge::new(
+        pending_approvals: r.gauge(
             "airlock_pending_approvals",
             "Approvals waiting for a decision",
         )?,
-        held_requests: IntGauge::new(
+        held_requests: r.gauge(
             "airlock_held_requests",
             "Requests held open waiting for a decision",
         )?,
-        approval_wait_seconds: Histogram::with_opts(
-            HistogramOpts::new(
-                "airlock_approval_wait_seconds",
-                "Time from approval request to decision",
-            )
-            .buckets(vec![1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0]),
+        approval_wait_seconds: r.histogram(
+            "airlock_approval_wait_seconds",
+            "Time from approval request to decision",
+            waits,
         )?,
-        policy_reloads: IntCounterVec::new(
-            Opts::new("airlock_policy_reloads_total", "Policy reloads by result"),
+        policy_reloads: r.counters(
+            "airlock_policy_reloads_total",
+            "Policy reloads by result",
             &["result"],
         )?,
-        slack_interactions: IntCounterVec::new(
-            Opts::new(
-                "airlock_slack_interactions_total",
-                "Requests from Slack to /slack/interactions, by kind (click, decline, refused)",
-            ),
+        slack_interactions: r.counters(
+            "airlock_slack_interactions_total",
+            "Requests from Slack to /slack/interactions, by kind (click, decline, refused)",
             &["kind"],
         )?,
-        shadow_decisions: IntCounterVec::new(
-            Opts::new(
-                "airlock_shadow_decisions_total",
-                "Calls the shadow policy set decided, by the live and the shadow decision",
-            ),
+        shadow_decisions: r.counters(
+            "airlock_shadow_decisions_total",
+            "Calls the shadow policy set decided, by the live and the shadow decision",
             &["live", "shadow"],
         )?,
-        store_errors: IntCounter::new(
-            "airlock_store_errors_total",
-            "Store operations that failed",
-        )?,
-        classifier_seconds: HistogramVec::new(
-            HistogramOpts::new("airlock_classifier_seconds", "Classifier latency").buckets(vec![
-                0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.01, 0.05, 0.1, 0.3, 1.0,
-            ]),
+        store_errors: r.counter("airlock_store_errors_total", "Store operations that failed")?,
+        classifier_seconds: r.histograms(
+            "airlock_classifier_seconds",
+            "Classifier latency",
+            classify,
             &["classifier"],
         )?,
-        classifier_errors: IntCounterVec::new(
-            Opts::new(
-                "airlock_classifier_errors_total",
-                "Classifier runs that failed or timed out",
-            ),
+        classifier_errors: r.counters(
+            "airlock_classifier_errors_total",
+            "Classifier runs that failed or timed out",
             &["classifier"],
         )?,
-        webhook_deliveries: IntCounterVec::new(
-            Opts::new(
-                "airlock_webhook_deliveries_total",
-                "Webhook delivery attempts by result",
-            ),
+        webhook_deliveries: r.counters(
+            "airlock_webhook_deliveries_total",
+            "Webhook delivery attempts by result",
             &["result"],
         )?,
-        webhook_attempts: Histogram::with_opts(
-            HistogramOpts::new(
-                "airlock_webhook_attempts",
-                "Attempts a webhook delivery took",
-            )
-            .buckets(vec![1.0, 2.0, 3.0, 5.0, 9.0]),
+        webhook_attempts: r.histogram(
+            "airlock_webhook_attempts",
+            "Attempts a webhook delivery took",
+            vec![1.0, 2.0, 3.0, 5.0, 9.0],
         )?,
-        webhook_oldest_undelivered_seconds: Gauge::new(
+        webhook_oldest_undelivered_seconds: r.add(Gauge::new(
             "airlock_webhook_oldest_undelivered_seconds",
             "Age of the oldest webhook delivery not yet delivered",
-        )?,
-        connections_closed: IntCounterVec::new(
-            Opts::new(
-                "airlock_connections_closed_total",
-                "Connections closed or refused by a listener limit or timeout, by reason",
-            ),
+        )?)?,
+        connections_closed: r.counters(
+            "airlock_connections_closed_total",
+            "Connections closed or refused by a listener limit or timeout, by reason",
             &["reason"],
         )?,
-        connections_open: IntGauge::new("airlock_connections_open", "Open client connections")?,
-        principal_refusals: IntCounterVec::new(
-            Opts::new(
-                "airlock_principal_refusals_total",
-                "Requests refused by a per-principal limit",
-            ),
+        connections_open: r.gauge("airlock_connections_open", "Open client connections")?,
+        principal_refusals: r.counters(
+            "airlock_principal_refusals_total",
+            "Requests refused by a per-principal limit",
             &["principal", "reason"],
         )?,
-        principal_pending: IntGaugeVec::new(
+        principal_pending: r.add(IntGaugeVec::new(
             Opts::new(
                 "airlock_principal_pending_approvals",
                 "Pending approvals of principals that have max_pending",
             ),
             &["principal"],
-        )?,
-        tool_definitions: IntCounterVec::new(
-            Opts::new(
-                "airlock_tool_definitions_total",
-                "MCP tool definitions not the pinned one: seen, calls refused, calls run under warn",
-            ),
+        )?)?,
+        tool_definitions: r.counters(
+            "airlock_tool_definitions_total",
+            "MCP tool definitions not the pinned one: seen, calls refused, calls run under warn",
             &["server", "event"],
         )?,
-        registry,
-    };
-    m.registry.register(Box::new(m.calls.clone()))?;
-    m.registry.register(Box::new(m.tool_definitions.clone()))?;
-    m.registry
-        .register(Box::new(m.policy_eval_seconds.clone()))?;
-    m.registry
-        .register(Box::new(m.policy_budget_exceeded.clone()))?;
-    m.registry.register(Box::new(m.upstream_seconds.clone()))?;
-    m.registry.register(Box::new(m.pending_approvals.clone()))?;
-    m.registry.register(Box::new(m.held_requests.clone()))?;
-    m.registry
-        .register(Box::new(m.approval_wait_seconds.clone()))?;
-    m.registry.register(Box::new(m.policy_reloads.clone()))?;
-    m.registry.register(Box::new(m.shadow_decisions.clone()))?;
-    m.registry
-        .register(Box::new(m.slack_interactions.clone()))?;
-    m.registry.register(Box::new(m.store_errors.clone()))?;
-    m.registry
-        .register(Box::new(m.classifier_seconds.clone()))?;
-    m.registry.register(Box::new(m.classifier_errors.clone()))?;
-    m.registry
-        .register(Box::new(m.webhook_deliveries.clone()))?;
-    m.registry.register(Box::new(m.webhook_attempts.clone()))?;
-    m.registry
-        .register(Box::new(m.webhook_oldest_undelivered_seconds.clone()))?;
-    m.registry
-        .register(Box::new(m.connections_closed.clone()))?;
-    m.registry.register(Box::new(m.connections_open.clone()))?;
-    m.registry
-        .register(Box::new(m.principal_refusals.clone()))?;
-    m.registry.register(Box::new(m.principal_pending.clone()))?;
-    Ok(m)
+        registry: r.0,
+    })
 }
 
 /// Why a connection was closed or refused: the `reason` label of
