@@ -30,7 +30,7 @@ pub(super) fn mcp_stdio(url: String, token: Option<String>) -> u8 {
         .enable_all()
         .build()
     {
-        Ok(rt) => rt.block_on(crate::mcp::bridge::run(url, token)),
+        Ok(rt) => rt.block_on(super::bridge::run(url, token)),
         Err(e) => {
             eprintln!("error[internal]: cannot start the runtime: {e}");
             1

@@ -27,6 +27,7 @@ macro_rules! say {
 
 mod approvals;
 mod audit;
+mod bridge;
 mod call;
 mod client;
 mod mcp;

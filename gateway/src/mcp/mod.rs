@@ -11,7 +11,6 @@
 //! methods are answered here or passed to the owning upstream ([`upstream`]). This module
 //! translates; it decides nothing.
 
-pub mod bridge;
 pub mod calls;
 mod front;
 pub mod parked;

@@ -1,4 +1,5 @@
-//! `airlock mcp stdio --url URL`: a local MCP server on stdin and stdout that forwards every
+//! `airlock mcp stdio --url URL` (the command line's side: it is a client of `/mcp`, and the
+//! MCP front end knows nothing of it): a local MCP server on stdin and stdout that forwards every
 //! message to a gateway's `/mcp`, for clients that can only spawn processes.
 //!
 //! It adds the bearer token and the headers each revision needs (the session id it was
@@ -109,7 +110,7 @@ async fn forward(
         if let Some(s) = session.lock().await.as_ref() {
             req = req
                 .header("mcp-session-id", s.as_str())
-                .header("mcp-protocol-version", super::upstream::LEGACY);
+                .header("mcp-protocol-version", crate::backends::mcp::LEGACY);
         }
     }
     let reply_error = |message: String| {
