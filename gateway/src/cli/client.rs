@@ -3,6 +3,7 @@
 //!
 //! It only speaks the HTTP API; it decides nothing itself.
 
+use crate::error::Code;
 use serde_json::{json, Value};
 
 /// Where the gateway is and who is asking.
@@ -30,7 +31,7 @@ impl Client {
             })
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ClientError {
-                code: "auth.unauthenticated".into(),
+                code: Code::AuthUnauthenticated.as_str().into(),
                 message: format!("give --token or set {}", env_vars.join(" or ")),
             })?;
         let http = reqwest::blocking::Client::builder()

@@ -3,6 +3,7 @@
 use clap::Subcommand;
 
 use super::bad_input;
+use crate::error::Code;
 
 #[derive(Subcommand, Debug)]
 pub enum McpCommand {
@@ -23,7 +24,10 @@ pub(super) fn mcp_stdio(url: String, token: Option<String>) -> u8 {
         .or_else(|| std::env::var("AIRLOCK_TOKEN").ok())
         .filter(|t| !t.is_empty())
     else {
-        return bad_input("auth.unauthenticated", "give --token or set AIRLOCK_TOKEN");
+        return bad_input(
+            Code::AuthUnauthenticated.as_str(),
+            "give --token or set AIRLOCK_TOKEN",
+        );
     };
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     match tokio::runtime::Builder::new_multi_thread()

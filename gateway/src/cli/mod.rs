@@ -14,6 +14,7 @@ use std::io::Read;
 
 use airlock_policy::{json, MAX_ARGS_DEPTH};
 
+use crate::error::Code;
 use clap::{Parser, Subcommand};
 use serde_json::Value;
 
@@ -139,7 +140,7 @@ fn read_json_arg(value: &str, what: &str) -> Result<Vec<u8>, u8> {
         let mut buf = Vec::new();
         std::io::stdin().read_to_end(&mut buf).map_err(|e| {
             bad_input(
-                "request.invalid_json",
+                Code::RequestInvalidJson.as_str(),
                 format!("cannot read {what} from stdin: {e}"),
             )
         })?;

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use super::{bad_input, parse_json_flag, read_json_arg};
 use crate::config::{Config, PolicySource};
+use crate::error::Code;
 
 #[derive(Subcommand, Debug)]
 pub enum PolicyCommand {
@@ -111,7 +112,10 @@ pub(super) fn policy_check(path: Option<&std::path::Path>, config: Option<&std::
             }
         },
         (None, None) => {
-            return bad_input("request.invalid_args", "give a policy PATH, or --config")
+            return bad_input(
+                Code::RequestInvalidArgs.as_str(),
+                "give a policy PATH, or --config",
+            )
         }
     };
     let loaded = PolicySet::load(&path).and_then(|set| {
@@ -141,7 +145,7 @@ pub(super) fn policy_check(path: Option<&std::path::Path>, config: Option<&std::
             eprintln!("{} error(s)", errors.0.len());
             // A path that cannot be read is bad input (2), like any other; a policy that
             // reads but does not load is a failed check (1).
-            if errors.0.iter().all(|e| e.code == "policy.io") {
+            if errors.0.iter().all(|e| e.code == Code::PolicyIo.as_str()) {
                 2
             } else {
                 1
@@ -170,7 +174,7 @@ pub(super) fn policy_test(paths: &[PathBuf]) -> u8 {
 pub(super) fn policy_eval(args: &EvalArgs) -> u8 {
     if args.budget == 0 {
         return bad_input(
-            "request.invalid_args",
+            Code::RequestInvalidArgs.as_str(),
             "--budget: `0` must be a positive number of steps",
         );
     }
@@ -217,11 +221,13 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
     };
     let classifiers = match &args.classifier {
         Some(c) => cases::fixed_classifiers(&parse_json_flag(c, "classifier")?)
-            .map_err(|e| bad_input("request.invalid_classifier", e))?,
+            .map_err(|e| bad_input(Code::RequestInvalidClassifier.as_str(), e))?,
         None => Default::default(),
     };
     let now = match &args.now {
-        Some(n) => cases::parse_now(n).map_err(|e| bad_input("request.invalid_time", e))?,
+        Some(n) => {
+            cases::parse_now(n).map_err(|e| bad_input(Code::RequestInvalidTime.as_str(), e))?
+        }
         None => SystemTime::now(),
     };
     let resume = args

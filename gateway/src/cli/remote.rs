@@ -6,6 +6,7 @@ use clap::Args;
 use serde_json::Value;
 
 use super::{bad_input, client};
+use crate::error::Code;
 
 #[derive(Args, Debug)]
 pub struct Remote {
@@ -50,7 +51,7 @@ pub(super) fn hint(status: u16, body: &Value) -> Option<&'static str> {
             "hint: the gateway does not know this token. A demo gateway makes new tokens at \
              every start: export the ones it printed last.",
         ),
-        (403, "approval.forbidden") => Some(
+        (403, code) if code == Code::ApprovalForbidden.as_str() => Some(
             "hint: deciding needs an approver's token: --token \"$AIRLOCK_APPROVER_TOKEN\" \
              (or export AIRLOCK_APPROVER_TOKEN).",
         ),

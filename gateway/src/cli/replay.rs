@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::bad_input;
 use super::store::{open_store, StoreAt};
+use crate::error::Code;
 use crate::replay::{Replayer, Report};
 use crate::shadow::widens;
 
@@ -52,7 +53,7 @@ fn time_flag(value: Option<&str>, flag: &str) -> Result<Option<u64>, u8> {
             .unwrap_or(UNIX_EPOCH),
         Err(_) => cases::parse_now(v).map_err(|e| {
             bad_input(
-                "request.invalid_time",
+                Code::RequestInvalidTime.as_str(),
                 format!("{flag}: not RFC 3339 nor a duration ({e})"),
             )
         })?,
