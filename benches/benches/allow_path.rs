@@ -1,7 +1,7 @@
 //! The allowed call, side by side in one run (DESIGN §13, issue 11): the same minimal backend
 //! called directly, through an nginx `proxy_pass` hop (Debian's nginx, when installed), and
 //! through airlock in `sync` and `batched` mode — and, with `AIRLOCK_BENCH_BASELINE=<path to
-//! another airlock build>`, through that build too, so a change is measured against what it
+//! another airlock build>`, through that build too (both modes), so a change is measured against what it
 //! replaced; with `AIRLOCK_BENCH_WORKERS=N`, `sync` with N tokio worker threads too; with
 //! `AIRLOCK_BENCH_LOG=LEVEL`, `sync` logging at that level too (the others log only errors).
 //!
@@ -167,6 +167,9 @@ fn main() {
         .ok()
         .map(PathBuf::from);
     let baseline = baseline_bin.as_ref().map(|b| gateway(b, backend, "sync"));
+    let baseline_batched = baseline_bin
+        .as_ref()
+        .map(|b| gateway(b, backend, "batched"));
     // `AIRLOCK_BENCH_WORKERS=N` adds `sync` with N serving threads (the gateway reads
     // AIRLOCK_SERVE_THREADS; the default is one per core).
     let workers = std::env::var("AIRLOCK_BENCH_WORKERS").ok();
@@ -217,6 +220,9 @@ fn main() {
         targets.push(airlock(&format!("airlock sync, AIRLOCK_LOG={l}"), g));
     }
     targets.push(airlock("airlock batched", &batched));
+    if let Some(b) = &baseline_batched {
+        targets.push(airlock("airlock batched (baseline build)", b));
+    }
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -298,6 +304,7 @@ fn main() {
     // Disk per allowed call: 20,000 more calls through `sync`, then the store alone.
     drop(batched);
     drop(baseline);
+    drop(baseline_batched);
     drop(few);
     let calls = 20_000u64;
     rt.block_on(async {
