@@ -143,86 +143,7 @@ async fn chunk(
     if !may_see {
         return None;
     }
-    let error = |code: &str, message: String| {
-        (
-            "tool-error",
-            json!({"error": {"code": code, "message": message}}),
-        )
-    };
-    let (name, mut payload) = match kind {
-        // A refused resume that ended the call (an MCP client's answer, DESIGN §11); one that
-        // left it suspended is no event of the run: the call still waits.
-        Kind::CallDecided | Kind::CallResumeDenied
-            if match kind {
-                Kind::CallDecided => record.get("decision").and_then(Value::as_str) == Some("deny"),
-                _ => record.get("ended") == Some(&Value::Bool(true)),
-            } =>
-        {
-            let messages: Vec<&str> = record
-                .get("messages")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(|m| m.get("message").and_then(Value::as_str))
-                .collect();
-            let message = if messages.is_empty() {
-                "denied by policy".to_owned()
-            } else {
-                messages.join("; ")
-            };
-            error(Code::PolicyDenied.as_str(), message)
-        }
-        Kind::ApprovalRequested => (
-            "tool-call-approval",
-            json!({
-                // The audit copy: redacted as the audit log is.
-                "args": record.get("args").cloned().unwrap_or(Value::Null),
-                "approvalId": record.get("approval_id"),
-                "expiresAt": record.get("expires_at").and_then(Value::as_u64).map(rfc3339),
-            }),
-        ),
-        Kind::ApprovalDecided
-            if record.get("status").and_then(Value::as_str) == Some("declined") =>
-        {
-            let reason = record.get("reason").and_then(Value::as_str).unwrap_or("");
-            error(
-                Code::ApprovalDeclined.as_str(),
-                format!("declined by an approver: {reason}"),
-            )
-        }
-        Kind::ApprovalExpired => error(
-            Code::ApprovalExpired.as_str(),
-            "nobody approved the call in time; it is denied".into(),
-        ),
-        Kind::CallSuspended => (
-            "tool-call-suspended",
-            json!({
-                "suspendPayload": record.get("payload").cloned().unwrap_or(Value::Null),
-                "resumeSchema": record.get("resume_schema").cloned().unwrap_or(Value::Null),
-            }),
-        ),
-        Kind::CallCompleted => (
-            "tool-result",
-            json!({"result": call.outcome.as_ref().and_then(|o| o.result.clone())}),
-        ),
-        Kind::CallFailed => {
-            let o = call.outcome.as_ref();
-            let code = o.and_then(|o| o.error.clone()).unwrap_or_default();
-            let message = o
-                .and_then(|o| o.message.clone())
-                .unwrap_or_else(|| code.clone());
-            error(&code, message)
-        }
-        Kind::CallExpired => error(
-            Code::CallExpired.as_str(),
-            "nobody resumed the suspended call in time; it has ended".into(),
-        ),
-        Kind::CallCancelled => error(
-            Code::CallCancelled.as_str(),
-            "the call was cancelled".into(),
-        ),
-        _ => return None,
-    };
+    let (name, mut payload) = payload_of(kind, record, &call)?;
     payload["toolCallId"] = Value::String(tool_call_id(&call));
     payload["toolName"] = Value::String(call.tool.clone());
     Some(json!({
@@ -231,4 +152,87 @@ async fn chunk(
         "callId": call.call_id,
         "payload": payload,
     }))
+}
+
+/// A run event's type and payload for an audit record of `call`.
+fn payload_of(kind: Kind, record: &Value, call: &CallRecord) -> Option<(&'static str, Value)> {
+    let field = |k: &str| record.get(k).cloned().unwrap_or(Value::Null);
+    Some(match kind {
+        Kind::ApprovalRequested => (
+            "tool-call-approval",
+            json!({
+                // The audit copy: redacted as the audit log is.
+                "args": field("args"),
+                "approvalId": record.get("approval_id"),
+                "expiresAt": record.get("expires_at").and_then(Value::as_u64).map(rfc3339),
+            }),
+        ),
+        Kind::CallSuspended => (
+            "tool-call-suspended",
+            json!({"suspendPayload": field("payload"), "resumeSchema": field("resume_schema")}),
+        ),
+        Kind::CallCompleted => (
+            "tool-result",
+            json!({"result": call.outcome.as_ref().and_then(|o| o.result.clone())}),
+        ),
+        _ => {
+            let (code, message) = refusal(kind, record, call)?;
+            (
+                "tool-error",
+                json!({"error": {"code": code, "message": message}}),
+            )
+        }
+    })
+}
+
+/// The code and message of an audit record that ended `call` without a result, if it did.
+fn refusal(kind: Kind, record: &Value, call: &CallRecord) -> Option<(String, String)> {
+    let says = |code: Code, message: &str| Some((code.as_str().to_owned(), message.to_owned()));
+    match kind {
+        // A refused resume that ended the call (an MCP client's answer, DESIGN §11); one that
+        // left it suspended is no event of the run: the call still waits.
+        Kind::CallDecided if record.get("decision").and_then(Value::as_str) != Some("deny") => None,
+        Kind::CallResumeDenied if record.get("ended") != Some(&Value::Bool(true)) => None,
+        Kind::CallDecided | Kind::CallResumeDenied => {
+            let messages: Vec<&str> = record
+                .get("messages")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.get("message").and_then(Value::as_str))
+                .collect();
+            if messages.is_empty() {
+                says(Code::PolicyDenied, "denied by policy")
+            } else {
+                says(Code::PolicyDenied, &messages.join("; "))
+            }
+        }
+        Kind::ApprovalDecided
+            if record.get("status").and_then(Value::as_str) == Some("declined") =>
+        {
+            let reason = record.get("reason").and_then(Value::as_str).unwrap_or("");
+            says(
+                Code::ApprovalDeclined,
+                &format!("declined by an approver: {reason}"),
+            )
+        }
+        Kind::ApprovalExpired => says(
+            Code::ApprovalExpired,
+            "nobody approved the call in time; it is denied",
+        ),
+        Kind::CallFailed => {
+            let o = call.outcome.as_ref();
+            let code = o.and_then(|o| o.error.clone()).unwrap_or_default();
+            let message = o
+                .and_then(|o| o.message.clone())
+                .unwrap_or_else(|| code.clone());
+            Some((code, message))
+        }
+        Kind::CallExpired => says(
+            Code::CallExpired,
+            "nobody resumed the suspended call in time; it has ended",
+        ),
+        Kind::CallCancelled => says(Code::CallCancelled, "the call was cancelled"),
+        _ => None,
+    }
 }

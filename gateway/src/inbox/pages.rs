@@ -344,19 +344,6 @@ pub fn approval(
 ) -> Markup {
     let pretty = serde_json::to_string_pretty(&a.args).unwrap_or_default();
     let (short, was_folded) = folded(&a.args);
-    let messages = a
-        .explanation
-        .get("messages")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let classifiers = a
-        .explanation
-        .get("classifiers")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let run = field(a, "run_id");
     let pending = a.status.as_str() == "pending";
     layout(
         &format!("{} · approval · airlock inbox", a.tool),
@@ -381,82 +368,115 @@ pub fn approval(
             @if was_folded {
                 details { summary { "Show the full arguments" } pre.args { (pretty) } }
             }
-            dl {
-                dt { "Fingerprint" } dd { code.fp { (a.fingerprint) } }
-                dt { "Requester" } dd { (a.requester.id) }
-                @for key in ["agent_id", "run_id", "thread_id", "tool_call_id"] {
-                    @if let Some(v) = field(a, key) { dt { (key) } dd { (v) } }
-                }
-                @if let Some(l) = a.context.get("labels") { dt { "labels" } dd { code { (l.to_string()) } } }
-                dt { "Approvers" } dd {
-                    @if a.approvers.is_empty() { "any approver" } @else {
-                        (a.approvers.iter().cloned().collect::<Vec<_>>().join(", "))
-                    }
-                }
-                dt { "Asked" } dd { (rfc3339(a.created_at)) }
-                dt { "Expires" } dd { (rfc3339(a.expires_at)) }
-                dt { "Call" } dd { code { (a.call_id) } }
-            }
-            h2 { "Why it was held" }
-            ul.rules {
-                @for r in &a.rules {
-                    li {
-                        code { (r) }
-                        @for m in messages.iter().filter(|m| m.get("rule").and_then(Value::as_str) == Some(r.as_str())) {
-                            " — " (m.get("message").and_then(Value::as_str).unwrap_or(""))
-                        }
-                    }
-                }
-            }
-            @if !classifiers.is_empty() {
-                h2 { "Classifiers" }
-                table {
-                    thead { tr { th { "Classifier" } th { "Score" } th { "Labels" } } }
-                    tbody {
-                        @for (name, c) in &classifiers {
-                            tr {
-                                td { (name) }
-                                td { (c.get("score").map(Value::to_string).unwrap_or_default()) }
-                                td { (c.get("labels").and_then(Value::as_array).map(|l| l.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
-                            }
-                        }
-                    }
-                }
-            }
+            (facts(a))
+            (why_held(a))
             (decisions(a))
-            @if pending {
-                section.actions aria-label="Decide" {
-                    (decide_forms(a, who, ["Approve", "Reason (required: the agent reads it)", "Decline"], grant_fields(a)))
-                    details.edit {
-                        summary { "Edit the arguments, then approve" }
-                        form #edit-form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } data-preview={ "/inbox/approvals/" (a.id) "/preview" } {
-                            input type="hidden" name="csrf" value=(who.csrf);
-                            label for="edit-args" { "Arguments (JSON)" }
-                            textarea #edit-args name="args" rows="10" spellcheck="false" { (pretty) }
-                            label for="edit-reason" { "Reason (optional)" }
-                            input #edit-reason name="reason";
-                            button #preview-button type="button" { "Preview the decision" }
-                            div #preview aria-live="polite" {}
-                            button.approve type="submit" { "Approve the edited call" }
-                        }
-                    }
-                    @if let Some(run) = run {
-                        details.run {
-                            summary { "Decide every pending call of run " code { (run) } }
-                            form method="post" action="/inbox/runs/decide" {
-                                input type="hidden" name="csrf" value=(who.csrf);
-                                input type="hidden" name="run_id" value=(run);
-                                label for="run-reason" { "Reason (required to decline)" }
-                                input #run-reason name="reason";
-                                button.approve type="submit" name="verb" value="approve" { "Approve the run" }
-                                button.decline type="submit" name="verb" value="decline" { "Decline the run" }
-                            }
-                        }
-                    }
-                }
-            }
+            @if pending { (decide_section(a, who, &pretty)) }
         },
     )
+}
+
+/// An approval's facts: its fingerprint, who asked, its context, its groups and times.
+fn facts(a: &Approval) -> Markup {
+    html! {
+        dl {
+            dt { "Fingerprint" } dd { code.fp { (a.fingerprint) } }
+            dt { "Requester" } dd { (a.requester.id) }
+            @for key in ["agent_id", "run_id", "thread_id", "tool_call_id"] {
+                @if let Some(v) = field(a, key) { dt { (key) } dd { (v) } }
+            }
+            @if let Some(l) = a.context.get("labels") { dt { "labels" } dd { code { (l.to_string()) } } }
+            dt { "Approvers" } dd {
+                @if a.approvers.is_empty() { "any approver" } @else {
+                    (a.approvers.iter().cloned().collect::<Vec<_>>().join(", "))
+                }
+            }
+            dt { "Asked" } dd { (rfc3339(a.created_at)) }
+            dt { "Expires" } dd { (rfc3339(a.expires_at)) }
+            dt { "Call" } dd { code { (a.call_id) } }
+        }
+    }
+}
+
+/// Why an approval was held: its rules with their messages, and the classifiers' results.
+fn why_held(a: &Approval) -> Markup {
+    let messages = a
+        .explanation
+        .get("messages")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let classifiers = a
+        .explanation
+        .get("classifiers")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    html! {
+        h2 { "Why it was held" }
+        ul.rules {
+            @for r in &a.rules {
+                li {
+                    code { (r) }
+                    @for m in messages.iter().filter(|m| m.get("rule").and_then(Value::as_str) == Some(r.as_str())) {
+                        " — " (m.get("message").and_then(Value::as_str).unwrap_or(""))
+                    }
+                }
+            }
+        }
+        @if !classifiers.is_empty() {
+            h2 { "Classifiers" }
+            table {
+                thead { tr { th { "Classifier" } th { "Score" } th { "Labels" } } }
+                tbody {
+                    @for (name, c) in &classifiers {
+                        tr {
+                            td { (name) }
+                            td { (c.get("score").map(Value::to_string).unwrap_or_default()) }
+                            td { (c.get("labels").and_then(Value::as_array).map(|l| l.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A pending approval's forms: approve or decline (with the grant choices the rule allows),
+/// edit then approve, and decide the whole run.
+fn decide_section(a: &Approval, who: &Who, pretty: &str) -> Markup {
+    let run = field(a, "run_id");
+    html! {
+        section.actions aria-label="Decide" {
+            (decide_forms(a, who, ["Approve", "Reason (required: the agent reads it)", "Decline"], grant_fields(a)))
+            details.edit {
+                summary { "Edit the arguments, then approve" }
+                form #edit-form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } data-preview={ "/inbox/approvals/" (a.id) "/preview" } {
+                    input type="hidden" name="csrf" value=(who.csrf);
+                    label for="edit-args" { "Arguments (JSON)" }
+                    textarea #edit-args name="args" rows="10" spellcheck="false" { (pretty) }
+                    label for="edit-reason" { "Reason (optional)" }
+                    input #edit-reason name="reason";
+                    button #preview-button type="button" { "Preview the decision" }
+                    div #preview aria-live="polite" {}
+                    button.approve type="submit" { "Approve the edited call" }
+                }
+            }
+            @if let Some(run) = run {
+                details.run {
+                    summary { "Decide every pending call of run " code { (run) } }
+                    form method="post" action="/inbox/runs/decide" {
+                        input type="hidden" name="csrf" value=(who.csrf);
+                        input type="hidden" name="run_id" value=(run);
+                        label for="run-reason" { "Reason (required to decline)" }
+                        input #run-reason name="reason";
+                        button.approve type="submit" name="verb" value="approve" { "Approve the run" }
+                        button.decline type="submit" name="verb" value="decline" { "Decline the run" }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The decision the edited call would get, and what changed.
