@@ -74,6 +74,54 @@ pub fn check_decider(a: &Approval, by: &Principal, approving: bool) -> Result<()
     Ok(())
 }
 
+/// The quorum is reached: the call takes the approved args, and the grant is made, part by
+/// part the narrowest the counted approvers chose, bound to the fingerprint approved.
+fn quorum_reached(
+    tx: &mut Tx<'_>,
+    a: &mut Approval,
+    call: &mut CallRecord,
+    now: Millis,
+) -> Result<(), StoreError> {
+    a.status = ApprovalStatus::Approved;
+    call.status = CallStatus::Approved;
+    call.args = a.effective_args().clone();
+    call.fingerprint = a.effective_fingerprint().to_owned();
+    call.edited = a.edited_fingerprint.is_some();
+    let fp = a.effective_fingerprint().to_owned();
+    let (call_id, requester) = (a.call_id.clone(), a.requester.id.clone());
+    let run = run_id(&a.context).map(str::to_owned);
+    a.grant = a.grant.chosen(
+        a.decisions
+            .iter()
+            .filter(|d| d.decision == "approve" && d.fingerprint == fp)
+            .map(|d| d.grant.as_ref()),
+        |scope| scope_key(scope, &call_id, run.as_deref(), &requester),
+    );
+    // INVARIANT: the approved call itself is the first use, reserved for it: it
+    // may start until the grant's ttl runs out. The grant holds only the uses
+    // left for later identical calls, so none of them can take the approved
+    // call's turn.
+    let expires_at = now.saturating_add(a.grant.ttl_ms);
+    call.run_by = Some(expires_at);
+    if a.grant.uses > 1 {
+        let grant = Grant {
+            fingerprint: call.fingerprint.clone(),
+            scope_key: a.grant.scope_key.clone(),
+            approval_id: a.id.clone(),
+            uses_left: a.grant.uses - 1,
+            expires_at,
+        };
+        let gk = keys::grant_key(&grant.fingerprint, &grant.scope_key);
+        put(tx, Ks::Grants, &gk, &grant)?;
+        tx.put(
+            Ks::Expiry,
+            keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
+            Vec::new(),
+        );
+    }
+    Ok(())
+}
+
 /// The listing index entries of an approval.
 pub(super) fn index_entries(a: &Approval) -> Vec<(u8, String)> {
     let mut entries = vec![
@@ -251,43 +299,7 @@ impl Store {
                 call.status = CallStatus::Declined;
                 call.reason = reason.clone();
             } else if a.approvals_counted() >= a.quorum as usize {
-                a.status = ApprovalStatus::Approved;
-                call.status = CallStatus::Approved;
-                call.args = a.effective_args().clone();
-                call.fingerprint = a.effective_fingerprint().to_owned();
-                call.edited = a.edited_fingerprint.is_some();
-                let fp = a.effective_fingerprint().to_owned();
-                let (call_id, requester) = (a.call_id.clone(), a.requester.id.clone());
-                let run = run_id(&a.context).map(str::to_owned);
-                a.grant = a.grant.chosen(
-                    a.decisions
-                        .iter()
-                        .filter(|d| d.decision == "approve" && d.fingerprint == fp)
-                        .map(|d| d.grant.as_ref()),
-                    |scope| scope_key(scope, &call_id, run.as_deref(), &requester),
-                );
-                // INVARIANT: the approved call itself is the first use, reserved for it: it
-                // may start until the grant's ttl runs out. The grant holds only the uses
-                // left for later identical calls, so none of them can take the approved
-                // call's turn.
-                let expires_at = now.saturating_add(a.grant.ttl_ms);
-                call.run_by = Some(expires_at);
-                if a.grant.uses > 1 {
-                    let grant = Grant {
-                        fingerprint: call.fingerprint.clone(),
-                        scope_key: a.grant.scope_key.clone(),
-                        approval_id: a.id.clone(),
-                        uses_left: a.grant.uses - 1,
-                        expires_at,
-                    };
-                    let gk = keys::grant_key(&grant.fingerprint, &grant.scope_key);
-                    put(tx, Ks::Grants, &gk, &grant)?;
-                    tx.put(
-                        Ks::Expiry,
-                        keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
-                        Vec::new(),
-                    );
-                }
+                quorum_reached(tx, &mut a, &mut call, now)?;
             }
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("approval_id".into(), Value::from(a.id.clone()));
