@@ -18,6 +18,7 @@ mod pages;
 mod review;
 mod session;
 mod shadow;
+mod suspended;
 
 use std::sync::Arc;
 
@@ -484,7 +485,7 @@ async fn resume_data(
         .suspension
         .map(|s| s.resume_schema)
         .unwrap_or(Value::Null);
-    let Some(fields) = pages::form_fields(&schema) else {
+    let Some(fields) = suspended::form_fields(&schema) else {
         let text = urlencoded::get(form, "resume_data").unwrap_or("");
         return Ok(airlock_policy::json::parse(
             text.as_bytes(),
@@ -526,7 +527,7 @@ async fn suspended(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
     match gw.store_op(|s| s.suspended_calls(500)).await {
         Ok(calls) => page(
             StatusCode::OK,
-            pages::suspended(&session_view(session), &calls, now_ms()),
+            suspended::suspended(&session_view(session), &calls, now_ms()),
         ),
         Err(e) => refusal_page(&e),
     }
@@ -541,7 +542,7 @@ async fn call_page(
     let owned = id.to_owned();
     let found = gw.store_op(move |s| s.call(&owned)).await;
     record_page(found, "call", error, |c, e| {
-        pages::call(&session_view(session), c, e, now_ms())
+        suspended::call(&session_view(session), c, e, now_ms())
     })
 }
 
