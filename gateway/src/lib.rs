@@ -7,7 +7,7 @@
 //! order (admit → parse and fingerprint → decide → grant or hold → claim → forward → record),
 //! a module each; its answer is a protocol-neutral [`pipeline::Outcome`] or an
 //! [`error::ApiError`] with a stable [`error::Code`]. Decided calls go to [`backends`] (HTTP
-//! tools and MCP upstreams, behind one interface). A call with a big body runs on [`lanes`], a thread of its own. [`state`] holds what requests share;
+//! tools and MCP upstreams, behind one interface). A call with a big body runs on [`lanes`], a thread of its own. [`state`] holds what requests share, and [`background`] the work that keeps it current;
 //! [`config`] reads `airlock.toml`; [`cli`] is the command line, a file per subcommand,
 //! including the client of a running gateway.
 // The OpenAPI document's schemas are one `json!` literal, deeper than the default allows.
@@ -16,6 +16,7 @@
 pub(crate) mod approvals;
 pub(crate) mod auth;
 pub(crate) mod backends;
+pub(crate) mod background;
 pub(crate) mod body;
 pub(crate) mod classifiers;
 pub mod cli;
