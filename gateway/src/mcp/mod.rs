@@ -8,11 +8,12 @@
 //!   headers that must agree with the body (`-32020`); results carry `resultType`.
 //!
 //! Every `tools/call` goes through the one flow ([`calls`] → [`crate::pipeline`]); the other
-//! methods are answered here or passed to the owning upstream ([`upstream`]). This module
-//! translates; it decides nothing.
+//! methods are answered here (the lists: [`lists`]) or passed to the owning upstream
+//! ([`upstream`]). This module translates; it decides nothing.
 
 pub mod calls;
 mod front;
+mod lists;
 pub mod parked;
 pub mod results;
 pub mod seal;
@@ -25,16 +26,16 @@ use std::sync::Arc;
 use airlock_storage::Principal;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::auth::{Need, Role};
 use crate::backends::mcp::{self as upstream, LEGACY, MODERN};
 use crate::body::{json_bytes_response, json_response, read_body, Body, BodyLimits};
-use crate::config::Upstream;
 use crate::error::Code;
 use crate::pipeline::{admit, Front};
 use crate::state::Gateway;
 pub use front::McpFront;
+use lists::{aggregate, paginate, tools};
 use wire::{Message, RpcError};
 
 /// The versions this endpoint speaks, oldest first.
@@ -688,86 +689,6 @@ fn server_info() -> Value {
 }
 
 const INSTRUCTIONS: &str = "airlock checks every tool call against policy. A call may be denied, or held for a person to approve: when a result says `approval.pending`, call the tool again later with exactly the same arguments.";
-
-/// Every tool a client may call here: the built-in demo tools and the upstreams' tools. A
-/// 2025-11-25 client may call each as a task.
-fn tools(gw: &Gateway, modern: bool) -> Vec<Value> {
-    let mut out: Vec<Value> = gw
-        .config
-        .tools
-        .iter()
-        .filter_map(|t| match &t.upstream {
-            Upstream::Builtin(name) => Some(builtin_tool(name)),
-            Upstream::Http(_) => None,
-        })
-        .collect();
-    out.extend(gw.backends.mcp.tools());
-    if !modern {
-        for t in &mut out {
-            t["execution"] = json!({"taskSupport": "optional"});
-        }
-    }
-    out
-}
-
-fn builtin_tool(name: &str) -> Value {
-    match name {
-        "demo.shell_preview" => json!({
-            "name": name,
-            "description": "Shows the shell command it would run (demo: runs nothing). Needs approval.",
-            "inputSchema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
-        }),
-        "demo.deploy" => json!({
-            "name": name,
-            "description": "Deploys a service (demo: deploys nothing). Asks which environment mid-call.",
-            "inputSchema": {"type": "object", "properties": {"service": {"type": "string"}}, "required": ["service"]},
-        }),
-        _ => json!({
-            "name": name,
-            "description": "Echoes its arguments back (demo).",
-            "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
-        }),
-    }
-}
-
-/// One page of a list, by a numeric cursor.
-fn paginate(items: Vec<Value>, field: &str, params: &Value) -> Value {
-    let start: usize = params
-        .get("cursor")
-        .and_then(Value::as_str)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let page: Vec<Value> = items.iter().skip(start).take(PAGE).cloned().collect();
-    let mut out = Map::new();
-    out.insert(field.into(), Value::Array(page));
-    if start + PAGE < items.len() {
-        out.insert(
-            "nextCursor".into(),
-            Value::String((start + PAGE).to_string()),
-        );
-    }
-    Value::Object(out)
-}
-
-/// A list gathered from every upstream, on every path each serves, each item once by `key`
-/// (an upstream that fails is left out). Prompts' names are prefixed.
-async fn aggregate(gw: &Gateway, method: &str, field: &str, key: &str, params: &Value) -> Value {
-    let mut items = Vec::new();
-    for s in &gw.backends.mcp.servers {
-        let Ok(listed) = s.list_all(method, field, key).await else {
-            continue;
-        };
-        for mut item in listed {
-            if field == "prompts" {
-                if let Some(n) = item.get("name").and_then(Value::as_str) {
-                    item["name"] = Value::String(format!("{}{n}", s.config.prefix));
-                }
-            }
-            items.push(item);
-        }
-    }
-    paginate(items, field, params)
-}
 
 fn strip_meta(params: &Value) -> Value {
     let mut p = params.clone();
