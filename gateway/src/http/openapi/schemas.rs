@@ -30,10 +30,27 @@ pub(super) fn components() -> Value {
     all
 }
 
+/// The written schemas, by what they describe.
 fn written() -> Value {
+    let mut all = serde_json::Map::new();
+    for group in [
+        shapes(),
+        calls(),
+        approvals(),
+        grants_and_runs(),
+        policy(),
+        operations(),
+    ] {
+        if let Value::Object(m) = group {
+            all.extend(m);
+        }
+    }
+    Value::Object(all)
+}
+
+/// The shapes every call and approval shares: args, edited args, a tool's name, a call's context.
+fn shapes() -> Value {
     let string = json!({"type": "string"});
-    let nullable_string = json!({"type": ["string", "null"]});
-    let time = json!({"type": "string", "format": "date-time"});
     json!({
         "Args": {
             "description": "The tool's arguments: a JSON object. Its RFC 8785 form, with the \
@@ -64,6 +81,15 @@ fn written() -> Value {
                 "labels": {"type": "object", "additionalProperties": {"type": "string"}},
             },
         },
+    })
+}
+
+/// Calls: the request, each answer (completed, pending, suspended, cancelled), resuming.
+fn calls() -> Value {
+    let string = json!({"type": "string"});
+    let nullable_string = json!({"type": ["string", "null"]});
+    let time = json!({"type": "string", "format": "date-time"});
+    json!({
         "CallRequest": {
             "type": "object",
             "additionalProperties": false,
@@ -155,6 +181,15 @@ fn written() -> Value {
             "required": ["resume_data"],
             "properties": {"resume_data": r("Json"), "tool_call_id": nullable_string},
         },
+    })
+}
+
+/// Approvals: one, a page of them, and the approve body.
+fn approvals() -> Value {
+    let string = json!({"type": "string"});
+    let nullable_string = json!({"type": ["string", "null"]});
+    let time = json!({"type": "string", "format": "date-time"});
+    json!({
         "Approval": {
             "type": "object",
             "required": ["id", "kind", "call_id", "tool", "args", "fingerprint", "requester",
@@ -227,6 +262,15 @@ fn written() -> Value {
                 },
             },
         },
+    })
+}
+
+/// Grants, declining, and deciding a whole run.
+fn grants_and_runs() -> Value {
+    let string = json!({"type": "string"});
+    let nullable_string = json!({"type": ["string", "null"]});
+    let time = json!({"type": "string", "format": "date-time"});
+    json!({
         "Grants": {
             "type": "object",
             "required": ["grants"],
@@ -281,6 +325,14 @@ fn written() -> Value {
                 },
             }}},
         },
+    })
+}
+
+/// The policy: the loaded set, evaluating a call, the shadow set.
+fn policy() -> Value {
+    let string = json!({"type": "string"});
+    let nullable_string = json!({"type": ["string", "null"]});
+    json!({
         "Policy": {
             "type": "object",
             "required": ["version", "sources", "rules"],
@@ -377,6 +429,14 @@ fn written() -> Value {
                 }},
             },
         },
+    })
+}
+
+/// Tools, webhooks, the audit log, and the open routes (health, readiness, metadata, the document).
+fn operations() -> Value {
+    let string = json!({"type": "string"});
+    let nullable_string = json!({"type": ["string", "null"]});
+    json!({
         "Tools": {
             "type": "object",
             "required": ["tools"],
