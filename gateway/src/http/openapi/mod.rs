@@ -347,8 +347,59 @@ fn policy_load() -> Vec<Code> {
         .collect()
 }
 
+/// What the document says of `op`: its id, tag, summary, description, parameters, body,
+/// answers, codes and links. The match names every route, so a route cannot be added without
+/// its entry; each audience's entries are in a function of its own.
 fn operation(op: Op) -> Operation {
-    let o = |id, tag, summary, description, codes: &[Code]| Operation {
+    match op {
+        Op::Root
+        | Op::Favicon
+        | Op::Healthz
+        | Op::Readyz
+        | Op::Metrics
+        | Op::OpenApi
+        | Op::ProtectedResource
+        | Op::ProtectedResourceMcp => open_operation(op),
+        Op::CreateCall
+        | Op::ListCalls
+        | Op::GetCall
+        | Op::ResumeCall
+        | Op::CancelCall
+        | Op::ResumeRun
+        | Op::StreamRun => agent_operation(op),
+        Op::ListApprovals
+        | Op::GetApproval
+        | Op::Approve
+        | Op::Decline
+        | Op::ApproveRun
+        | Op::DeclineRun
+        | Op::Events
+        | Op::ListGrants
+        | Op::RevokeGrant
+        | Op::ListTools
+        | Op::GetTool => approver_operation(op),
+        Op::GetPolicy
+        | Op::EvaluatePolicy
+        | Op::ReloadPolicy
+        | Op::GetShadow
+        | Op::ListWebhooks
+        | Op::EnableWebhook
+        | Op::TestWebhook
+        | Op::ListAudit
+        | Op::ExportAudit
+        | Op::PruneAudit => admin_operation(op),
+    }
+}
+
+/// An operation's identity and codes, with no parameters, body, answers or links yet.
+fn o(
+    id: &'static str,
+    tag: &'static str,
+    summary: &'static str,
+    description: &'static str,
+    codes: &[Code],
+) -> Operation {
+    Operation {
         id,
         tag,
         summary,
@@ -358,42 +409,105 @@ fn operation(op: Op) -> Operation {
         ok: vec![],
         codes: codes.to_vec(),
         links: &[],
-    };
+    }
+}
+
+/// The open routes: the redirect, the icon, health, readiness, metrics, this document, RFC 9728 metadata.
+fn open_operation(op: Op) -> Operation {
     match op {
         Op::Root => Operation {
-            ok: vec![(303, "text/plain", json!({"type": "string"}), "To the approvers' inbox.")],
-            ..o("root", "operations", "Where a browser goes", "Redirects to `/inbox/`.", &[])
+            ok: vec![(
+                303,
+                "text/plain",
+                json!({"type": "string"}),
+                "To the approvers' inbox.",
+            )],
+            ..o(
+                "root",
+                "operations",
+                "Where a browser goes",
+                "Redirects to `/inbox/`.",
+                &[],
+            )
         },
         Op::Favicon => Operation {
             ok: vec![(204, "", Value::Null, "No content.")],
-            ..o("favicon", "operations", "No icon", "Answers 204, so browsers stop asking.", &[])
+            ..o(
+                "favicon",
+                "operations",
+                "No icon",
+                "Answers 204, so browsers stop asking.",
+                &[],
+            )
         },
         Op::Healthz => Operation {
             ok: vec![json_ok(200, "Health", "The process is up.")],
-            ..o("healthz", "operations", "Liveness", "No token. Bind it to a private address in production.", &[])
+            ..o(
+                "healthz",
+                "operations",
+                "Liveness",
+                "No token. Bind it to a private address in production.",
+                &[],
+            )
         },
         Op::Readyz => Operation {
-            ok: vec![json_ok(200, "Ready", "The store is open and a policy is loaded.")],
-            ..o("readyz", "operations", "Readiness", "No token.", &[Code::StoreUnavailable])
+            ok: vec![json_ok(
+                200,
+                "Ready",
+                "The store is open and a policy is loaded.",
+            )],
+            ..o(
+                "readyz",
+                "operations",
+                "Readiness",
+                "No token.",
+                &[Code::StoreUnavailable],
+            )
         },
         Op::Metrics => Operation {
-            ok: vec![(200, "text/plain", json!({"type": "string"}), "Prometheus text format.")],
-            ..o("metrics", "operations", "Prometheus metrics", "No token. Bind it to a private address in production.", &[])
+            ok: vec![(
+                200,
+                "text/plain",
+                json!({"type": "string"}),
+                "Prometheus text format.",
+            )],
+            ..o(
+                "metrics",
+                "operations",
+                "Prometheus metrics",
+                "No token. Bind it to a private address in production.",
+                &[],
+            )
         },
         Op::OpenApi => Operation {
             ok: vec![json_ok(200, "OpenApiDocument", "This document.")],
             ..o("openapi", "operations", "This document", "No token.", &[])
         },
         Op::ProtectedResource | Op::ProtectedResourceMcp => Operation {
-            ok: vec![json_ok(200, "ProtectedResourceMetadata", "RFC 9728 metadata.")],
+            ok: vec![json_ok(
+                200,
+                "ProtectedResourceMetadata",
+                "RFC 9728 metadata.",
+            )],
             ..o(
-                if op == Op::ProtectedResource { "protectedResource" } else { "protectedResourceMcp" },
+                if op == Op::ProtectedResource {
+                    "protectedResource"
+                } else {
+                    "protectedResourceMcp"
+                },
                 "identity",
                 "OAuth protected resource metadata",
                 "Only while `[[issuers]]` are configured (DESIGN §16).",
                 &[],
             )
         },
+        other => unreachable!("{other:?} is not one of open_operation's operations"),
+    }
+}
+
+/// Agents' routes: calls, their outcomes, resuming, cancelling, a run's stream.
+fn agent_operation(op: Op) -> Operation {
+    match op {
         Op::CreateCall => Operation {
             params: vec![json!({"name": "Prefer", "in": "header", "required": false,
                 "schema": {"type": "string"},
@@ -475,6 +589,13 @@ fn operation(op: Op) -> Operation {
             ..o("streamRun", "agents", "A run's event stream", "Server-sent events of the run's calls (DESIGN §11).",
                 &[Code::RequestInvalidHeader])
         },
+        other => unreachable!("{other:?} is not one of agent_operation's operations"),
+    }
+}
+
+/// Approvers' routes: approvals, deciding them one by one or by run, the event stream, grants.
+fn approver_operation(op: Op) -> Operation {
+    match op {
         Op::ListApprovals => Operation {
             params: vec![
                 query("status", json!({"enum": ["pending", "approved", "declined", "expired", "cancelled"]}), "Only approvals in this status."),
@@ -528,27 +649,6 @@ fn operation(op: Op) -> Operation {
             ok: vec![(200, "text/event-stream", json!({"type": "string"}), "`approval.requested`, `approval.decided`, `approval.expired`, `call.completed`.")],
             ..o("events", "approvers", "Approvers' event stream", "Server-sent events. Roles: approver, admin.", &[])
         },
-        Op::GetPolicy => Operation {
-            ok: vec![json_ok(200, "Policy", "The policy in force.")],
-            ..o("getPolicy", "admin", "The policy in force", "Role: admin.", &[])
-        },
-        Op::EvaluatePolicy => Operation {
-            body: Some(("EvaluateRequest", true)),
-            ok: vec![json_ok(200, "PolicyDecision", "What the policy would decide.")],
-            ..o("evaluatePolicy", "admin", "Dry-run the policy", "No side effects. Role: admin.",
-                &[Code::RequestInvalidTool, Code::RequestInvalidArgs, Code::RequestInvalidContext,
-                  Code::RequestInvalidClassifier, Code::RequestInvalidField])
-        },
-        Op::ReloadPolicy => Operation {
-            ok: vec![json_ok(200, "PolicyVersion", "The new policy is in force.")],
-            ..o("reloadPolicy", "admin", "Reload the policy", "A policy that does not load leaves the current one in force. Role: admin.",
-                &policy_load())
-        },
-        Op::GetShadow => Operation {
-            ok: vec![json_ok(200, "Shadow", "The shadow set's transitions since it loaded.")],
-            ..o("getShadow", "admin", "What the shadow policy would change",
-                "Every call is evaluated by the shadow set (`[server] shadow_policy`) too; its decision changes nothing. Counts of calls by live and shadow decision since the shadow set loaded, the pairs that differ first (widening ones, towards allow, before narrowing ones), each with its latest calls. `configured: false` when no shadow set is configured. Role: admin.", &[])
-        },
         Op::ListGrants => Operation {
             ok: vec![json_ok(200, "Grants", "The live grants.")],
             links: &[(200, "revokeGrant", "id", "$response.body#/grants/0/id")],
@@ -570,6 +670,34 @@ fn operation(op: Op) -> Operation {
         Op::GetTool => Operation {
             ok: vec![json_ok(200, "Tool", "The tool, with the definition listed and the one pinned.")],
             ..o("getTool", "approvers", "One MCP tool and its pin", "Roles: approver, admin.", &[Code::ToolUnknown])
+        },
+        other => unreachable!("{other:?} is not one of approver_operation's operations"),
+    }
+}
+
+/// Admins' routes: the policy, tools, webhooks, the audit log.
+fn admin_operation(op: Op) -> Operation {
+    match op {
+        Op::GetPolicy => Operation {
+            ok: vec![json_ok(200, "Policy", "The policy in force.")],
+            ..o("getPolicy", "admin", "The policy in force", "Role: admin.", &[])
+        },
+        Op::EvaluatePolicy => Operation {
+            body: Some(("EvaluateRequest", true)),
+            ok: vec![json_ok(200, "PolicyDecision", "What the policy would decide.")],
+            ..o("evaluatePolicy", "admin", "Dry-run the policy", "No side effects. Role: admin.",
+                &[Code::RequestInvalidTool, Code::RequestInvalidArgs, Code::RequestInvalidContext,
+                  Code::RequestInvalidClassifier, Code::RequestInvalidField])
+        },
+        Op::ReloadPolicy => Operation {
+            ok: vec![json_ok(200, "PolicyVersion", "The new policy is in force.")],
+            ..o("reloadPolicy", "admin", "Reload the policy", "A policy that does not load leaves the current one in force. Role: admin.",
+                &policy_load())
+        },
+        Op::GetShadow => Operation {
+            ok: vec![json_ok(200, "Shadow", "The shadow set's transitions since it loaded.")],
+            ..o("getShadow", "admin", "What the shadow policy would change",
+                "Every call is evaluated by the shadow set (`[server] shadow_policy`) too; its decision changes nothing. Counts of calls by live and shadow decision since the shadow set loaded, the pairs that differ first (widening ones, towards allow, before narrowing ones), each with its latest calls. `configured: false` when no shadow set is configured. Role: admin.", &[])
         },
         Op::ListWebhooks => Operation {
             ok: vec![json_ok(200, "Webhooks", "The configured webhooks.")],
@@ -607,6 +735,7 @@ fn operation(op: Op) -> Operation {
             ..o("pruneAudit", "admin", "Prune exported audit records", "Role: admin.",
                 &[Code::RequestInvalidField, Code::AuditNotExported])
         },
+        other => unreachable!("{other:?} is not one of admin_operation's operations"),
     }
 }
 
