@@ -63,24 +63,12 @@ pub(super) fn approvals(cmd: ApprovalsCommand) -> u8 {
             status,
             tool,
             run_id,
-        } => {
-            let mut q = vec![];
-            if status != "all" {
-                q.push(format!("status={status}"));
-            }
-            if let Some(t) = tool {
-                q.push(format!("tool={t}"));
-            }
-            if let Some(r) = run_id {
-                q.push(format!("run_id={r}"));
-            }
-            (
-                remote,
-                reqwest::Method::GET,
-                format!("/v1/approvals?{}", q.join("&")),
-                None,
-            )
-        }
+        } => (
+            remote,
+            reqwest::Method::GET,
+            list_path(status, tool.as_deref(), run_id.as_deref()),
+            None,
+        ),
         ApprovalsCommand::Show { remote, id } => (
             remote,
             reqwest::Method::GET,
@@ -95,37 +83,21 @@ pub(super) fn approvals(cmd: ApprovalsCommand) -> u8 {
             scope,
             ttl,
             uses,
-        } => {
-            let mut b = json!({});
-            if let Some(r) = reason {
-                b["reason"] = json!(r);
-            }
-            if scope.is_some() || ttl.is_some() || uses.is_some() {
-                let mut g = serde_json::Map::new();
-                if let Some(s) = scope {
-                    g.insert("scope".into(), json!(s));
-                }
-                if let Some(t) = ttl {
-                    g.insert("ttl".into(), json!(t));
-                }
-                if let Some(u) = uses {
-                    g.insert("uses".into(), json!(u));
-                }
-                b["grant"] = serde_json::Value::Object(g);
-            }
-            if let Some(a) = args {
-                match parse_json_flag(a, "args") {
-                    Ok(v) => b["args"] = v,
-                    Err(code) => return code,
-                }
-            }
-            (
+        } => match approve_body(
+            reason.as_deref(),
+            args.as_deref(),
+            scope.as_deref(),
+            ttl.as_deref(),
+            *uses,
+        ) {
+            Ok(b) => (
                 remote,
                 reqwest::Method::POST,
                 format!("/v1/approvals/{id}/approve"),
                 Some(b),
-            )
-        }
+            ),
+            Err(code) => return code,
+        },
         ApprovalsCommand::Decline { remote, id, reason } => (
             remote,
             reqwest::Method::POST,
@@ -159,4 +131,51 @@ pub(super) fn approvals(cmd: ApprovalsCommand) -> u8 {
         }),
         Err(e) => bad_input(&e.code, e.message),
     }
+}
+
+/// `GET /v1/approvals` with the filters given (`--status all` is no filter).
+fn list_path(status: &str, tool: Option<&str>, run_id: Option<&str>) -> String {
+    let mut q = vec![];
+    if status != "all" {
+        q.push(format!("status={status}"));
+    }
+    if let Some(t) = tool {
+        q.push(format!("tool={t}"));
+    }
+    if let Some(r) = run_id {
+        q.push(format!("run_id={r}"));
+    }
+    format!("/v1/approvals?{}", q.join("&"))
+}
+
+/// The approve body: the reason, the grant chosen (`--for`, `--ttl`, `--uses`) and edited
+/// args; `Err` is the exit code of args that do not read.
+fn approve_body(
+    reason: Option<&str>,
+    args: Option<&str>,
+    scope: Option<&str>,
+    ttl: Option<&str>,
+    uses: Option<u32>,
+) -> Result<Value, u8> {
+    let mut b = json!({});
+    if let Some(r) = reason {
+        b["reason"] = json!(r);
+    }
+    if scope.is_some() || ttl.is_some() || uses.is_some() {
+        let mut g = serde_json::Map::new();
+        if let Some(s) = scope {
+            g.insert("scope".into(), json!(s));
+        }
+        if let Some(t) = ttl {
+            g.insert("ttl".into(), json!(t));
+        }
+        if let Some(u) = uses {
+            g.insert("uses".into(), json!(u));
+        }
+        b["grant"] = Value::Object(g);
+    }
+    if let Some(a) = args {
+        b["args"] = parse_json_flag(a, "args")?;
+    }
+    Ok(b)
 }
