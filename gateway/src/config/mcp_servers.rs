@@ -1,6 +1,7 @@
 //! `[[mcp_servers]]`: MCP upstreams over streamable HTTP or stdio, the prefix of their tools,
 //! how often their lists are read, and how their tool definitions are pinned (DESIGN §20).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::raw::RawMcpServer;
@@ -81,80 +82,14 @@ pub(super) fn validate(raw: Vec<RawMcpServer>) -> Result<Vec<McpServerConfig>, C
                 ),
             ));
         }
-        let transport = match (m.url, m.command) {
-            (Some(url), None) => {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(err(
-                        format!("{key}.url"),
-                        format!("`{url}` is not an http(s) URL"),
-                    ));
-                }
-                if !m.args.is_empty() || !m.env.is_empty() {
-                    return Err(err(
-                        format!("{key}.args"),
-                        "`args` and `env` are for `command`",
-                    ));
-                }
-                let mut headers = Vec::new();
-                for (h, v) in m.headers {
-                    headers.push((h.clone(), secret(&format!("{key}.headers.{h}"), &v)?));
-                }
-                McpTransport::Http { url, headers }
-            }
-            (None, Some(command)) => {
-                if !m.headers.is_empty() {
-                    return Err(err(format!("{key}.headers"), "`headers` are for `url`"));
-                }
-                let mut env = Vec::new();
-                for (k, v) in m.env {
-                    env.push((k.clone(), secret(&format!("{key}.env.{k}"), &v)?));
-                }
-                McpTransport::Stdio {
-                    command,
-                    args: m.args,
-                    env,
-                }
-            }
-            _ => {
-                return Err(err(
-                    key,
-                    "give exactly one of `url` (streamable HTTP) or `command` (stdio)",
-                ))
-            }
-        };
+        let transport = transport(&key, m.url, m.command, m.args, m.env, m.headers)?;
         let prefix = m.prefix.unwrap_or_else(|| format!("{}.", m.name));
         let timeout = duration(
             &format!("{key}.timeout"),
             m.timeout.as_deref(),
             Duration::from_secs(30),
         )?;
-        let pin = match m.pin.as_deref() {
-            None | Some("enforce") => PinMode::Enforce,
-            Some("warn") => PinMode::Warn,
-            Some("off") => PinMode::Off,
-            Some(other) => {
-                return Err(err(
-                    format!("{key}.pin"),
-                    format!("`{other}` is not one of `enforce`, `warn`, `off`"),
-                ))
-            }
-        };
-        if let Some(bad) = m
-            .reviewers
-            .iter()
-            .find(|g| g.is_empty() || g.chars().any(char::is_whitespace))
-        {
-            return Err(err(
-                format!("{key}.reviewers"),
-                format!("`{bad}` is not a group name"),
-            ));
-        }
-        if pin == PinMode::Off && (m.trust_first.is_some() || !m.reviewers.is_empty()) {
-            return Err(err(
-                format!("{key}.pin"),
-                "`trust_first` and `reviewers` are for pinned tools; `pin = \"off\"` pins nothing",
-            ));
-        }
+        let pin = pin_mode(&key, m.pin.as_deref(), m.trust_first, &m.reviewers)?;
         let refresh = duration(
             &format!("{key}.refresh"),
             m.refresh.as_deref(),
@@ -175,4 +110,90 @@ pub(super) fn validate(raw: Vec<RawMcpServer>) -> Result<Vec<McpServerConfig>, C
         });
     }
     Ok(mcp_servers)
+}
+
+/// `url` (streamable HTTP, with its headers) or `command` (stdio, with its args and env):
+/// exactly one, and each with only its own keys.
+fn transport(
+    key: &str,
+    url: Option<String>,
+    command: Option<String>,
+    args: Vec<String>,
+    env_in: BTreeMap<String, String>,
+    headers_in: BTreeMap<String, String>,
+) -> Result<McpTransport, ConfigError> {
+    let transport = match (url, command) {
+        (Some(url), None) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(err(
+                    format!("{key}.url"),
+                    format!("`{url}` is not an http(s) URL"),
+                ));
+            }
+            if !args.is_empty() || !env_in.is_empty() {
+                return Err(err(
+                    format!("{key}.args"),
+                    "`args` and `env` are for `command`",
+                ));
+            }
+            let mut headers = Vec::new();
+            for (h, v) in headers_in {
+                headers.push((h.clone(), secret(&format!("{key}.headers.{h}"), &v)?));
+            }
+            McpTransport::Http { url, headers }
+        }
+        (None, Some(command)) => {
+            if !headers_in.is_empty() {
+                return Err(err(format!("{key}.headers"), "`headers` are for `url`"));
+            }
+            let mut env = Vec::new();
+            for (k, v) in env_in {
+                env.push((k.clone(), secret(&format!("{key}.env.{k}"), &v)?));
+            }
+            McpTransport::Stdio { command, args, env }
+        }
+        _ => {
+            return Err(err(
+                key,
+                "give exactly one of `url` (streamable HTTP) or `command` (stdio)",
+            ))
+        }
+    };
+    Ok(transport)
+}
+
+/// `pin`, and the keys that only pinned tools take (`trust_first`, `reviewers`).
+fn pin_mode(
+    key: &str,
+    pin: Option<&str>,
+    trust_first: Option<bool>,
+    reviewers: &[String],
+) -> Result<PinMode, ConfigError> {
+    let mode = match pin {
+        None | Some("enforce") => PinMode::Enforce,
+        Some("warn") => PinMode::Warn,
+        Some("off") => PinMode::Off,
+        Some(other) => {
+            return Err(err(
+                format!("{key}.pin"),
+                format!("`{other}` is not one of `enforce`, `warn`, `off`"),
+            ))
+        }
+    };
+    if let Some(bad) = reviewers
+        .iter()
+        .find(|g| g.is_empty() || g.chars().any(char::is_whitespace))
+    {
+        return Err(err(
+            format!("{key}.reviewers"),
+            format!("`{bad}` is not a group name"),
+        ));
+    }
+    if mode == PinMode::Off && (trust_first.is_some() || !reviewers.is_empty()) {
+        return Err(err(
+            format!("{key}.pin"),
+            "`trust_first` and `reviewers` are for pinned tools; `pin = \"off\"` pins nothing",
+        ));
+    }
+    Ok(mode)
 }
