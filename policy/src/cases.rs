@@ -368,6 +368,19 @@ fn toml_to_json(table: &toml::Table) -> Result<Value, RequestError> {
 }
 
 fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
+    let request = case_request(case, set)?;
+    let decision = evaluate(set, &request.input());
+    let problems = mismatches(case, &decision);
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// The evaluation a case describes: its call, principal, classifier results (the built-in
+/// ones filled in), time, resume data and definition.
+fn case_request(case: &RawCase, set: &PolicySet) -> Result<EvalRequest, String> {
     let bad = |what: &str, e: String| format!("invalid `{what}`: {e}");
     let args = toml_to_json(&case.args).map_err(|e| bad("args", format!("{e} ({})", e.code())))?;
     let context = case
@@ -403,16 +416,18 @@ fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
         .map(toml_to_json)
         .transpose()
         .map_err(|e| bad("definition", e.to_string()))?;
-    let request = EvalRequest {
+    Ok(EvalRequest {
         call,
         principal,
         classifiers,
         now,
         resume,
         definition,
-    };
-    let decision = evaluate(set, &request.input());
+    })
+}
 
+/// Each way `decision` differs from what `case` expects, in words.
+fn mismatches(case: &RawCase, decision: &Decision) -> Vec<String> {
     let mut problems = Vec::new();
     if decision.decision != case.expect {
         let why = if decision.rules.is_empty() {
@@ -474,9 +489,5 @@ fn check_case(case: &RawCase, set: &PolicySet) -> Result<(), String> {
             }
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
+    problems
 }
