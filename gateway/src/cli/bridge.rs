@@ -90,29 +90,7 @@ async fn forward(
         .bearer_auth(token)
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream");
-    let modern = msg
-        .pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
-        .and_then(Value::as_str);
-    if let Some(v) = modern {
-        req = req.header("mcp-protocol-version", v);
-        if let Some(m) = method {
-            req = req.header("mcp-method", m);
-        }
-        let name = match method {
-            Some("tools/call" | "prompts/get") => msg.pointer("/params/name"),
-            Some("resources/read") => msg.pointer("/params/uri"),
-            _ => None,
-        };
-        if let Some(n) = name.and_then(Value::as_str) {
-            req = req.header("mcp-name", n);
-        }
-    } else if method != Some("initialize") {
-        if let Some(s) = session.lock().await.as_ref() {
-            req = req
-                .header("mcp-session-id", s.as_str())
-                .header("mcp-protocol-version", crate::backends::mcp::LEGACY);
-        }
-    }
+    req = with_revision_headers(req, msg, method, session).await;
     let reply_error = |message: String| {
         if !id.is_null() {
             let _ = out.send(
@@ -139,24 +117,8 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|c| c.starts_with("text/event-stream"));
     if sse {
-        let mut buf = String::new();
-        loop {
-            match resp.chunk().await {
-                Ok(Some(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk)),
-                Ok(None) => break,
-                Err(e) => return reply_error(format!("the answer broke off: {e}")),
-            }
-            while let Some(end) = buf.find("\n\n") {
-                let event: String = buf.drain(..end + 2).collect();
-                let data: Vec<&str> = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
-                if !data.is_empty() {
-                    let _ = out.send(data.join("\n"));
-                }
-            }
+        if let Err(e) = relay_events(&mut resp, out).await {
+            reply_error(format!("the answer broke off: {e}"));
         }
         return;
     }
@@ -184,4 +146,65 @@ async fn forward(
         )),
         Err(_) => reply_error(format!("HTTP {status}: {text}")),
     }
+}
+
+/// The headers each revision needs: a 2026-07-28 request's version, method and name from its
+/// body; a 2025-11-25 request's session (after `initialize`).
+async fn with_revision_headers(
+    mut req: reqwest::RequestBuilder,
+    msg: &Value,
+    method: Option<&str>,
+    session: &Mutex<Option<String>>,
+) -> reqwest::RequestBuilder {
+    let modern = msg
+        .pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+        .and_then(Value::as_str);
+    if let Some(v) = modern {
+        req = req.header("mcp-protocol-version", v);
+        if let Some(m) = method {
+            req = req.header("mcp-method", m);
+        }
+        let name = match method {
+            Some("tools/call" | "prompts/get") => msg.pointer("/params/name"),
+            Some("resources/read") => msg.pointer("/params/uri"),
+            _ => None,
+        };
+        if let Some(n) = name.and_then(Value::as_str) {
+            req = req.header("mcp-name", n);
+        }
+    } else if method != Some("initialize") {
+        if let Some(s) = session.lock().await.as_ref() {
+            req = req
+                .header("mcp-session-id", s.as_str())
+                .header("mcp-protocol-version", crate::backends::mcp::LEGACY);
+        }
+    }
+    req
+}
+
+/// Every event of an event-stream answer, one message a line, as it arrives.
+async fn relay_events(
+    resp: &mut reqwest::Response,
+    out: &mpsc::UnboundedSender<String>,
+) -> Result<(), reqwest::Error> {
+    let mut buf = String::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk)),
+            Ok(None) => break,
+            Err(e) => return Err(e),
+        }
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect();
+            if !data.is_empty() {
+                let _ = out.send(data.join("\n"));
+            }
+        }
+    }
+    Ok(())
 }
