@@ -225,48 +225,30 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
                 }
             }
         }
-        Attempt::Gone => {
-            let (hook_id, now) = (hook.id.clone(), now_ms());
-            tracing::warn!(webhook = %hook.id, "the endpoint answered 410: disabled until an admin enables it");
-            let _ = gw
-                .store_op(move |s| {
-                    s.disable_webhook(&hook_id, "the endpoint answered 410 Gone", now)
-                })
-                .await;
-            let _ = gw
-                .store_op(move |s| s.park_delivery(&id, "the endpoint answered 410 Gone"))
-                .await;
-            gw.metrics
-                .webhook_deliveries
-                .with_label_values(&["disabled"])
-                .inc();
-        }
+        Attempt::Gone => gone(gw, &hook, id).await,
         Attempt::Failed { error, retry_after } => {
-            let attempts = d.attempts as usize;
-            if attempts > hook.retry_schedule.len() {
-                tracing::warn!(webhook = %hook.id, delivery = %d.id, "giving up after {attempts} attempts: {error}");
-                let _ = gw
-                    .store_op(move |s| s.dead_letter(&id, &error, now_ms()))
-                    .await;
-                gw.metrics
-                    .webhook_deliveries
-                    .with_label_values(&["dead"])
-                    .inc();
-                gw.metrics.webhook_attempts.observe(attempts as f64);
-            } else {
-                let delay =
-                    retry_after.unwrap_or_else(|| jitter(hook.retry_schedule[attempts - 1]));
-                let due = now_ms() + delay.as_millis() as u64;
-                let _ = gw
-                    .store_op(move |s| s.retry_delivery(&id, due, &error))
-                    .await;
-                gw.metrics
-                    .webhook_deliveries
-                    .with_label_values(&["retried"])
-                    .inc();
+            let failed = Err(Failure::Retry { error, retry_after });
+            if settle(gw, &d, "webhook delivery", &hook.retry_schedule, failed).await == "dead" {
+                gw.metrics.webhook_attempts.observe(f64::from(d.attempts));
             }
         }
     }
+}
+
+/// A webhook that answered `410 Gone`: disabled until an admin enables it, its delivery parked.
+async fn gone(gw: &Arc<Gateway>, hook: &WebhookConfig, id: String) {
+    let (hook_id, now) = (hook.id.clone(), now_ms());
+    tracing::warn!(webhook = %hook.id, "the endpoint answered 410: disabled until an admin enables it");
+    let _ = gw
+        .store_op(move |s| s.disable_webhook(&hook_id, "the endpoint answered 410 Gone", now))
+        .await;
+    let _ = gw
+        .store_op(move |s| s.park_delivery(&id, "the endpoint answered 410 Gone"))
+        .await;
+    gw.metrics
+        .webhook_deliveries
+        .with_label_values(&["disabled"])
+        .inc();
 }
 
 /// One approval mail of the outbox: sent, retried on [`crate::email::RETRIES`], or
@@ -298,16 +280,16 @@ async fn deliver_slack(gw: &Arc<Gateway>, d: Delivery) {
     settle(gw, &d, "Slack message", &crate::slack::RETRIES, result).await;
 }
 
-/// Records how a mail's or a Slack message's attempt went: acked, retried on `schedule` (or
-/// when the answer said), or dead-lettered when the schedule has run out or a retry would
-/// fail the same way.
+/// Records how a delivery's attempt went: acked, retried on `schedule` (or when the answer
+/// said), or dead-lettered when the schedule has run out or a retry would fail the same way.
+/// Returns which (`delivered`, `retried`, `dead`).
 async fn settle(
     gw: &Arc<Gateway>,
     d: &Delivery,
     what: &str,
     schedule: &[Duration],
     result: Result<(), Failure>,
-) {
+) -> &'static str {
     let id = d.id.clone();
     let attempts = d.attempts as usize;
     let outcome = match result {
@@ -339,6 +321,7 @@ async fn settle(
         .webhook_deliveries
         .with_label_values(&[outcome])
         .inc();
+    outcome
 }
 
 /// A webhook's answer `{"decision":"approve"|"decline","reason"?}`: a decision by its
