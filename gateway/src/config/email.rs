@@ -57,37 +57,7 @@ pub(super) fn validate(
     resolve: &dyn Fn(PathBuf) -> PathBuf,
 ) -> Result<Option<EmailConfig>, ConfigError> {
     let Some(r) = raw else { return Ok(None) };
-    let (tls, rest, default_port) = if let Some(rest) = r.smtp.strip_prefix("smtp://") {
-        (SmtpTls::StartTls, rest, 587)
-    } else if let Some(rest) = r.smtp.strip_prefix("smtps://") {
-        (SmtpTls::Implicit, rest, 465)
-    } else {
-        return Err(err(
-            "email.smtp",
-            format!(
-                "`{}` must be smtp://HOST[:PORT] (STARTTLS) or smtps://HOST[:PORT]",
-                r.smtp
-            ),
-        ));
-    };
-    let rest = rest.trim_end_matches('/');
-    if rest.contains('@') || rest.contains('/') {
-        return Err(err(
-            "email.smtp",
-            "give the server only (smtp://host:port); credentials go in `username` and `password`",
-        ));
-    }
-    let (host, port) = match rest.rsplit_once(':') {
-        Some((h, p)) => (
-            h.to_owned(),
-            p.parse::<u16>()
-                .map_err(|_| err("email.smtp", format!("`{p}` is not a port")))?,
-        ),
-        None => (rest.to_owned(), default_port),
-    };
-    if host.is_empty() {
-        return Err(err("email.smtp", "names no host"));
-    }
+    let (tls, host, port) = smtp_server(&r.smtp)?;
     let credentials = match (r.username, r.password) {
         (None, None) => None,
         (Some(u), Some(p)) => Some((secret("email.username", &u)?, secret("email.password", &p)?)),
@@ -118,20 +88,7 @@ pub(super) fn validate(
             "names no address: `to = { finance = [\"fin@corp.example\"], \"*\" = [\"approvers@corp.example\"] }`",
         ));
     }
-    let ca = match r.ca.map(resolve) {
-        None => None,
-        Some(path) => {
-            let pem = std::fs::read(&path)
-                .map_err(|e| err("email.ca", format!("{}: {e}", path.display())))?;
-            lettre::transport::smtp::client::Certificate::from_pem(&pem).map_err(|e| {
-                err(
-                    "email.ca",
-                    format!("{}: not a PEM certificate: {e}", path.display()),
-                )
-            })?;
-            Some(pem)
-        }
-    };
+    let ca = r.ca.map(resolve).map(read_ca).transpose()?;
     Ok(Some(EmailConfig {
         host,
         port,
@@ -141,4 +98,53 @@ pub(super) fn validate(
         from: r.from,
         to: r.to,
     }))
+}
+
+/// `smtp://HOST[:PORT]` (STARTTLS, port 587 by default) or `smtps://HOST[:PORT]` (TLS, 465).
+fn smtp_server(smtp: &str) -> Result<(SmtpTls, String, u16), ConfigError> {
+    let (tls, rest, default_port) = if let Some(rest) = smtp.strip_prefix("smtp://") {
+        (SmtpTls::StartTls, rest, 587)
+    } else if let Some(rest) = smtp.strip_prefix("smtps://") {
+        (SmtpTls::Implicit, rest, 465)
+    } else {
+        return Err(err(
+            "email.smtp",
+            format!(
+                "`{}` must be smtp://HOST[:PORT] (STARTTLS) or smtps://HOST[:PORT]",
+                smtp
+            ),
+        ));
+    };
+    let rest = rest.trim_end_matches('/');
+    if rest.contains('@') || rest.contains('/') {
+        return Err(err(
+            "email.smtp",
+            "give the server only (smtp://host:port); credentials go in `username` and `password`",
+        ));
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) => (
+            h.to_owned(),
+            p.parse::<u16>()
+                .map_err(|_| err("email.smtp", format!("`{p}` is not a port")))?,
+        ),
+        None => (rest.to_owned(), default_port),
+    };
+    if host.is_empty() {
+        return Err(err("email.smtp", "names no host"));
+    }
+    Ok((tls, host, port))
+}
+
+/// The PEM authorities of `ca`, read once and checked to be certificates.
+fn read_ca(path: PathBuf) -> Result<Vec<u8>, ConfigError> {
+    let pem =
+        std::fs::read(&path).map_err(|e| err("email.ca", format!("{}: {e}", path.display())))?;
+    lettre::transport::smtp::client::Certificate::from_pem(&pem).map_err(|e| {
+        err(
+            "email.ca",
+            format!("{}: not a PEM certificate: {e}", path.display()),
+        )
+    })?;
+    Ok(pem)
 }
