@@ -64,23 +64,7 @@ pub(super) fn validate(
         let secret = secret(&format!("{key}.secret"), &w.secret)?;
         let signing_key =
             crate::signing::secret_key(&secret).map_err(|m| err(format!("{key}.secret"), m))?;
-        let events = match w.events {
-            None => EVENTS.to_vec(),
-            Some(names) => names
-                .iter()
-                .map(|name| {
-                    Kind::parse(name)
-                        .filter(|k| EVENTS.contains(k))
-                        .ok_or_else(|| {
-                            let known: Vec<&str> = EVENTS.iter().map(|k| k.as_str()).collect();
-                            err(
-                                format!("{key}.events"),
-                                format!("unknown event `{name}`; events are {}", known.join(", ")),
-                            )
-                        })
-                })
-                .collect::<Result<_, _>>()?,
-        };
+        let events = events(&key, w.events)?;
         if let Some(p) = &w.principal {
             if !principals
                 .iter()
@@ -92,17 +76,7 @@ pub(super) fn validate(
                 ));
             }
         }
-        let schedule_text = w.retry_schedule.unwrap_or_else(|| {
-            ["5s", "30s", "2m", "10m", "30m", "1h", "3h", "6h"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-        });
-        let mut retry_schedule = Vec::new();
-        for (j, d) in schedule_text.iter().enumerate() {
-            retry_schedule
-                .push(parse_duration(d).map_err(|m| err(format!("{key}.retry_schedule[{j}]"), m))?);
-        }
+        let retry_schedule = retry_schedule(&key, w.retry_schedule)?;
         let timeout = duration(
             &format!("{key}.timeout"),
             w.timeout.as_deref(),
@@ -119,4 +93,42 @@ pub(super) fn validate(
         });
     }
     Ok(webhooks)
+}
+
+/// The events a webhook subscribes to (all of [`EVENTS`] when it names none).
+fn events(key: &str, names: Option<Vec<String>>) -> Result<Vec<Kind>, ConfigError> {
+    let events = match names {
+        None => EVENTS.to_vec(),
+        Some(names) => names
+            .iter()
+            .map(|name| {
+                Kind::parse(name)
+                    .filter(|k| EVENTS.contains(k))
+                    .ok_or_else(|| {
+                        let known: Vec<&str> = EVENTS.iter().map(|k| k.as_str()).collect();
+                        err(
+                            format!("{key}.events"),
+                            format!("unknown event `{name}`; events are {}", known.join(", ")),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(events)
+}
+
+/// The delays between attempts (the default: 5s, 30s, 2m, 10m, 30m, 1h, 3h, 6h).
+fn retry_schedule(key: &str, written: Option<Vec<String>>) -> Result<Vec<Duration>, ConfigError> {
+    let schedule_text = written.unwrap_or_else(|| {
+        ["5s", "30s", "2m", "10m", "30m", "1h", "3h", "6h"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    });
+    let mut retry_schedule = Vec::new();
+    for (j, d) in schedule_text.iter().enumerate() {
+        retry_schedule
+            .push(parse_duration(d).map_err(|m| err(format!("{key}.retry_schedule[{j}]"), m))?);
+    }
+    Ok(retry_schedule)
 }
