@@ -36,10 +36,13 @@ fn written() -> Value {
     for group in [
         shapes(),
         calls(),
+        resuming(),
         approvals(),
         grants_and_runs(),
         policy(),
+        shadow(),
         operations(),
+        audit_and_open(),
     ] {
         if let Value::Object(m) = group {
             all.extend(m);
@@ -84,7 +87,7 @@ fn shapes() -> Value {
     })
 }
 
-/// Calls: the request, each answer (completed, pending, suspended, cancelled), resuming.
+/// Calls: the request and each answer (completed, pending, suspended, cancelled).
 fn calls() -> Value {
     let string = json!({"type": "string"});
     let nullable_string = json!({"type": ["string", "null"]});
@@ -162,6 +165,13 @@ fn calls() -> Value {
             "required": ["call_id", "status"],
             "properties": {"call_id": string, "status": {"const": "cancelled"}},
         },
+    })
+}
+
+/// Suspended calls and resuming them, one by one or by run.
+fn resuming() -> Value {
+    let nullable_string = json!({"type": ["string", "null"]});
+    json!({
         "SuspendedCalls": {
             "type": "object",
             "required": ["calls"],
@@ -328,7 +338,7 @@ fn grants_and_runs() -> Value {
     })
 }
 
-/// The policy: the loaded set, evaluating a call, the shadow set.
+/// The policy: the loaded set and evaluating a call.
 fn policy() -> Value {
     let string = json!({"type": "string"});
     let nullable_string = json!({"type": ["string", "null"]});
@@ -397,6 +407,13 @@ fn policy() -> Value {
             "required": ["version"],
             "properties": {"version": string},
         },
+    })
+}
+
+/// The shadow policy set's transitions.
+fn shadow() -> Value {
+    let string = json!({"type": "string"});
+    json!({
         "Shadow": {
             "type": "object",
             "required": ["configured", "live_version"],
@@ -432,7 +449,7 @@ fn policy() -> Value {
     })
 }
 
-/// Tools, webhooks, the audit log, and the open routes (health, readiness, metadata, the document).
+/// Tools and webhooks.
 fn operations() -> Value {
     let string = json!({"type": "string"});
     let nullable_string = json!({"type": ["string", "null"]});
@@ -487,6 +504,13 @@ fn operations() -> Value {
             "required": ["delivery_id"],
             "properties": {"delivery_id": nullable_string},
         },
+    })
+}
+
+/// The audit log's routes, and the open routes (health, readiness, metadata, the document).
+fn audit_and_open() -> Value {
+    let string = json!({"type": "string"});
+    json!({
         "AuditPage": {
             "type": "object",
             "required": ["records", "next_after"],
