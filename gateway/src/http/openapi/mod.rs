@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::routes::{Access, Op, ROUTES};
+use super::routes::{Access, Op, Route, ROUTES};
 use crate::body::status_for;
 use crate::config::Config;
 use crate::error::Code;
@@ -50,64 +50,7 @@ pub(crate) fn document(config: &Config) -> Value {
         if route.access == Access::OpenWithIssuers && !with_issuers {
             continue;
         }
-        let op = operation(route.op);
-        let mut codes: Vec<Code> = op.codes.clone();
-        codes.extend(EVERY_ROUTE);
-        if route.access == Access::Token {
-            codes.extend(TOKEN_ROUTES);
-        }
-        if op.body.is_some() {
-            codes.extend(BODY_ROUTES);
-        }
-        let mut responses = Map::new();
-        for (status, media, schema, description) in &op.ok {
-            let mut answer = json!({"description": description});
-            if !media.is_empty() {
-                answer["content"] = json!({*media: {"schema": schema}});
-            }
-            let links: Map<String, Value> = op
-                .links
-                .iter()
-                .filter(|(from, ..)| from == status)
-                .map(|(_, target, param, expr)| {
-                    (
-                        (*target).to_owned(),
-                        json!({"operationId": target, "parameters": {*param: expr}}),
-                    )
-                })
-                .collect();
-            if !links.is_empty() {
-                answer["links"] = Value::Object(links);
-            }
-            responses.insert(status.to_string(), answer);
-        }
-        for (status, codes) in by_status(&codes) {
-            responses.insert(status.to_string(), refusal(status, &codes));
-        }
-        let mut o = json!({
-            "operationId": op.id,
-            "tags": [op.tag],
-            "summary": op.summary,
-            "description": op.description,
-            "responses": responses,
-        });
-        let mut params = op.params;
-        params.extend(route.path.split('/').filter_map(|seg| {
-            let name = seg.strip_prefix('{')?.strip_suffix('}')?;
-            Some(json!({"name": name, "in": "path", "required": true,
-                "schema": {"type": "string", "minLength": 1}}))
-        }));
-        if !params.is_empty() {
-            o["parameters"] = Value::Array(params);
-        }
-        if let Some((schema, required)) = op.body {
-            o["requestBody"] = json!({"required": required,
-                "content": {"application/json": {"schema": r(schema)}}});
-        }
-        o["security"] = match route.access {
-            Access::Token => security_requirements(config),
-            _ => json!([]),
-        };
+        let o = path_item(config, route);
         paths
             .entry(route.path)
             .or_default()
@@ -345,6 +288,70 @@ fn policy_load() -> Vec<Code> {
         .copied()
         .filter(|c| c.as_str().starts_with("policy.") && status_for(*c).as_u16() == 422)
         .collect()
+}
+
+/// One route's operation object: its answers with their links, its refusals by status, its
+/// parameters, body and security.
+fn path_item(config: &Config, route: &Route) -> Value {
+    let op = operation(route.op);
+    let mut codes: Vec<Code> = op.codes.clone();
+    codes.extend(EVERY_ROUTE);
+    if route.access == Access::Token {
+        codes.extend(TOKEN_ROUTES);
+    }
+    if op.body.is_some() {
+        codes.extend(BODY_ROUTES);
+    }
+    let mut responses = Map::new();
+    for (status, media, schema, description) in &op.ok {
+        let mut answer = json!({"description": description});
+        if !media.is_empty() {
+            answer["content"] = json!({*media: {"schema": schema}});
+        }
+        let links: Map<String, Value> = op
+            .links
+            .iter()
+            .filter(|(from, ..)| from == status)
+            .map(|(_, target, param, expr)| {
+                (
+                    (*target).to_owned(),
+                    json!({"operationId": target, "parameters": {*param: expr}}),
+                )
+            })
+            .collect();
+        if !links.is_empty() {
+            answer["links"] = Value::Object(links);
+        }
+        responses.insert(status.to_string(), answer);
+    }
+    for (status, codes) in by_status(&codes) {
+        responses.insert(status.to_string(), refusal(status, &codes));
+    }
+    let mut o = json!({
+        "operationId": op.id,
+        "tags": [op.tag],
+        "summary": op.summary,
+        "description": op.description,
+        "responses": responses,
+    });
+    let mut params = op.params;
+    params.extend(route.path.split('/').filter_map(|seg| {
+        let name = seg.strip_prefix('{')?.strip_suffix('}')?;
+        Some(json!({"name": name, "in": "path", "required": true,
+            "schema": {"type": "string", "minLength": 1}}))
+    }));
+    if !params.is_empty() {
+        o["parameters"] = Value::Array(params);
+    }
+    if let Some((schema, required)) = op.body {
+        o["requestBody"] = json!({"required": required,
+            "content": {"application/json": {"schema": r(schema)}}});
+    }
+    o["security"] = match route.access {
+        Access::Token => security_requirements(config),
+        _ => json!([]),
+    };
+    o
 }
 
 /// What the document says of `op`: its id, tag, summary, description, parameters, body,
