@@ -21,13 +21,15 @@ pub struct ServeArgs {
     pub data_dir: Option<PathBuf>,
 }
 
-pub(super) fn serve(args: ServeArgs) -> u8 {
+/// The config `serve` runs with: the file's or the demo's, with `--listen` and `--data-dir`,
+/// and its policy checked to load; `Err` is the exit code, every problem printed.
+fn configured(args: ServeArgs) -> Result<Config, u8> {
     let mut config = match &args.config {
         Some(path) => match Config::load(path) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("error[config.invalid]: {e}");
-                return 2;
+                return Err(2);
             }
         },
         None => Config::demo(),
@@ -36,10 +38,10 @@ pub(super) fn serve(args: ServeArgs) -> u8 {
         match listen.parse() {
             Ok(addr) => config.listen = addr,
             Err(_) => {
-                return bad_input(
+                return Err(bad_input(
                     "config.invalid",
                     format!("--listen: `{listen}` is not an address"),
-                )
+                ))
             }
         }
     }
@@ -54,9 +56,17 @@ pub(super) fn serve(args: ServeArgs) -> u8 {
                 eprintln!("error[{}]: {}", e.code, e.located());
             }
             eprintln!("the policy does not load: {} error(s)", errors.0.len());
-            return 2;
+            return Err(2);
         }
     }
+    Ok(config)
+}
+
+pub(super) fn serve(args: ServeArgs) -> u8 {
+    let config = match configured(args) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     init_logging(config.json_logs);
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
