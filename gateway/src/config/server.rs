@@ -69,13 +69,7 @@ pub(super) fn validate(
     s: RawServer,
     resolve: &dyn Fn(PathBuf) -> PathBuf,
 ) -> Result<Server, ConfigError> {
-    let listen_text = s.listen.as_deref().unwrap_or("127.0.0.1:8080");
-    let listen = listen_text.parse().map_err(|_| {
-        err(
-            "server.listen",
-            format!("`{listen_text}` is not an address like 127.0.0.1:8080"),
-        )
-    })?;
+    let listen = listen_address(s.listen.as_deref())?;
     let hold_timeout = duration(
         "server.hold_timeout",
         s.hold_timeout.as_deref(),
@@ -91,16 +85,11 @@ pub(super) fn validate(
         s.suspend_ttl.as_deref(),
         Duration::from_secs(24 * 3600),
     )?;
-    let json_logs = match s.log_format.as_deref().unwrap_or("text") {
-        "text" => false,
-        "json" => true,
-        other => {
-            return Err(err(
-                "server.log_format",
-                format!("`{other}` must be `text` or `json`"),
-            ))
-        }
-    };
+    let json_logs = either(
+        "server.log_format",
+        s.log_format.as_deref(),
+        ["text", "json"],
+    )?;
     let classifier_cache_ttl = duration(
         "server.classifier_cache_ttl",
         s.classifier_cache_ttl.as_deref(),
@@ -108,25 +97,19 @@ pub(super) fn validate(
     )?;
     let connections = connections(&s)?;
     let policy_budget = match s.policy_budget {
-        None => airlock_policy::DEFAULT_BUDGET,
         Some(0) => {
             return Err(err(
                 "server.policy_budget",
-                "`0` must be a positive number of evaluation steps".to_owned(),
+                "`0` must be a positive number of evaluation steps",
             ))
         }
-        Some(n) => n,
+        n => n.unwrap_or(airlock_policy::DEFAULT_BUDGET),
     };
-    let batched = match s.durability.as_deref().unwrap_or("sync") {
-        "sync" => false,
-        "batched" => true,
-        other => {
-            return Err(err(
-                "server.durability",
-                format!("`{other}` must be `sync` or `batched`"),
-            ))
-        }
-    };
+    let batched = either(
+        "server.durability",
+        s.durability.as_deref(),
+        ["sync", "batched"],
+    )?;
     let flush_interval = positive(
         "server.flush_interval",
         s.flush_interval.as_deref(),
@@ -195,4 +178,27 @@ fn connections(s: &RawServer) -> Result<ConnectionLimits, ConfigError> {
             .clamp(1, max_connections),
     };
     Ok(connections)
+}
+
+/// A setting that is one of two words, the first its default: whether it is the second.
+fn either(key: &str, value: Option<&str>, words: [&str; 2]) -> Result<bool, ConfigError> {
+    match value.unwrap_or(words[0]) {
+        w if w == words[0] => Ok(false),
+        w if w == words[1] => Ok(true),
+        other => Err(err(
+            key,
+            format!("`{other}` must be `{}` or `{}`", words[0], words[1]),
+        )),
+    }
+}
+
+/// `server.listen`, by default `127.0.0.1:8080`.
+fn listen_address(text: Option<&str>) -> Result<std::net::SocketAddr, ConfigError> {
+    let text = text.unwrap_or("127.0.0.1:8080");
+    text.parse().map_err(|_| {
+        err(
+            "server.listen",
+            format!("`{text}` is not an address like 127.0.0.1:8080"),
+        )
+    })
 }
