@@ -95,30 +95,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         }
     };
     if method == Method::POST {
-        let limits = BodyLimits {
-            max_bytes: gw.config.max_body_bytes,
-            timeout: gw.config.connections.body_timeout,
-        };
-        let same_origin = same_origin(&gw, req.headers());
-        let body = match read_body(req.into_body(), limits).await {
-            Ok(b) => b,
-            Err(e) => return refusal_page(&e),
-        };
-        let form = urlencoded::pairs(&String::from_utf8_lossy(&body));
-        // INVARIANT: no state changes without both checks.
-        if !same_origin || urlencoded::get(&form, "csrf") != Some(session.csrf.as_str()) {
-            return page(
-                StatusCode::FORBIDDEN,
-                pages::message(
-                    "Refused",
-                    "This form did not come from this inbox (a missing or wrong CSRF token, or another origin). Nothing was decided.",
-                ),
-            );
-        }
-        if gw.heavy.takes(body.len()) {
-            return post_on_lane(&gw, session, &segments, form).await;
-        }
-        return post(&gw, &session, &segments, &form).await;
+        return checked_post(&gw, session, &segments, req).await;
     }
     match segments.as_slice() {
         ["inbox"] => list(&gw, &session, &query, false).await,
@@ -136,6 +113,40 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
             pages::message("Not found", "There is no such page in the inbox."),
         ),
     }
+}
+
+/// A form post of a signed-in approver: read, then refused unless it comes from this inbox
+/// with the session's CSRF token; a big one is handled on the heavy lane.
+async fn checked_post(
+    gw: &Arc<Gateway>,
+    session: Session,
+    segments: &[&str],
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let limits = BodyLimits {
+        max_bytes: gw.config.max_body_bytes,
+        timeout: gw.config.connections.body_timeout,
+    };
+    let same_origin = same_origin(gw, req.headers());
+    let body = match read_body(req.into_body(), limits).await {
+        Ok(b) => b,
+        Err(e) => return refusal_page(&e),
+    };
+    let form = urlencoded::pairs(&String::from_utf8_lossy(&body));
+    // INVARIANT: no state changes without both checks.
+    if !same_origin || urlencoded::get(&form, "csrf") != Some(session.csrf.as_str()) {
+        return page(
+            StatusCode::FORBIDDEN,
+            pages::message(
+                "Refused",
+                "This form did not come from this inbox (a missing or wrong CSRF token, or another origin). Nothing was decided.",
+            ),
+        );
+    }
+    if gw.heavy.takes(body.len()) {
+        return post_on_lane(gw, session, segments, form).await;
+    }
+    post(gw, &session, segments, &form).await
 }
 
 /// A big form (an edit of big args) is parsed and decided on the heavy lane.
