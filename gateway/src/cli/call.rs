@@ -63,24 +63,11 @@ pub(super) fn call(args: CallArgs) -> u8 {
         };
         resume(id, args.wait, data)
     } else {
-        let raw = match read_json_arg(&args.args, "--args") {
-            Ok(r) => r,
+        let body = match call_body(&args) {
+            Ok(b) => b,
             Err(code) => return code,
         };
-        let call_args = match json::parse(&raw, MAX_ARGS_DEPTH) {
-            Ok(v) => v,
-            Err(e) => return bad_input(e.code(), format!("--args: {e}")),
-        };
-        let context = match args
-            .context
-            .as_deref()
-            .map(|c| parse_json_flag(c, "context"))
-            .transpose()
-        {
-            Ok(c) => c,
-            Err(code) => return code,
-        };
-        let body = client::call_body(args.tool.as_deref().unwrap_or(""), call_args, context);
+
         // Always ask for an answer at once: a call that needs approval comes back as 202 with
         // its ids, which are printed before waiting, so the user can find the approval.
         let first = c.send(
@@ -135,3 +122,23 @@ pub(super) fn call(args: CallArgs) -> u8 {
 
 /// Seconds `airlock call` waits for a decision without --wait.
 const DEFAULT_WAIT: u64 = 30;
+
+/// The `POST /v1/calls` body of `--tool`, `--args` (strict JSON, or `-` for stdin) and
+/// `--context`; `Err` is the exit code of a flag that does not read.
+fn call_body(args: &CallArgs) -> Result<Value, u8> {
+    let raw = read_json_arg(&args.args, "--args")?;
+    let call_args = match json::parse(&raw, MAX_ARGS_DEPTH) {
+        Ok(v) => v,
+        Err(e) => return Err(bad_input(e.code(), format!("--args: {e}"))),
+    };
+    let context = args
+        .context
+        .as_deref()
+        .map(|c| parse_json_flag(c, "context"))
+        .transpose()?;
+    Ok(client::call_body(
+        args.tool.as_deref().unwrap_or(""),
+        call_args,
+        context,
+    ))
+}
