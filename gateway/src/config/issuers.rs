@@ -75,39 +75,7 @@ pub(super) fn validate(
     let mut issuers: Vec<IssuerConfig> = Vec::new();
     for (i, r) in raw.into_iter().enumerate() {
         let key = |k: &str| format!("issuers[{i}].{k}");
-        if r.id.is_empty()
-            || !r
-                .id
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        {
-            return Err(err(
-                key("id"),
-                format!("`{}` must be non-empty and only a-z, 0-9 and -", r.id),
-            ));
-        }
-        if issuers.iter().any(|q| q.id == r.id) {
-            return Err(err(key("id"), format!("`{}` is used twice", r.id)));
-        }
-        if issuers.iter().any(|q| q.issuer == r.issuer) {
-            return Err(err(
-                key("issuer"),
-                format!("`{}` is another issuer's too", r.issuer),
-            ));
-        }
-        for (k, url) in [
-            ("issuer", Some(&r.issuer)),
-            ("jwks_uri", r.jwks_uri.as_ref()),
-        ] {
-            if let Some(url) = url {
-                if !fetchable(url) {
-                    return Err(err(
-                        key(k),
-                        format!("`{url}` must be https:// (http:// only on a loopback address)"),
-                    ));
-                }
-            }
-        }
+        check_names(&r, &issuers, &key)?;
         let roles = roles(&key("roles"), &r.roles)?;
         let rate = match &r.rate {
             Some(t) => Some(Rate::parse(t, r.burst).map_err(|m| err(key("rate"), m))?),
@@ -179,6 +147,49 @@ fn roles(
         ));
     }
     Ok(roles)
+}
+
+/// An issuer's id and URLs: an id of a-z, 0-9 and `-`, neither it nor the issuer another's,
+/// and URLs that are https (http only on loopback).
+fn check_names(
+    r: &RawIssuer,
+    issuers: &[IssuerConfig],
+    key: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if r.id.is_empty()
+        || !r
+            .id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(err(
+            key("id"),
+            format!("`{}` must be non-empty and only a-z, 0-9 and -", r.id),
+        ));
+    }
+    if issuers.iter().any(|q| q.id == r.id) {
+        return Err(err(key("id"), format!("`{}` is used twice", r.id)));
+    }
+    if issuers.iter().any(|q| q.issuer == r.issuer) {
+        return Err(err(
+            key("issuer"),
+            format!("`{}` is another issuer's too", r.issuer),
+        ));
+    }
+    for (k, url) in [
+        ("issuer", Some(&r.issuer)),
+        ("jwks_uri", r.jwks_uri.as_ref()),
+    ] {
+        if let Some(url) = url {
+            if !fetchable(url) {
+                return Err(err(
+                    key(k),
+                    format!("`{url}` must be https:// (http:// only on a loopback address)"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn validate_inbox(
