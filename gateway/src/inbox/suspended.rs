@@ -110,7 +110,6 @@ pub fn call(who: &Who, c: &CallRecord, error: Option<&ApiError>, now: u64) -> Ma
     let suspended = c.status.as_str() == "suspended";
     let s = c.suspension.as_ref();
     let schema = s.map(|s| s.resume_schema.clone()).unwrap_or(Value::Null);
-    let fields = form_fields(&schema);
     let outcome = c.outcome.as_ref().map(|o| {
         o.result
             .as_ref()
@@ -152,48 +151,55 @@ pub fn call(who: &Who, c: &CallRecord, error: Option<&ApiError>, now: u64) -> Ma
                 }
                 dt { "Call" } dd { code { (c.call_id) } }
             }
-            @if suspended {
-                section.actions aria-label="Answer" {
-                    form #resume-form method="post" action={ "/inbox/calls/" (c.call_id) "/resume" } {
-                        input type="hidden" name="csrf" value=(who.csrf);
-                        @match &fields {
-                            Some(fields) => {
-                                @for f in fields {
-                                    @let id = format!("field-{}", f.name);
-                                    @let name = format!("f.{}", f.name);
-                                    label for=(id) { (f.name) @if f.required { " (required)" } @if let Some(d) = &f.description { " — " (d) } }
-                                    @if !f.choices.is_empty() {
-                                        select id=(id) name=(name) required[f.required] {
-                                            @if !f.required { option value="" { "—" } }
-                                            @for choice in &f.choices { option value=(choice) { (choice) } }
-                                        }
-                                    } @else if f.kind == "boolean" {
-                                        select id=(id) name=(name) required[f.required] {
-                                            @if !f.required { option value="" { "—" } }
-                                            option value="true" { "yes" }
-                                            option value="false" { "no" }
-                                        }
-                                    } @else if f.kind == "number" || f.kind == "integer" {
-                                        input id=(id) name=(name) type="number" step=(if f.kind == "integer" { "1" } else { "any" }) required[f.required];
-                                    } @else {
-                                        input id=(id) name=(name) required[f.required];
-                                    }
-                                }
-                            }
-                            None => {
-                                label for="resume-json" { "Answer (JSON fitting the schema below)" }
-                                textarea #resume-json name="resume_data" rows="8" spellcheck="false" {}
-                            }
-                        }
-                        details { summary { "The resume schema" } pre.args { (serde_json::to_string_pretty(&schema).unwrap_or_default()) } }
-                        button.approve type="submit" { "Continue the call" }
-                    }
-                }
-            }
+            @if suspended { (answer_form(who, c, &schema)) }
             @if let Some(o) = outcome {
                 h2 { "Outcome" }
                 pre.args { (o) }
             }
         },
     )
+}
+
+/// The form that answers a suspended call: a field per property the schema lets it render, or
+/// a JSON box, with the schema shown beside it.
+fn answer_form(who: &Who, c: &CallRecord, schema: &Value) -> Markup {
+    let fields = form_fields(schema);
+    html! {
+        section.actions aria-label="Answer" {
+            form #resume-form method="post" action={ "/inbox/calls/" (c.call_id) "/resume" } {
+                input type="hidden" name="csrf" value=(who.csrf);
+                @match &fields {
+                    Some(fields) => {
+                        @for f in fields {
+                            @let id = format!("field-{}", f.name);
+                            @let name = format!("f.{}", f.name);
+                            label for=(id) { (f.name) @if f.required { " (required)" } @if let Some(d) = &f.description { " — " (d) } }
+                            @if !f.choices.is_empty() {
+                                select id=(id) name=(name) required[f.required] {
+                                    @if !f.required { option value="" { "—" } }
+                                    @for choice in &f.choices { option value=(choice) { (choice) } }
+                                }
+                            } @else if f.kind == "boolean" {
+                                select id=(id) name=(name) required[f.required] {
+                                    @if !f.required { option value="" { "—" } }
+                                    option value="true" { "yes" }
+                                    option value="false" { "no" }
+                                }
+                            } @else if f.kind == "number" || f.kind == "integer" {
+                                input id=(id) name=(name) type="number" step=(if f.kind == "integer" { "1" } else { "any" }) required[f.required];
+                            } @else {
+                                input id=(id) name=(name) required[f.required];
+                            }
+                        }
+                    }
+                    None => {
+                        label for="resume-json" { "Answer (JSON fitting the schema below)" }
+                        textarea #resume-json name="resume_data" rows="8" spellcheck="false" {}
+                    }
+                }
+                details { summary { "The resume schema" } pre.args { (serde_json::to_string_pretty(&schema).unwrap_or_default()) } }
+                button.approve type="submit" { "Continue the call" }
+            }
+        }
+    }
 }
