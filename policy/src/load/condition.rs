@@ -70,26 +70,7 @@ impl Builder {
         let program = match env.compile(when) {
             Ok(p) => p,
             Err(errs) => {
-                let mut syntax_told = false;
-                for e in errs.errors {
-                    let offset = expr_offset(when, e.pos.0, e.pos.1);
-                    let (code, message) = if e.msg.starts_with("invalid regex") {
-                        ("policy.invalid_regex", e.msg.clone())
-                    } else if e.msg.starts_with("the pattern of `matches`") {
-                        ("policy.dynamic_regex", e.msg.clone())
-                    } else if syntax_told {
-                        // The parser's later complaints follow from its first.
-                        continue;
-                    } else {
-                        syntax_told = true;
-                        ("policy.cel_syntax", syntax_message(&e.msg, when, offset))
-                    };
-                    self.errors.push(
-                        PolicyError::new(code, path, message)
-                            .at(at.pos(offset))
-                            .in_rule(id),
-                    );
-                }
+                self.compile_errors(at, when, errs, id);
                 return None;
             }
         };
@@ -143,6 +124,32 @@ impl Builder {
             }
         }
         Some((program, refs))
+    }
+
+    /// What the CEL compiler refused in a `when`, each at its place: a bad regex, a pattern
+    /// that is not a literal, and the parser's first complaint in plain words (its later ones
+    /// follow from the first).
+    fn compile_errors(&mut self, at: &WhenAt<'_>, when: &str, errs: cel::ParseErrors, id: &str) {
+        let mut syntax_told = false;
+        for e in errs.errors {
+            let offset = expr_offset(when, e.pos.0, e.pos.1);
+            let (code, message) = if e.msg.starts_with("invalid regex") {
+                ("policy.invalid_regex", e.msg.clone())
+            } else if e.msg.starts_with("the pattern of `matches`") {
+                ("policy.dynamic_regex", e.msg.clone())
+            } else if syntax_told {
+                // The parser's later complaints follow from its first.
+                continue;
+            } else {
+                syntax_told = true;
+                ("policy.cel_syntax", syntax_message(&e.msg, when, offset))
+            };
+            self.errors.push(
+                PolicyError::new(code, at.ctx.path, message)
+                    .at(at.pos(offset))
+                    .in_rule(id),
+            );
+        }
     }
 
     /// The calls a rule makes, checked against the functions CEL and airlock define, and its
