@@ -206,37 +206,7 @@ impl Builder {
                 Err(e) => self.errors.push(e),
             }
         }
-        for (name, agent) in &raw.agents {
-            let on = agent.get_ref().require_tool_approval;
-            merge_flag(
-                &mut self.agents,
-                &mut self.errors,
-                &ctx,
-                "agent",
-                name,
-                on,
-                agent.span(),
-            );
-        }
-        for (pattern, flag) in &raw.tools {
-            match Glob::new(pattern) {
-                Err(m) => self
-                    .errors
-                    .push(ctx.err("policy.invalid_glob", flag.span(), m)),
-                Ok(_) => {
-                    let on = flag.get_ref().require_approval;
-                    merge_flag(
-                        &mut self.tool_flags,
-                        &mut self.errors,
-                        &ctx,
-                        "tool",
-                        pattern,
-                        on,
-                        flag.span(),
-                    );
-                }
-            }
-        }
+        self.flags(&ctx, &raw);
         for rule in raw.rules {
             self.rule(&ctx, rule, env);
         }
@@ -281,6 +251,42 @@ impl Builder {
 
     /// One `[[rules]]` entry: its id, tools, approval settings and condition, each checked
     /// in turn; every problem is kept (naming the rule), and a rule with one is not added.
+    /// A file's `[agents]` and `[tools]` flags, merged with the other files' (a key set twice
+    /// is refused).
+    fn flags(&mut self, ctx: &FileCtx<'_>, raw: &RawFile) {
+        for (name, agent) in &raw.agents {
+            let on = agent.get_ref().require_tool_approval;
+            merge_flag(
+                &mut self.agents,
+                &mut self.errors,
+                ctx,
+                "agent",
+                name,
+                on,
+                agent.span(),
+            );
+        }
+        for (pattern, flag) in &raw.tools {
+            match Glob::new(pattern) {
+                Err(m) => self
+                    .errors
+                    .push(ctx.err("policy.invalid_glob", flag.span(), m)),
+                Ok(_) => {
+                    let on = flag.get_ref().require_approval;
+                    merge_flag(
+                        &mut self.tool_flags,
+                        &mut self.errors,
+                        ctx,
+                        "tool",
+                        pattern,
+                        on,
+                        flag.span(),
+                    );
+                }
+            }
+        }
+    }
+
     /// Every rule's `when` of a file whose shape was refused, read leniently (other keys
     /// ignored) and compiled, so that its CEL errors are reported beside the shape error.
     fn conditions_only(&mut self, ctx: &FileCtx<'_>, env: &Env) {
