@@ -197,43 +197,7 @@ impl Gateway {
         })?;
         let store = open_store(&config)?;
         let metrics = Metrics::new()?;
-        let pending = store
-            .list_approvals(
-                &ApprovalFilter {
-                    status: Some(ApprovalStatus::Pending),
-                    ..Default::default()
-                },
-                None,
-                1_000_000,
-            )
-            .map_err(|e| e.to_string())?
-            .0;
-        metrics.pending_approvals.set(pending.len() as i64);
-        let limits = PrincipalLimits::new(
-            &config.principals,
-            &config.issuers,
-            std::time::Instant::now(),
-        );
-        let mut by_principal: HashMap<String, usize> = HashMap::new();
-        for a in &pending {
-            *by_principal.entry(a.requester.id.clone()).or_default() += 1;
-        }
-        limits.set_pending(&by_principal);
-        let attached = pending
-            .iter()
-            .filter(|a| a.kind == airlock_storage::ApprovalKind::Call)
-            .map(|a| {
-                let run = a.context.get("run_id").and_then(Value::as_str);
-                (
-                    attach_key(&a.requester.id, &a.fingerprint, run),
-                    a.call_id.clone(),
-                )
-            })
-            .collect();
-        for p in &config.principals {
-            let n = by_principal.get(&p.id).copied().unwrap_or(0);
-            principal_pending_gauge(&metrics, &limits, &p.id, n);
-        }
+        let (limits, attached) = pending_at_start(&config, &store, &metrics)?;
         // Held calls and run streams wait on the hold registry; the store tells it which calls
         // and runs each commit changed, this gateway's and (on PostgreSQL) every other's.
         let holds = Arc::new(Holds::default());
@@ -453,6 +417,53 @@ impl Gateway {
     pub fn is_ready(&self) -> bool {
         self.store.is_available() && self.policy_loaded.load(Ordering::Acquire)
     }
+}
+
+/// What the approvals left pending at start count for: the pending gauge, each principal's
+/// `max_pending`, and the calls identical ones attach to.
+fn pending_at_start(
+    config: &Config,
+    store: &Store,
+    metrics: &Metrics,
+) -> Result<(PrincipalLimits, HashMap<String, String>), String> {
+    let pending = store
+        .list_approvals(
+            &ApprovalFilter {
+                status: Some(ApprovalStatus::Pending),
+                ..Default::default()
+            },
+            None,
+            1_000_000,
+        )
+        .map_err(|e| e.to_string())?
+        .0;
+    metrics.pending_approvals.set(pending.len() as i64);
+    let limits = PrincipalLimits::new(
+        &config.principals,
+        &config.issuers,
+        std::time::Instant::now(),
+    );
+    let mut by_principal: HashMap<String, usize> = HashMap::new();
+    for a in &pending {
+        *by_principal.entry(a.requester.id.clone()).or_default() += 1;
+    }
+    limits.set_pending(&by_principal);
+    let attached = pending
+        .iter()
+        .filter(|a| a.kind == airlock_storage::ApprovalKind::Call)
+        .map(|a| {
+            let run = a.context.get("run_id").and_then(Value::as_str);
+            (
+                attach_key(&a.requester.id, &a.fingerprint, run),
+                a.call_id.clone(),
+            )
+        })
+        .collect();
+    for p in &config.principals {
+        let n = by_principal.get(&p.id).copied().unwrap_or(0);
+        principal_pending_gauge(metrics, &limits, &p.id, n);
+    }
+    Ok((limits, attached))
 }
 
 /// The store `[store]` names: fjall in `data_dir` (made if missing), or PostgreSQL.
