@@ -222,7 +222,14 @@ impl StdioConn {
             _child: child,
             generation,
         };
-        // The handshake, written directly: the caller holds the lock on `running`.
+        self.handshake(&mut running).await?;
+        *self.backoff.lock().unwrap_or_else(|e| e.into_inner()) = (None, Duration::from_secs(1));
+        tracing::info!(mcp_server = %self.name, "MCP server started");
+        Ok(running)
+    }
+
+    /// The `initialize` handshake, written directly: the caller holds the lock on `running`.
+    async fn handshake(&self, running: &mut Running) -> Result<(), Failure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.waiting
@@ -253,9 +260,7 @@ impl StdioConn {
         write_line(&mut running.stdin, &initialized)
             .await
             .map_err(|e| Failure::Unavailable(format!("cannot write to the MCP server: {e}")))?;
-        *self.backoff.lock().unwrap_or_else(|e| e.into_inner()) = (None, Duration::from_secs(1));
-        tracing::info!(mcp_server = %self.name, "MCP server started");
-        Ok(running)
+        Ok(())
     }
 
     fn failed(&self) {
