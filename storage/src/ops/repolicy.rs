@@ -13,6 +13,7 @@ use crate::keys::{self, Ks, EXPIRE_APPROVAL};
 use crate::model::{
     Approval, ApprovalDecision, ApprovalKind, ApprovalStatus, CallStatus, GrantTerms, Millis,
 };
+use crate::writer::Tx;
 use crate::Store;
 
 use super::approvals::set_status_index;
@@ -120,40 +121,7 @@ impl Store {
                     reason,
                     rules,
                     policy_version,
-                } => {
-                    let mut call = load_call(tx, &a.call_id)?
-                        .ok_or_else(|| StoreError::CallNotFound(a.call_id.clone()))?;
-                    a.decisions.push(ApprovalDecision {
-                        by: POLICY_DECIDER.into(),
-                        decision: "decline".into(),
-                        reason: Some(reason.clone()),
-                        at: now,
-                        fingerprint: a.effective_fingerprint().to_owned(),
-                        auth: None,
-                        grant: None,
-                    });
-                    a.status = ApprovalStatus::Declined;
-                    a.decided_at = Some(now);
-                    set_status_index(tx, &a, ApprovalStatus::Pending)?;
-                    tx.delete(
-                        Ks::Expiry,
-                        keys::expiry_key(old_expiry, EXPIRE_APPROVAL, a.id.as_bytes()),
-                    );
-                    call.status = CallStatus::Denied;
-                    call.decision = "deny".into();
-                    call.reason = Some(reason.clone());
-                    call.updated_at = now;
-                    let mut f = Self::call_fields(&redact_ptrs, &call);
-                    f.insert("approval_id".into(), Value::from(a.id.clone()));
-                    f.insert("by".into(), Value::from(POLICY_DECIDER));
-                    f.insert("decision".into(), Value::from("decline"));
-                    f.insert("reason".into(), Value::from(reason));
-                    f.insert("status".into(), Value::from(a.status.as_str()));
-                    f.insert("rules".into(), json!(rules));
-                    f.insert("policy_version".into(), Value::from(policy_version));
-                    tx.audit(now, Kind::ApprovalDecided, f);
-                    put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
-                }
+                } => deny(tx, &redact_ptrs, &mut a, reason, rules, policy_version, now)?,
                 Repolicy::Tighten {
                     quorum,
                     approvers,
@@ -189,6 +157,53 @@ impl Store {
             Ok(Some(a))
         })
     }
+}
+
+/// A pending call approval the reloaded policy denies: declined by [`POLICY_DECIDER`] with the
+/// rules' reason, its call denied, audited.
+fn deny(
+    tx: &mut Tx<'_>,
+    redact_ptrs: &[String],
+    a: &mut Approval,
+    reason: String,
+    rules: Vec<String>,
+    policy_version: String,
+    now: Millis,
+) -> Result<(), StoreError> {
+    let old_expiry = a.expires_at;
+    let mut call =
+        load_call(tx, &a.call_id)?.ok_or_else(|| StoreError::CallNotFound(a.call_id.clone()))?;
+    a.decisions.push(ApprovalDecision {
+        by: POLICY_DECIDER.into(),
+        decision: "decline".into(),
+        reason: Some(reason.clone()),
+        at: now,
+        fingerprint: a.effective_fingerprint().to_owned(),
+        auth: None,
+        grant: None,
+    });
+    a.status = ApprovalStatus::Declined;
+    a.decided_at = Some(now);
+    set_status_index(tx, a, ApprovalStatus::Pending)?;
+    tx.delete(
+        Ks::Expiry,
+        keys::expiry_key(old_expiry, EXPIRE_APPROVAL, a.id.as_bytes()),
+    );
+    call.status = CallStatus::Denied;
+    call.decision = "deny".into();
+    call.reason = Some(reason.clone());
+    call.updated_at = now;
+    let mut f = Store::call_fields(redact_ptrs, &call);
+    f.insert("approval_id".into(), Value::from(a.id.clone()));
+    f.insert("by".into(), Value::from(POLICY_DECIDER));
+    f.insert("decision".into(), Value::from("decline"));
+    f.insert("reason".into(), Value::from(reason));
+    f.insert("status".into(), Value::from(a.status.as_str()));
+    f.insert("rules".into(), json!(rules));
+    f.insert("policy_version".into(), Value::from(policy_version));
+    tx.audit(now, Kind::ApprovalDecided, f);
+    put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+    Ok(())
 }
 
 #[cfg(test)]
