@@ -359,14 +359,10 @@ fn path_item(config: &Config, route: &Route) -> Value {
 /// its entry; each audience's entries are in a function of its own.
 fn operation(op: Op) -> Operation {
     match op {
-        Op::Root
-        | Op::Favicon
-        | Op::Healthz
-        | Op::Readyz
-        | Op::Metrics
-        | Op::OpenApi
-        | Op::ProtectedResource
-        | Op::ProtectedResourceMcp => open_operation(op),
+        Op::Root | Op::Favicon | Op::Healthz | Op::Readyz | Op::Metrics | Op::OpenApi => {
+            open_operation(op)
+        }
+        Op::ProtectedResource | Op::ProtectedResourceMcp => identity_operation(op),
         Op::CreateCall
         | Op::ListCalls
         | Op::GetCall
@@ -419,7 +415,7 @@ fn o(
     }
 }
 
-/// The open routes: the redirect, the icon, health, readiness, metrics, this document, RFC 9728 metadata.
+/// The open routes: the redirect, the icon, health, readiness, metrics, this document.
 fn open_operation(op: Op) -> Operation {
     match op {
         Op::Root => Operation {
@@ -490,6 +486,13 @@ fn open_operation(op: Op) -> Operation {
             ok: vec![json_ok(200, "OpenApiDocument", "This document.")],
             ..o("openapi", "operations", "This document", "No token.", &[])
         },
+        other => unreachable!("{other:?} is not one of open_operation's operations"),
+    }
+}
+
+/// The identity routes: RFC 9728 metadata, served only while `[[issuers]]` are configured.
+fn identity_operation(op: Op) -> Operation {
+    match op {
         Op::ProtectedResource | Op::ProtectedResourceMcp => Operation {
             ok: vec![json_ok(
                 200,
@@ -508,7 +511,7 @@ fn open_operation(op: Op) -> Operation {
                 &[],
             )
         },
-        other => unreachable!("{other:?} is not one of open_operation's operations"),
+        other => unreachable!("{other:?} is not one of identity_operation's operations"),
     }
 }
 
