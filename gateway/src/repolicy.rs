@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use airlock_policy::cases::fixed_classifiers;
-use airlock_policy::{evaluate, DecisionKind, Input, PolicySet, ToolCall};
+use airlock_policy::{evaluate, Decision, DecisionKind, Input, PolicySet, ToolCall};
 use airlock_storage::{
     Approval, ApprovalFilter, ApprovalKind, ApprovalStatus, GrantTerms, Kind, Repolicy,
 };
@@ -116,6 +116,12 @@ fn judge(gw: &Gateway, policy: &PolicySet, a: &Approval) -> Option<Repolicy> {
             definition: definition.as_deref(),
         },
     );
+    word_of(a, &call, decision)
+}
+
+/// What a reloaded policy's decision on a pending approval's call means for the approval: a
+/// deny declines it, an approval's settings may tighten it, anything else leaves it.
+fn word_of(a: &Approval, call: &ToolCall, decision: Decision) -> Option<Repolicy> {
     let version = decision.policy_version.clone();
     match (decision.decision, decision.approval) {
         (DecisionKind::Deny, _) => {
@@ -150,7 +156,7 @@ fn judge(gw: &Gateway, policy: &PolicySet, a: &Approval) -> Option<Repolicy> {
                     uses: s.grant.uses,
                     ttl_ms: s.grant.ttl.as_millis() as u64,
                     scope: format!("{scope:?}").to_lowercase(),
-                    scope_key: scope_key(scope, &a.call_id, &call, &a.requester),
+                    scope_key: scope_key(scope, &a.call_id, call, &a.requester),
                     max: Some(crate::grants::maxima(&s.grant)),
                 },
                 policy_version: version,
