@@ -78,18 +78,9 @@ pub(super) fn call(args: CallArgs) -> u8 {
         );
         match first {
             Ok((202, body)) if body["status"] == "suspended" => {
-                let call_id = body["call_id"].as_str().unwrap_or("");
-                // The summary on stdout says as much; with --json it is the hint.
                 if args.remote.json {
-                    eprintln!(
-                        "suspended: the tool asks for input: {}\n\
-                     answer in the inbox: {}\n\
-                     or: airlock call --resume {call_id} --data '<JSON fitting the resume schema>'",
-                        body.pointer("/suspend/payload")
-                            .map(Value::to_string)
-                            .unwrap_or_default(),
-                        body["link"].as_str().unwrap_or(""),
-                    );
+                    // The summary on stdout says as much; with --json it is the hint.
+                    suspended_hint(&body);
                 }
                 Ok((202, body))
             }
@@ -141,4 +132,18 @@ fn call_body(args: &CallArgs) -> Result<Value, u8> {
         call_args,
         context,
     ))
+}
+
+/// Says on stderr what a suspended call asks and how to answer it.
+fn suspended_hint(body: &Value) {
+    let call_id = body["call_id"].as_str().unwrap_or("");
+    eprintln!(
+        "suspended: the tool asks for input: {}\n\
+         answer in the inbox: {}\n\
+         or: airlock call --resume {call_id} --data '<JSON fitting the resume schema>'",
+        body.pointer("/suspend/payload")
+            .map(Value::to_string)
+            .unwrap_or_default(),
+        body["link"].as_str().unwrap_or(""),
+    );
 }
