@@ -363,13 +363,10 @@ fn operation(op: Op) -> Operation {
             open_operation(op)
         }
         Op::ProtectedResource | Op::ProtectedResourceMcp => identity_operation(op),
-        Op::CreateCall
-        | Op::ListCalls
-        | Op::GetCall
-        | Op::ResumeCall
-        | Op::CancelCall
-        | Op::ResumeRun
-        | Op::StreamRun => agent_operation(op),
+        Op::CreateCall | Op::ListCalls | Op::GetCall | Op::ResumeCall | Op::CancelCall => {
+            agent_operation(op)
+        }
+        Op::ResumeRun | Op::StreamRun => run_operation(op),
         Op::ListApprovals
         | Op::GetApproval
         | Op::Approve
@@ -515,7 +512,7 @@ fn identity_operation(op: Op) -> Operation {
     }
 }
 
-/// Agents' routes: calls, their outcomes, resuming, cancelling, a run's stream.
+/// Agents' routes: calls, their outcomes, resuming, cancelling.
 fn agent_operation(op: Op) -> Operation {
     match op {
         Op::CreateCall => Operation {
@@ -582,24 +579,48 @@ fn agent_operation(op: Op) -> Operation {
             ..o("cancelCall", "agents", "Cancel a call", "A call still pending approval or suspended.",
                 &[Code::CallNotFound, Code::CallInvalidState, Code::CallCancelled, Code::CallInProgress])
         },
+        other => unreachable!("{other:?} is not one of agent_operation's operations"),
+    }
+}
+
+/// A run's routes: resuming its suspended call, and its stream of events.
+fn run_operation(op: Op) -> Operation {
+    match op {
         Op::ResumeRun => Operation {
             body: Some(("RunResumeRequest", true)),
             ok: vec![
                 json_ok(200, "CallCompleted", "The call ran."),
                 json_ok(202, "CallWaiting", "Waiting again."),
             ],
-            ..o("resumeRun", "agents", "Resume a run's suspended call", "Mastra's resume by run (DESIGN §11).",
-                &[&OUTCOME[..], &RESUME[..]].concat())
+            ..o(
+                "resumeRun",
+                "agents",
+                "Resume a run's suspended call",
+                "Mastra's resume by run (DESIGN §11).",
+                &[&OUTCOME[..], &RESUME[..]].concat(),
+            )
         },
         Op::StreamRun => Operation {
-            params: vec![json!({"name": "Last-Event-ID", "in": "header", "required": false,
+            params: vec![
+                json!({"name": "Last-Event-ID", "in": "header", "required": false,
                 "schema": {"type": "string", "pattern": "^\\s*[0-9]+\\s*$"},
-                "description": "Resume after this event id."})],
-            ok: vec![(200, "text/event-stream", json!({"type": "string"}), "The run's events, as server-sent events.")],
-            ..o("streamRun", "agents", "A run's event stream", "Server-sent events of the run's calls (DESIGN §11).",
-                &[Code::RequestInvalidHeader])
+                "description": "Resume after this event id."}),
+            ],
+            ok: vec![(
+                200,
+                "text/event-stream",
+                json!({"type": "string"}),
+                "The run's events, as server-sent events.",
+            )],
+            ..o(
+                "streamRun",
+                "agents",
+                "A run's event stream",
+                "Server-sent events of the run's calls (DESIGN §11).",
+                &[Code::RequestInvalidHeader],
+            )
         },
-        other => unreachable!("{other:?} is not one of agent_operation's operations"),
+        other => unreachable!("{other:?} is not one of run_operation's operations"),
     }
 }
 
