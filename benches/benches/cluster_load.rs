@@ -18,7 +18,10 @@
 //! cluster_load`; with `AIRLOCK_BENCH_ONLY=delay` only the part over TCP runs, with
 //! `AIRLOCK_BENCH_ONLY=allowed` only its allowed calls through the delay (the rounds of one
 //! gateway against three and their CPU per call, in about a minute), and with
-//! `AIRLOCK_BENCH_BIN=<path>` the gateways are that build of `airlock`. The database is a throwaway cluster the bench starts (Debian's PostgreSQL,
+//! `AIRLOCK_BENCH_BIN=<path>` the gateways are that build of `airlock`; with
+//! `AIRLOCK_BENCH_START=deployment` the database starts as a deployment's does (fresh, owned by
+//! a role that is no superuser, signing in with a password over TCP) and only the part over
+//! TCP runs. The database is a throwaway cluster the bench starts (Debian's PostgreSQL,
 //! `scripts/postgres.sh`), or `AIRLOCK_TEST_DATABASE_URL`'s.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -77,7 +80,15 @@ fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         return; // `cargo test --benches` probes harness=false benches; nothing to list.
     }
-    let db = pg::Database::fresh();
+    // `AIRLOCK_BENCH_START=deployment`: the database starts as a deployment's does (fresh, owned
+    // by a role that is no superuser and signs in with a password over TCP); only the part
+    // over TCP runs then.
+    let deployment = std::env::var("AIRLOCK_BENCH_START").as_deref() == Ok("deployment");
+    let db = if deployment {
+        pg::Database::owned_by_role("airlock_gw", "cluster-load-password")
+    } else {
+        pg::Database::fresh()
+    };
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -88,7 +99,7 @@ fn main() {
     // `AIRLOCK_BENCH_ONLY=delay`: only the part over TCP, directly and through the delay;
     // `allowed`: only its allowed calls through the delay.
     let only = std::env::var("AIRLOCK_BENCH_ONLY").unwrap_or_default();
-    if only != "delay" && only != "allowed" {
+    if only != "delay" && only != "allowed" && !deployment {
         over_unix_sockets(&rt, &http, &db, backend);
     }
     through_a_delay(&rt, &http, &db, backend, only == "allowed");
@@ -207,12 +218,7 @@ fn through_a_delay(
         .expect("a port in the database URL");
     let target = std::net::SocketAddr::from(([127, 0, 0, 1], pg_port));
     let proxy = support::delay::DelayProxy::start(target, Duration::from_millis(1));
-    let url = |port: u16| {
-        format!(
-            "host=127.0.0.1 port={port} user=postgres dbname={}",
-            db.name
-        )
-    };
+    let url = |port: u16| format!("host=127.0.0.1 port={port} {} dbname={}", db.login, db.name);
     for (label, port) in [("direct", pg_port), ("1 ms each way", proxy.port)] {
         if allowed_only && port == pg_port {
             continue;

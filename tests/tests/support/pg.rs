@@ -122,6 +122,9 @@ pub struct Database {
     pub url: String,
     /// Its name.
     pub name: String,
+    /// Who connects over TCP, as connection-string words: `user=postgres` (trusted), or a
+    /// role and its password ([`Database::owned_by_role`]).
+    pub login: String,
 }
 
 impl Database {
@@ -135,6 +138,33 @@ impl Database {
             }
         };
         Database::create_in(cluster, &base)
+    }
+
+    /// A fresh database owned by `role` (made here, not a superuser, signing in with
+    /// `password`), in a cluster that asks TCP clients for a password: the way a deployment
+    /// starts. `url` is the trusted socket's, for setting things up; `login` is the role's.
+    pub fn owned_by_role(role: &str, password: &str) -> Database {
+        let cluster = Cluster::start_host_auth("scram-sha-256");
+        let mut admin = postgres::Client::connect(&cluster.url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN PASSWORD '{password}' NOSUPERUSER NOCREATEDB NOCREATEROLE"
+            ))
+            .unwrap();
+        let name = format!("deploy_{}", std::process::id());
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name} OWNER {role}"))
+            .unwrap();
+        let url = format!(
+            "{} dbname={name}",
+            cluster.url.replace(" dbname=postgres", "")
+        );
+        Database {
+            _cluster: Some(cluster),
+            url,
+            name,
+            login: format!("user={role} password={password}"),
+        }
     }
 
     /// A fresh database in `cluster`, which the caller keeps.
@@ -159,6 +189,7 @@ impl Database {
             _cluster: cluster,
             url: format!("{base} dbname={name}"),
             name,
+            login: "user=postgres".into(),
         }
     }
 }
