@@ -2,6 +2,9 @@
 //! events, webhook payloads), the links to decide it, and a finished call's event. Views only:
 //! deciding is [`crate::pipeline::decide`], storing is the store's.
 
+use std::time::Duration;
+
+use airlock_policy::format_duration;
 use airlock_storage::Approval;
 use serde_json::{json, Value};
 
@@ -30,7 +33,7 @@ pub fn approval_json(a: &Approval) -> Value {
         "created_at": rfc3339(a.created_at),
         "expires_at": rfc3339(a.expires_at),
         "decided_at": a.decided_at.map(rfc3339),
-        "grant": crate::grants::terms_json(a),
+        "grant": terms_json(a),
         "edited_args": a.edited_args,
         "edited_fingerprint": a.edited_fingerprint,
     })
@@ -79,5 +82,18 @@ pub fn call_completed_event(call: &airlock_storage::CallRecord) -> Value {
         "status": call.status.as_str(),
         "approval_id": call.approval_id,
         "upstream_status": call.outcome.as_ref().and_then(|o| o.upstream_status),
+    })
+}
+
+/// What an approval lets its approver choose: the rule's terms and the maxima.
+pub fn terms_json(a: &Approval) -> Value {
+    let max = a.grant.maxima();
+    json!({
+        "uses": a.grant.uses,
+        "ttl": format_duration(Duration::from_millis(a.grant.ttl_ms)),
+        "scope": a.grant.scope,
+        "max_uses": max.uses,
+        "max_ttl": format_duration(Duration::from_millis(max.ttl_ms)),
+        "max_scope": max.scope.as_str(),
     })
 }

@@ -8,9 +8,8 @@
 //! revokes one for the API and the inbox alike ([`revoke`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use airlock_policy::{format_duration, parse_duration, GrantScope, GrantSettings};
+use airlock_policy::{parse_duration, GrantScope, GrantSettings};
 use airlock_storage::{Approval, Grant, GrantChoice, GrantMax, GrantScopeName, Principal};
 use serde_json::{json, Value};
 
@@ -82,19 +81,6 @@ pub fn choice(v: &Value) -> Result<GrantChoice, ApiError> {
         uses,
         ttl_ms,
         scope,
-    })
-}
-
-/// What an approval lets its approver choose: the rule's terms and the maxima.
-pub fn terms_json(a: &Approval) -> Value {
-    let max = a.grant.maxima();
-    json!({
-        "uses": a.grant.uses,
-        "ttl": format_duration(Duration::from_millis(a.grant.ttl_ms)),
-        "scope": a.grant.scope,
-        "max_uses": max.uses,
-        "max_ttl": format_duration(Duration::from_millis(max.ttl_ms)),
-        "max_scope": max.scope.as_str(),
     })
 }
 

@@ -16,7 +16,6 @@ use crate::error::{line_col, PolicyError, PolicyErrors};
 use crate::glob::Glob;
 use crate::model::{ApprovalSettings, DecisionKind, GrantScope, GrantSettings};
 
-use super::condition::WhenAt;
 use super::raw::{LenientFile, OneOrMany, RawDefaults, RawFile, RawGrant, RawRule};
 use super::{Defaults, Location, PolicySet, Rule, Source, DEFAULT_APPROVAL_TTL, DEFAULT_GRANT};
 
@@ -153,6 +152,39 @@ impl FileCtx<'_> {
             max_ttl,
             max_scope: g.max_scope,
         })
+    }
+}
+
+/// Where a rule's `when` was written, to place a problem at an offset in the expression (or
+/// at the rule, when it has none).
+pub(super) struct WhenAt<'a> {
+    pub(super) ctx: &'a FileCtx<'a>,
+    pub(super) when: Option<std::ops::Range<usize>>,
+    pub(super) rule_start: usize,
+}
+
+impl WhenAt<'_> {
+    /// The line and column of `expr_offset` bytes into the expression.
+    pub(super) fn pos(&self, expr_offset: usize) -> (usize, usize) {
+        let text = self.ctx.text;
+        match &self.when {
+            Some(s) => {
+                let raw = &text[s.start..];
+                let quote = if raw.starts_with("'''") || raw.starts_with("\"\"\"") {
+                    // TOML drops a newline right after a multi-line string's opening quotes.
+                    let after = &raw[3..];
+                    3 + if after.starts_with("\r\n") {
+                        2
+                    } else {
+                        usize::from(after.starts_with('\n'))
+                    }
+                } else {
+                    1
+                };
+                line_col(text, s.start + quote + expr_offset)
+            }
+            None => line_col(text, self.rule_start),
+        }
     }
 }
 

@@ -6,42 +6,9 @@
 use cel::{Env, Program};
 
 use crate::cel::{references, References, VARIABLES};
-use crate::error::{line_col, PolicyError};
+use crate::error::PolicyError;
 
-use super::build::{Builder, FileCtx};
-
-/// Where a rule's `when` was written, to place a problem at an offset in the expression (or
-/// at the rule, when it has none).
-pub(super) struct WhenAt<'a> {
-    pub(super) ctx: &'a FileCtx<'a>,
-    pub(super) when: Option<std::ops::Range<usize>>,
-    pub(super) rule_start: usize,
-}
-
-impl WhenAt<'_> {
-    /// The line and column of `expr_offset` bytes into the expression.
-    fn pos(&self, expr_offset: usize) -> (usize, usize) {
-        let text = self.ctx.text;
-        match &self.when {
-            Some(s) => {
-                let raw = &text[s.start..];
-                let quote = if raw.starts_with("'''") || raw.starts_with("\"\"\"") {
-                    // TOML drops a newline right after a multi-line string's opening quotes.
-                    let after = &raw[3..];
-                    3 + if after.starts_with("\r\n") {
-                        2
-                    } else {
-                        usize::from(after.starts_with('\n'))
-                    }
-                } else {
-                    1
-                };
-                line_col(text, s.start + quote + expr_offset)
-            }
-            None => line_col(text, self.rule_start),
-        }
-    }
-}
+use super::build::{Builder, WhenAt};
 
 impl Builder {
     /// A rule's `when`, compiled, with the names it reads checked: declared variables only,
