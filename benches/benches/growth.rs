@@ -103,14 +103,7 @@ fn main() {
     };
     let cluster = pg::Cluster::start_host_auth("scram-sha-256");
     let admin = cluster.url.replace(" dbname=postgres", "");
-    {
-        let mut c = postgres::Client::connect(&format!("{admin} dbname=postgres"), postgres::NoTls)
-            .unwrap();
-        c.batch_execute(&format!(
-            "CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}' NOSUPERUSER NOCREATEDB NOCREATEROLE"
-        ))
-        .unwrap();
-    }
+    cluster.create_role(ROLE, PASSWORD);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -129,13 +122,7 @@ fn main() {
         for &size in &sizes {
             n += 1;
             let db = format!("growth_{n}");
-            {
-                let mut c =
-                    postgres::Client::connect(&format!("{admin} dbname=postgres"), postgres::NoTls)
-                        .unwrap();
-                c.batch_execute(&format!("CREATE DATABASE {db} OWNER {ROLE}"))
-                    .unwrap();
-            }
+            cluster.create_database(&db, ROLE);
             let url =
                 format!("host=127.0.0.1 port={port} user={ROLE} password={PASSWORD} dbname={db}");
             println!("{size} gateway(s), PostgreSQL over TCP {label}, a fresh database, a password role:");

@@ -93,6 +93,35 @@ fn approve_in_inbox(gw: &Gateway, who: &str, id: &str) {
     assert_eq!(r.status(), 303, "{}", r.text().unwrap());
 }
 
+/// POSTs `form` to `/slack/interactions` signed as Slack signs (`v0`, HMAC-SHA256 of
+/// `v0:{timestamp}:{body}` with the signing secret): status and JSON body.
+fn signed_post(gw: &Gateway, form: &str) -> (u16, Value) {
+    use hmac::{Hmac, KeyInit, Mac};
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let mut mac =
+        <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(support::slack::SECRET.as_bytes()).unwrap();
+    mac.update(format!("v0:{ts}:{form}").as_bytes());
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let r = reqwest::blocking::Client::new()
+        .post(format!("{}/slack/interactions", gw.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("x-slack-request-timestamp", ts)
+        .header("x-slack-signature", format!("v0={hex}"))
+        .body(form.to_owned())
+        .send()
+        .unwrap();
+    (r.status().as_u16(), r.json().unwrap_or(Value::Null))
+}
+
 fn decisions_in_audit(gw: &Gateway, id: &str) -> Vec<Value> {
     let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
     audit["records"]
@@ -274,6 +303,21 @@ fn who_may_not_decide_is_told_privately_and_requests_not_slack_s_are_refused() {
         .send()
         .unwrap();
     assert_eq!(plain.status(), 401);
+    let body: Value = plain.json().unwrap();
+    assert_eq!(code(&body), "slack.signature_invalid", "{body}");
+    // Signed as Slack signs, but no `payload` of JSON: a bad form, refused with its code.
+    for form in ["action=approve", "payload=not-json"] {
+        let (status, body) = signed_post(&gw, form);
+        assert_eq!(
+            (status, code(&body)),
+            (400, "request.invalid_field"),
+            "{form}: {body}"
+        );
+    }
+    // Only POST.
+    let get = reqwest::blocking::get(format!("{}/slack/interactions", gw.base)).unwrap();
+    assert_eq!(get.status(), 405);
+    assert_eq!(get.headers()["allow"], "POST");
     let a = approval(&gw, &id);
     assert_eq!(a["status"], "pending", "{a}");
     assert_eq!(a["decisions"], json!([]));
@@ -560,4 +604,12 @@ fn two_gateways_on_postgres_post_once_update_the_same_message_and_share_the_repl
     assert_eq!(posts, 1);
     assert_eq!(slack.messages_of(&id).len(), 1);
     assert_eq!(decisions_in_audit(&gws[1], &id).len(), 1);
+}
+
+#[test]
+fn without_slack_configured_the_route_is_not_found() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&backend);
+    let (status, body) = signed_post(&gw, "payload=%7B%7D");
+    assert_eq!((status, code(&body)), (404, "route.not_found"), "{body}");
 }

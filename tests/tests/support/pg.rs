@@ -94,6 +94,25 @@ impl Cluster {
     }
 
     /// Stops the server (fast shutdown: clients are disconnected).
+    /// A login role that is no superuser and cannot create databases or roles, signing in with
+    /// `password` (made over the trusted socket).
+    pub fn create_role(&self, role: &str, password: &str) {
+        let mut admin = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN PASSWORD '{password}' NOSUPERUSER NOCREATEDB NOCREATEROLE"
+            ))
+            .unwrap();
+    }
+
+    /// A fresh database `name` owned by `role`.
+    pub fn create_database(&self, name: &str, owner: &str) {
+        let mut admin = postgres::Client::connect(&self.url, postgres::NoTls).unwrap();
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name} OWNER {owner}"))
+            .unwrap();
+    }
+
     pub fn stop(&self) {
         let status = Command::new("bash")
             .arg(script())
@@ -145,16 +164,9 @@ impl Database {
     /// starts. `url` is the trusted socket's, for setting things up; `login` is the role's.
     pub fn owned_by_role(role: &str, password: &str) -> Database {
         let cluster = Cluster::start_host_auth("scram-sha-256");
-        let mut admin = postgres::Client::connect(&cluster.url, postgres::NoTls).unwrap();
-        admin
-            .batch_execute(&format!(
-                "CREATE ROLE {role} LOGIN PASSWORD '{password}' NOSUPERUSER NOCREATEDB NOCREATEROLE"
-            ))
-            .unwrap();
+        cluster.create_role(role, password);
         let name = format!("deploy_{}", std::process::id());
-        admin
-            .batch_execute(&format!("CREATE DATABASE {name} OWNER {role}"))
-            .unwrap();
+        cluster.create_database(&name, role);
         let url = format!(
             "{} dbname={name}",
             cluster.url.replace(" dbname=postgres", "")
