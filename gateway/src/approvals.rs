@@ -2,41 +2,14 @@
 //! events, webhook payloads), the links to decide it, and a finished call's event. Views only:
 //! deciding is [`crate::pipeline::decide`], storing is the store's.
 
-use std::time::Duration;
-
-use airlock_policy::format_duration;
 use airlock_storage::Approval;
 use serde_json::{json, Value};
 
-use crate::clock::rfc3339;
 use crate::config::Config;
 
-/// An approval as the API shows it.
+/// An approval as the API shows it (`crate::api::Approval`), as a JSON value for events.
 pub fn approval_json(a: &Approval) -> Value {
-    json!({
-        "id": a.id,
-        "kind": a.kind.as_str(),
-        "call_id": a.call_id,
-        "tool": a.tool,
-        "args": a.args,
-        "fingerprint": a.fingerprint,
-        "requester": {"principal": a.requester.id, "actor": a.requester.actor, "context": a.context},
-        "policy_version": a.policy_version,
-        "rules": a.rules,
-        "explanation": a.explanation,
-        "approvers": a.approvers,
-        "quorum": a.quorum,
-        "status": a.status.as_str(),
-        "decisions": a.decisions.iter().map(|d| json!({
-            "by": d.by, "decision": d.decision, "reason": d.reason, "at": rfc3339(d.at), "fingerprint": d.fingerprint, "auth": d.auth,
-        })).collect::<Vec<_>>(),
-        "created_at": rfc3339(a.created_at),
-        "expires_at": rfc3339(a.expires_at),
-        "decided_at": a.decided_at.map(rfc3339),
-        "grant": terms_json(a),
-        "edited_args": a.edited_args,
-        "edited_fingerprint": a.edited_fingerprint,
-    })
+    serde_json::to_value(crate::api::Approval::of(a)).unwrap_or_default()
 }
 
 /// An approval as events (SSE, webhooks) carry it: the record plus links to decide it (the
@@ -82,18 +55,5 @@ pub fn call_completed_event(call: &airlock_storage::CallRecord) -> Value {
         "status": call.status.as_str(),
         "approval_id": call.approval_id,
         "upstream_status": call.outcome.as_ref().and_then(|o| o.upstream_status),
-    })
-}
-
-/// What an approval lets its approver choose: the rule's terms and the maxima.
-pub fn terms_json(a: &Approval) -> Value {
-    let max = a.grant.maxima();
-    json!({
-        "uses": a.grant.uses,
-        "ttl": format_duration(Duration::from_millis(a.grant.ttl_ms)),
-        "scope": a.grant.scope,
-        "max_uses": max.uses,
-        "max_ttl": format_duration(Duration::from_millis(max.ttl_ms)),
-        "max_scope": max.scope.as_str(),
     })
 }

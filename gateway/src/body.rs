@@ -13,7 +13,6 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Body as HttpBody, Frame, Incoming};
 use hyper::{Response, StatusCode};
-use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::error::{ApiError, Code};
@@ -25,7 +24,11 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+/// `value` as a JSON answer: an answer type of `crate::api` (or, off the JSON API, a value).
+pub fn json_response<T: serde::Serialize + ?Sized>(
+    status: StatusCode,
+    value: &T,
+) -> Response<Body> {
     json_bytes_response(status, serde_json::to_vec(value).unwrap_or_default())
 }
 
@@ -51,10 +54,14 @@ impl ApiError {
         let retry_after = self.retry_after;
         let challenge = self.challenge.clone();
         let allow = self.allow.clone();
-        let mut r = json_response(
-            status,
-            &json!({"error": {"code": self.code, "message": self.message, "details": self.details}}),
-        );
+        let body = crate::api::ErrorBody {
+            error: crate::api::ErrorDetail {
+                code: self.code,
+                message: self.message,
+                details: self.details,
+            },
+        };
+        let mut r = json_response(status, &body);
         if let Some(s) = retry_after {
             if let Ok(v) = hyper::header::HeaderValue::from_str(&s.to_string()) {
                 r.headers_mut().insert(hyper::header::RETRY_AFTER, v);

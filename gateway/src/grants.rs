@@ -10,10 +10,9 @@
 use std::sync::Arc;
 
 use airlock_policy::{parse_duration, GrantScope, GrantSettings};
-use airlock_storage::{Approval, Grant, GrantChoice, GrantMax, GrantScopeName, Principal};
-use serde_json::{json, Value};
+use airlock_storage::{Approval, GrantChoice, GrantMax, GrantScopeName, Principal};
+use serde_json::Value;
 
-use crate::clock::rfc3339;
 use crate::error::{ApiError, Code};
 use crate::state::Gateway;
 
@@ -112,26 +111,13 @@ pub fn approval_of(grant_id: &str) -> Option<String> {
         .map(|rest| format!("apr_{rest}"))
 }
 
-/// A live grant, with what its approval says of it.
-pub fn grant_json(g: &Grant, a: Option<&Approval>) -> Value {
-    json!({
-        "id": grant_id(&g.approval_id),
-        "approval_id": g.approval_id,
-        "tool": a.map(|a| a.tool.as_str()),
-        "args": a.map(|a| a.effective_args()),
-        "fingerprint": g.fingerprint,
-        "scope": a.map(|a| a.grant.scope.as_str()),
-        "scope_key": g.scope_key,
-        "uses_left": g.uses_left,
-        "expires_at": rfc3339(g.expires_at),
-        "approvers": a.map(|a| &a.approvers),
-        "requester": a.map(|a| a.requester.id.as_str()),
-    })
-}
-
 /// Revokes grant `id` as `by`: an approver in one of its rule's groups (any approver where it
 /// names none) or an admin. Returns the grant as it was.
-pub async fn revoke(gw: &Arc<Gateway>, by: &Principal, id: &str) -> Result<Value, ApiError> {
+pub async fn revoke(
+    gw: &Arc<Gateway>,
+    by: &Principal,
+    id: &str,
+) -> Result<crate::api::Grant, ApiError> {
     let not_found = || ApiError::new(Code::GrantNotFound, format!("no live grant `{id}`"));
     let approval_id = approval_of(id).ok_or_else(not_found)?;
     let lookup = approval_id.clone();
@@ -159,17 +145,17 @@ pub async fn revoke(gw: &Arc<Gateway>, by: &Principal, id: &str) -> Result<Value
         .store_op(move |s| s.revoke_grant(&approval_id, &who, now))
         .await?;
     tracing::info!(grant = %id, by = %by.id, "grant revoked");
-    Ok(grant_json(&g, Some(&a)))
+    Ok(crate::api::Grant::of(&g, Some(&a)))
 }
 
 /// The live grants, as `GET /v1/grants` and the inbox list them.
-pub async fn live(gw: &Arc<Gateway>) -> Result<Vec<Value>, ApiError> {
+pub async fn live(gw: &Arc<Gateway>) -> Result<Vec<crate::api::Grant>, ApiError> {
     gw.store_op(|s| {
         let grants = s.list_grants(crate::clock::now_ms())?;
         let mut out = Vec::with_capacity(grants.len());
         for g in grants {
             let a = s.approval(&g.approval_id)?;
-            out.push(grant_json(&g, a.as_ref()));
+            out.push(crate::api::Grant::of(&g, a.as_ref()));
         }
         Ok(out)
     })

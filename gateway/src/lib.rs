@@ -13,6 +13,7 @@
 // The OpenAPI document's schemas are one `json!` literal, deeper than the default allows.
 #![recursion_limit = "512"]
 
+pub(crate) mod api;
 pub(crate) mod approvals;
 pub(crate) mod auth;
 pub(crate) mod backends;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_storage::{Approval, ApprovalKind, Kind, PinSeen, ToolPin};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::backends::mcp::pins::{Gate, Trust};
 use crate::backends::mcp::{Listed, McpTool, Server, LEGACY, MODERN};
@@ -216,7 +216,7 @@ pub async fn admit(
 /// Every MCP upstream tool as `GET /v1/tools` and `airlock tools` show it: its names, its
 /// upstream, the paths serving it, its pin state, and the fingerprints of the definition
 /// listed and the one pinned; with `definitions`, both definitions too.
-pub fn tool_views(gw: &Gateway, definitions: bool) -> Vec<Value> {
+pub fn tool_views(gw: &Gateway, definitions: bool) -> Vec<crate::api::Tool> {
     let mut out = Vec::new();
     for s in &gw.backends.mcp.servers {
         let pins = s.pins();
@@ -235,25 +235,26 @@ pub fn tool_views(gw: &Gateway, definitions: bool) -> Vec<Value> {
                     paths.push(LEGACY);
                 }
             }
-            let mut v = json!({
-                "name": format!("{}{name}", s.config.prefix),
-                "server": s.config.name,
-                "tool": name,
-                "pin": s.config.pin.as_str(),
-                "state": state,
-                "fingerprint": listed.map(|l| l.fingerprint.clone()),
-                "pinned_fingerprint": pin.and_then(|p| p.fingerprint.clone()),
-                "pinned_by": pin.map(|p| p.pinned_by.clone()).filter(|b| !b.is_empty()),
-                "review": pin.and_then(|p| p.review.as_ref()).map(|r| r.approval_id.clone()),
-                "paths": paths,
-            });
-            if definitions {
-                v["definition"] = listed.map_or(Value::Null, |l| (*l.definition).clone());
-                v["pinned_definition"] = pin
-                    .and_then(|p| p.definition.clone())
-                    .unwrap_or(Value::Null);
+            crate::api::Tool {
+                name: format!("{}{name}", s.config.prefix),
+                server: s.config.name.clone(),
+                tool: name.to_owned(),
+                pin: s.config.pin.as_str(),
+                state,
+                fingerprint: listed.map(|l| l.fingerprint.clone()),
+                pinned_fingerprint: pin.and_then(|p| p.fingerprint.clone()),
+                pinned_by: pin.map(|p| p.pinned_by.clone()).filter(|b| !b.is_empty()),
+                review: pin
+                    .and_then(|p| p.review.as_ref())
+                    .map(|r| r.approval_id.clone()),
+                paths,
+                definition: definitions
+                    .then(|| listed.map_or(Value::Null, |l| (*l.definition).clone())),
+                pinned_definition: definitions.then(|| {
+                    pin.and_then(|p| p.definition.clone())
+                        .unwrap_or(Value::Null)
+                }),
             }
-            v
         };
         match s.listed_tools() {
             Some(listed) => {

@@ -16,6 +16,8 @@ use airlock_policy::{Decision, DecisionKind, PolicySet};
 use arc_swap::ArcSwapOption;
 use serde_json::{json, Value};
 
+use crate::api::{ShadowCall, ShadowSummary, Time, Transition};
+
 /// How many of the latest calls are kept for each pair of decisions that differ.
 pub const LATEST: usize = 20;
 
@@ -134,9 +136,16 @@ impl Shadow {
     /// The summary `GET /v1/policy/shadow` answers: the shadow set's version, when it loaded,
     /// how many calls it saw, and each pair of decisions seen, the differing ones first
     /// (widening before narrowing), each with its latest calls. `null` without a shadow set.
-    pub fn summary(&self, live_version: &str) -> Value {
+    pub fn summary(&self, live_version: &str) -> ShadowSummary {
         let Some(seen) = self.seen.load_full() else {
-            return json!({"configured": false, "live_version": live_version});
+            return ShadowSummary {
+                configured: false,
+                live_version: live_version.to_owned(),
+                shadow_version: None,
+                since: None,
+                calls: None,
+                transitions: None,
+            };
         };
         let latest = seen.latest.lock().unwrap_or_else(|e| e.into_inner());
         let mut pairs = Vec::new();
@@ -148,17 +157,15 @@ impl Shadow {
                 if count == 0 {
                     continue;
                 }
-                let calls: Vec<Value> = latest[l * 3 + s]
+                let calls: Vec<ShadowCall> = latest[l * 3 + s]
                     .iter()
-                    .map(|c| {
-                        json!({
-                            "call_id": c.call_id,
-                            "tool": c.tool,
-                            "principal": c.principal,
-                            "at": crate::clock::rfc3339(c.at),
-                            "live_rules": c.live_rules,
-                            "shadow_rules": c.shadow_rules,
-                        })
+                    .map(|c| ShadowCall {
+                        call_id: c.call_id.clone(),
+                        tool: c.tool.clone(),
+                        principal: c.principal.clone(),
+                        at: Time::of(c.at),
+                        live_rules: c.live_rules.clone(),
+                        shadow_rules: c.shadow_rules.clone(),
                     })
                     .collect();
                 pairs.push((*live, *shadow, count, calls));
@@ -166,27 +173,25 @@ impl Shadow {
         }
         // Differing first, widening before narrowing, then the most seen.
         pairs.sort_by_key(|(l, s, count, _)| (l == s, !widens(*l, *s), std::cmp::Reverse(*count)));
-        let transitions: Vec<Value> = pairs
+        let transitions = pairs
             .into_iter()
-            .map(|(l, s, count, calls)| {
-                json!({
-                    "live": l.as_str(),
-                    "shadow": s.as_str(),
-                    "changed": l != s,
-                    "widening": widens(l, s),
-                    "count": count,
-                    "calls": calls,
-                })
+            .map(|(l, s, count, calls)| Transition {
+                live: l.as_str(),
+                shadow: s.as_str(),
+                changed: l != s,
+                widening: widens(l, s),
+                count,
+                calls,
             })
             .collect();
-        json!({
-            "configured": true,
-            "live_version": live_version,
-            "shadow_version": seen.version,
-            "since": crate::clock::rfc3339(seen.since),
-            "calls": total,
-            "transitions": transitions,
-        })
+        ShadowSummary {
+            configured: true,
+            live_version: live_version.to_owned(),
+            shadow_version: Some(seen.version.clone()),
+            since: Some(Time::of(seen.since)),
+            calls: Some(total),
+            transitions: Some(transitions),
+        }
     }
 }
 

@@ -1,33 +1,28 @@
 //! The admin routes of the JSON API: the policy (shown, evaluated, reloaded), the webhooks
 //! (listed, re-enabled, tested) and the audit log (read, exported, pruned). Admins only.
 
-use airlock_policy::cases::{decision_json, fixed_classifiers, EvalRequest};
+use airlock_policy::cases::{fixed_classifiers, EvalRequest};
 use airlock_policy::{evaluate, ToolCall};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use serde_json::{json, Value};
 
+use crate::api;
 use crate::auth::{require, Role};
 use crate::body::{full, json_response, Body};
 use crate::clock::{now_ms, to_system_time};
 use crate::error::{ApiError, Code};
 use crate::state::Gateway;
 
-use super::{body_json, only_fields, query_cursor, query_int, Ctx};
+use super::{body_json, query_cursor, query_int, Ctx};
 
 /// `GET /v1/policy`: the policy in force, rule by rule.
 pub(super) fn policy(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let Ctx { gw, role, .. } = cx;
     require(role, &[Role::Admin])?;
-    let p = gw.policy.load();
-    let rules: Vec<Value> = p.rules().iter().map(|r| json!({
-        "id": r.id, "tools": r.tools.iter().map(|g| g.as_str()).collect::<Vec<_>>(), "when": r.when,
-        "decision": r.decision, "message": r.message, "classifiers": r.classifiers,
-        "location": format!("{}:{}:{}", r.location.file.display(), r.location.line, r.location.col),
-    })).collect();
     Ok(json_response(
         StatusCode::OK,
-        &json!({"version": p.version(), "sources": p.sources(), "rules": rules}),
+        &api::Policy::of(&gw.policy.load()),
     ))
 }
 
@@ -40,29 +35,17 @@ pub(super) async fn evaluate_policy(
         gw, role, limit, ..
     } = cx;
     require(role, &[Role::Admin])?;
-    let body = body_json(req, limit).await?;
-    only_fields(
-        &body,
-        &[
-            "tool",
-            "args",
-            "context",
-            "principal",
-            "classifier",
-            "resume",
-            "definition",
-        ],
-    )?;
-    let tool = body
-        .get("tool")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned();
-    let args = body.get("args").cloned().unwrap_or(Value::Null);
-    let call = ToolCall::new(&tool, args, body.get("context").cloned())?;
-    let principal = match body.get("principal") {
+    let body: api::EvaluateRequest = api::parse(body_json(req, limit).await?)?;
+    // A tool that is not a string is a bad tool name, as the wire parser refuses it.
+    let tool = match &body.tool {
+        Some(Value::String(t)) => t.clone(),
+        _ => String::new(),
+    };
+    let args = body.args.unwrap_or(Value::Null);
+    let call = ToolCall::new(&tool, args, body.context)?;
+    let principal = match body.principal {
         None => airlock_policy::cases::default_principal(),
-        Some(p @ Value::Object(_)) => p.clone(),
+        Some(p @ Value::Object(_)) => p,
         Some(_) => {
             return Err(ApiError::new(
                 Code::RequestInvalidField,
@@ -70,7 +53,7 @@ pub(super) async fn evaluate_policy(
             ))
         }
     };
-    let classifiers = match body.get("classifier") {
+    let classifiers = match &body.classifier {
         Some(c) => {
             fixed_classifiers(c).map_err(|e| ApiError::new(Code::RequestInvalidClassifier, e))?
         }
@@ -81,17 +64,17 @@ pub(super) async fn evaluate_policy(
         principal,
         classifiers,
         now: to_system_time(now_ms()),
-        resume: body.get("resume").cloned().filter(|r| !r.is_null()),
+        resume: body.resume.filter(|r| !r.is_null()),
         // The definition given, else the one a call of the tool would be judged with.
-        definition: match body.get("definition") {
-            Some(d) => Some(d.clone()).filter(|d| !d.is_null()),
+        definition: match body.definition {
+            Some(d) => Some(d).filter(|d| !d.is_null()),
             None => crate::pipeline::decide::definition_of(gw, &tool).map(|d| (*d).clone()),
         },
     };
     let decision = evaluate(&gw.policy.load(), &request.input());
     Ok(json_response(
         StatusCode::OK,
-        &decision_json(&decision, &request.call),
+        &api::PolicyDecision::of(&decision, &request.call),
     ))
 }
 
@@ -116,10 +99,10 @@ pub(super) async fn reload(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
             if reloaded.changed {
                 crate::repolicy::pending(gw).await;
             }
-            Ok(json_response(
-                StatusCode::OK,
-                &json!({"version": reloaded.version}),
-            ))
+            let version = api::PolicyVersion {
+                version: reloaded.version,
+            };
+            Ok(json_response(StatusCode::OK, &version))
         }
         Err(refused) => Err(ApiError::of_crate(refused.errors.code(), format!("the {} policy does not load; the current live and shadow sets stay in force", refused.set)).with_details(json!({
             "set": refused.set,
@@ -136,9 +119,16 @@ pub(super) async fn webhooks(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     for h in &gw.webhooks.hooks {
         let id = h.id.clone();
         let disabled = gw.store_op(move |s| s.webhook_disabled(&id)).await?;
-        list.push(json!({"id": h.id, "url": h.url, "events": h.events, "principal": h.principal, "disabled": disabled}));
+        list.push(api::Webhook {
+            id: h.id.clone(),
+            url: h.url.clone(),
+            events: h.events.clone(),
+            principal: h.principal.clone(),
+            disabled,
+        });
     }
-    Ok(json_response(StatusCode::OK, &json!({"webhooks": list})))
+    let webhooks = api::Webhooks { webhooks: list };
+    Ok(json_response(StatusCode::OK, &webhooks))
 }
 
 /// `POST /v1/webhooks/{id}/enable`: its parked deliveries go out again.
@@ -149,10 +139,11 @@ pub(super) async fn enable_webhook(cx: Ctx<'_>, id: &str) -> Result<Response<Bod
     let (id, now) = (id.to_string(), now_ms());
     let requeued = gw.store_op(move |s| s.enable_webhook(&id, now)).await?;
     gw.webhooks.wake.notify_one();
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"enabled": true, "requeued": requeued}),
-    ))
+    let enabled = api::WebhookEnabled {
+        enabled: true,
+        requeued: requeued as u64,
+    };
+    Ok(json_response(StatusCode::OK, &enabled))
 }
 
 /// `POST /v1/webhooks/{id}/test`: a test event, through the outbox like any other.
@@ -173,10 +164,10 @@ pub(super) async fn test_webhook(cx: Ctx<'_>, id: &str) -> Result<Response<Body>
         .store_op(move |s| s.enqueue_deliveries(vec![delivery], now))
         .await?;
     gw.webhooks.wake.notify_one();
-    Ok(json_response(
-        StatusCode::ACCEPTED,
-        &json!({"delivery_id": queued.first().map(|d| d.id.clone())}),
-    ))
+    let queued = api::WebhookTestQueued {
+        delivery_id: queued.first().map(|d| d.id.clone()),
+    };
+    Ok(json_response(StatusCode::ACCEPTED, &queued))
 }
 
 /// `GET /v1/audit/export`.
@@ -210,19 +201,9 @@ pub(super) async fn prune(cx: Ctx<'_>, req: Request<Incoming>) -> Result<Respons
         gw, role, limit, ..
     } = cx;
     require(role, &[Role::Admin])?;
-    let body = body_json(req, limit).await?;
-    only_fields(&body, &["before", "chain"])?;
-    let chain = match body.get("chain") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(c)) => Some(c.clone()),
-        Some(_) => {
-            return Err(ApiError::new(
-                Code::RequestInvalidField,
-                "`chain` must be a chain's name (a string)",
-            ))
-        }
-    };
-    let before = body.get("before").and_then(Value::as_u64).ok_or_else(|| {
+    let body: api::PruneRequest = api::parse(body_json(req, limit).await?)?;
+    let chain = body.chain;
+    let before = body.before.ok_or_else(|| {
         ApiError::new(
             Code::RequestInvalidField,
             "`before` must be a seq (an integer)",
@@ -232,10 +213,11 @@ pub(super) async fn prune(cx: Ctx<'_>, req: Request<Incoming>) -> Result<Respons
     let (dropped, checkpoint) = gw
         .store_op(move |s| s.prune_audit(chain.as_deref(), before, now))
         .await?;
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"dropped": dropped, "checkpoint_seq": checkpoint}),
-    ))
+    let pruned = api::Pruned {
+        dropped,
+        checkpoint_seq: Some(checkpoint),
+    };
+    Ok(json_response(StatusCode::OK, &pruned))
 }
 
 /// `GET /v1/audit`: records after `after`, by page.
@@ -254,10 +236,11 @@ pub(super) async fn audit(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
         (_, airlock_storage::Cursor::Seq(n)) => Value::from(n),
         (_, heads) => Value::from(heads.to_string()),
     };
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"records": records, "next_after": next}),
-    ))
+    let page = api::AuditPage {
+        records,
+        next_after: next,
+    };
+    Ok(json_response(StatusCode::OK, &page))
 }
 
 fn webhook_exists(gw: &Gateway, id: &str) -> Result<(), ApiError> {

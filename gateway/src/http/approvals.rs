@@ -4,19 +4,19 @@
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use airlock_storage::{ApprovalFilter, ApprovalStatus};
 
-use crate::approvals::approval_json;
+use crate::api;
 use crate::auth::{require, Role};
-use crate::body::{json_response, Body, BodyLimits};
+use crate::body::{json_response, Body};
 use crate::error::{ApiError, Code};
 use crate::pipeline;
 use crate::state::Gateway;
 use crate::urlencoded::decode_component;
 
-use super::{body_json, only_fields, optional_string, query_int, query_param, Ctx};
+use super::{body_json, query_int, query_param, Ctx};
 
 /// `GET /v1/approvals`: filtered by status, tool, run and principal, newest first, by page.
 pub(super) async fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
@@ -49,13 +49,11 @@ pub(super) async fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let (list, next) = gw
         .store_op(move |s| s.list_approvals(&filter, cursor.as_deref(), n))
         .await?;
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({
-            "approvals": list.iter().map(approval_json).collect::<Vec<_>>(),
-            "next_cursor": next,
-        }),
-    ))
+    let page = api::ApprovalPage {
+        approvals: list.iter().map(api::Approval::of).collect(),
+        next_cursor: next,
+    };
+    Ok(json_response(StatusCode::OK, &page))
 }
 
 /// `GET /v1/approvals/{id}`.
@@ -67,7 +65,7 @@ pub(super) async fn get(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiErro
         .store_op(move |s| s.approval(&id))
         .await?
         .ok_or_else(|| ApiError::new(Code::ApprovalNotFound, "no such approval"))?;
-    Ok(json_response(StatusCode::OK, &approval_json(&a)))
+    Ok(json_response(StatusCode::OK, &api::Approval::of(&a)))
 }
 
 /// `POST /v1/approvals/{id}/approve|decline`.
@@ -84,24 +82,18 @@ pub(super) async fn decide(
         limit,
         ..
     } = cx;
-    let fields: &[&str] = if approve {
-        &["reason", "args", "grant"]
+    deciders_only(role)?;
+    let body = body_json(req, limit).await?;
+    let (reason, edit, grant) = if approve {
+        let b: api::ApproveRequest = api::parse(body)?;
+        let grant = b.grant.as_ref().map(crate::grants::choice).transpose()?;
+        (b.reason, b.args, grant)
     } else {
-        &["reason"]
+        let b: api::DeclineRequest = api::parse(body)?;
+        (Some(decline_reason(b.reason)?), None, None)
     };
-    let (body, reason) = verdict(role, approve, fields, req, limit).await?;
-    let edit = if approve {
-        body.get("args").cloned()
-    } else {
-        None
-    };
-    let grant = body
-        .get("grant")
-        .filter(|_| approve)
-        .map(crate::grants::choice)
-        .transpose()?;
     let a = pipeline::decide_granting(gw, id, &principal, approve, reason, edit, grant).await?;
-    Ok(json_response(StatusCode::OK, &approval_json(&a)))
+    Ok(json_response(StatusCode::OK, &api::Approval::of(&a)))
 }
 
 /// `POST /v1/runs/{run_id}/approve|decline`: every pending approval of a run (or of one tool
@@ -119,8 +111,15 @@ pub(super) async fn decide_run(
         limit,
         ..
     } = cx;
-    let (body, reason) = verdict(role, approve, &["reason", "tool_call_id"], req, limit).await?;
-    let tool_call_id = optional_string(&body, "tool_call_id")?;
+    deciders_only(role)?;
+    let body = body_json(req, limit).await?;
+    let (reason, tool_call_id) = if approve {
+        let b: api::RunApproveRequest = api::parse(body)?;
+        (b.reason, b.tool_call_id)
+    } else {
+        let b: api::RunDeclineRequest = api::parse(body)?;
+        (Some(decline_reason(b.reason)?), b.tool_call_id)
+    };
     let filter = ApprovalFilter {
         status: Some(ApprovalStatus::Pending),
         run_id: Some(decode_component(run_id)),
@@ -145,12 +144,29 @@ pub(super) async fn decide_run(
     }
     let mut results = Vec::new();
     for a in targets {
-        match pipeline::decide(gw, &a.id, &principal, approve, reason.clone(), None).await {
-            Ok(a) => results.push(json!({"approval_id": a.id, "call_id": a.call_id, "status": a.status.as_str()})),
-            Err(e) => results.push(json!({"approval_id": a.id, "call_id": a.call_id, "error": {"code": e.code, "message": e.message}})),
-        }
+        let decided = pipeline::decide(gw, &a.id, &principal, approve, reason.clone(), None).await;
+        results.push(match decided {
+            Ok(a) => api::RunDecision {
+                approval_id: a.id,
+                call_id: a.call_id,
+                status: Some(a.status.as_str().to_owned()),
+                error: None,
+            },
+            Err(e) => api::RunDecision {
+                approval_id: a.id,
+                call_id: a.call_id,
+                status: None,
+                error: Some(api::RunDecisionError {
+                    code: e.code,
+                    message: e.message,
+                }),
+            },
+        });
     }
-    Ok(json_response(StatusCode::OK, &json!({"results": results})))
+    Ok(json_response(
+        StatusCode::OK,
+        &api::RunDecisions { results },
+    ))
 }
 
 /// `GET /v1/events`.
@@ -160,31 +176,25 @@ pub(super) fn events(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     Ok(event_stream(gw))
 }
 
-/// The body of an approve or decline: who may send it (the agent role is refused as
-/// `approval.forbidden`, as DESIGN §6 orders refusals), and a decline's required reason.
-async fn verdict(
-    role: Role,
-    approve: bool,
-    fields: &[&str],
-    req: Request<Incoming>,
-    limit: BodyLimits,
-) -> Result<(Value, Option<String>), ApiError> {
+/// The agent role cannot decide: refused as `approval.forbidden` before the body is read.
+fn deciders_only(role: Role) -> Result<(), ApiError> {
     if role == Role::Agent {
         return Err(ApiError::new(
             Code::ApprovalForbidden,
             "the agent role cannot decide approvals: use an approver's or an admin's token",
         ));
     }
-    let body = body_json(req, limit).await?;
-    only_fields(&body, fields)?;
-    let reason = optional_string(&body, "reason")?;
-    if !approve && reason.as_deref().is_none_or(str::is_empty) {
-        return Err(ApiError::new(
+    Ok(())
+}
+
+/// A decline's reason: required and not empty, since the agent reads it.
+fn decline_reason(reason: Option<String>) -> Result<String, ApiError> {
+    reason.filter(|r| !r.is_empty()).ok_or_else(|| {
+        ApiError::new(
             Code::RequestMissingReason,
             "a decline needs a `reason`: the agent reads it",
-        ));
-    }
-    Ok((body, reason))
+        )
+    })
 }
 
 /// `GET /v1/events`: server-sent events of approvals and completed calls.
@@ -207,8 +217,8 @@ fn event_stream(gw: &Gateway) -> Response<Body> {
 pub(super) async fn grants(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let Ctx { gw, role, .. } = cx;
     require(role, &[Role::Approver, Role::Admin])?;
-    let list = crate::grants::live(gw).await?;
-    Ok(json_response(StatusCode::OK, &json!({"grants": list})))
+    let grants = crate::grants::live(gw).await?;
+    Ok(json_response(StatusCode::OK, &api::Grants { grants }))
 }
 
 /// `DELETE /v1/grants/{id}`: an approver of the grant's rule's groups (any approver where
@@ -222,5 +232,8 @@ pub(super) async fn revoke_grant(cx: Ctx<'_>, id: &str) -> Result<Response<Body>
     } = cx;
     require(role, &[Role::Approver, Role::Admin])?;
     let revoked = crate::grants::revoke(gw, &principal, id).await?;
-    Ok(json_response(StatusCode::OK, &json!({"revoked": revoked})))
+    Ok(json_response(
+        StatusCode::OK,
+        &api::RevokedGrant { revoked },
+    ))
 }

@@ -4,17 +4,16 @@
 
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use serde_json::{json, Value};
 
+use crate::api;
 use crate::auth::{require, Role};
 use crate::body::{json_response, read_body, Body};
-use crate::clock::rfc3339;
 use crate::error::{ApiError, Code};
 use crate::pipeline::{self, parse_prefer, Outcome};
 use crate::state::Gateway;
 use crate::urlencoded::decode_component;
 
-use super::{body_json, only_fields, optional_string, query_param, wait, Ctx};
+use super::{body_json, query_param, wait, Ctx};
 
 /// `POST /v1/calls`: a tool call, through the whole pipeline.
 pub(super) async fn create(
@@ -75,13 +74,16 @@ pub(super) async fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
         }
     }
     let calls = gw.store_op(|s| s.suspended_calls(1000)).await?;
-    let shown: Vec<Value> = calls
+    let calls = calls
         .iter()
         .filter(|c| role != Role::Agent || c.requester.id == principal.id)
         .filter_map(pipeline::Suspended::of)
-        .map(|v| suspended_json(gw, &v))
+        .map(|v| suspended(gw, v))
         .collect();
-    Ok(json_response(StatusCode::OK, &json!({"calls": shown})))
+    Ok(json_response(
+        StatusCode::OK,
+        &api::SuspendedCalls { calls },
+    ))
 }
 
 /// `GET /v1/calls/{id}`: a call's outcome, waiting up to `wait` seconds for it.
@@ -112,10 +114,10 @@ pub(super) async fn resume(
         query,
         limit,
     } = cx;
-    let body = body_json(req, limit).await?;
+    let body: api::ResumeRequest = api::parse(body_json(req, limit).await?)?;
     // With `resume_data`: a suspended call continues (the requester, approvers and
-    // admins may); without: §6's resume, the call's outcome (the requester).
-    if let Some(data) = resume_data(&body, &["resume_data"])? {
+    // admins may); without: the call's outcome (the requester).
+    if let Some(data) = body.resume_data {
         return pipeline::suspend::resume(
             gw,
             &principal,
@@ -144,9 +146,9 @@ pub(super) async fn resume_run(
         limit,
         ..
     } = cx;
-    let body = body_json(req, limit).await?;
-    let tool_call_id = optional_string(&body, "tool_call_id")?;
-    let data = resume_data(&body, &["resume_data", "tool_call_id"])?.ok_or_else(|| {
+    let body: api::RunResumeRequest = api::parse(body_json(req, limit).await?)?;
+    let tool_call_id = body.tool_call_id;
+    let data = body.resume_data.ok_or_else(|| {
         ApiError::new(
             Code::RequestMissingField,
             "a run resume needs `resume_data`",
@@ -193,65 +195,32 @@ pub(super) async fn cancel(cx: Ctx<'_>, id: &str) -> Result<Response<Body>, ApiE
     } = cx;
     require(role, &[Role::Agent, Role::Admin])?;
     let call = pipeline::cancel(gw, &principal, id).await?;
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"call_id": call.call_id, "status": "cancelled"}),
-    ))
+    let cancelled = api::CallCancelled {
+        call_id: call.call_id,
+        status: api::IsCancelled::Is,
+    };
+    Ok(json_response(StatusCode::OK, &cancelled))
 }
 
-/// A call's outcome as the API answers it (DESIGN §6): 200 with the backend's answer, or 202
-/// with the approval to wait for.
+/// A call's outcome as the API answers it: 200 with the backend's answer, or 202 with the
+/// approval or the resume data to wait for.
 fn outcome_response(gw: &Gateway, outcome: Outcome) -> Response<Body> {
     match outcome {
-        Outcome::Completed(c) => {
-            let mut body = json!({
-                "call_id": c.call_id,
-                "status": "completed",
-                "decision": c.decision,
-                "fingerprint": c.fingerprint,
-                "upstream_status": c.upstream_status,
-                "result": c.result,
-            });
-            if let Some(args) = c.edited_args {
-                body["edited"] = Value::Bool(true);
-                body["args"] = args;
-            }
-            json_response(StatusCode::OK, &body)
+        Outcome::Completed(c) => json_response(StatusCode::OK, &api::CallCompleted::of(c)),
+        Outcome::Pending(p) => {
+            let link = crate::approvals::inbox_link(&gw.config, &p.approval_id);
+            let waiting = api::CallWaiting::Pending(api::CallPending::of(p, link));
+            json_response(StatusCode::ACCEPTED, &waiting)
         }
-        Outcome::Pending(p) => json_response(
+        Outcome::Suspended(v) => json_response(
             StatusCode::ACCEPTED,
-            &json!({
-                "call_id": p.call_id,
-                "status": "pending_approval",
-                "approval": {
-                    "id": p.approval_id,
-                    "expires_at": rfc3339(p.expires_at),
-                    "approvers": p.approvers,
-                    "quorum": p.quorum,
-                    "link": crate::approvals::inbox_link(&gw.config, &p.approval_id),
-                },
-            }),
+            &api::CallWaiting::Suspended(suspended(gw, v)),
         ),
-        Outcome::Suspended(v) => json_response(StatusCode::ACCEPTED, &suspended_json(gw, &v)),
     }
 }
 
-/// A suspended call as the API shows it (DESIGN §11).
-fn suspended_json(gw: &Gateway, v: &pipeline::Suspended) -> Value {
-    json!({
-        "call_id": v.call_id,
-        "status": "suspended",
-        "tool": v.tool,
-        "tool_call_id": v.tool_call_id,
-        "run_id": v.run_id,
-        "suspend": {"payload": v.payload, "resume_schema": v.resume_schema},
-        "expires_at": rfc3339(v.expires_at),
-        "suspensions": v.count,
-        "link": crate::approvals::resume_link(&gw.config, &v.call_id),
-    })
-}
-
-/// The `resume_data` of a resume body, if it has one (`null` counts as data).
-fn resume_data(body: &Value, allowed: &[&str]) -> Result<Option<Value>, ApiError> {
-    Ok(only_fields(body, allowed)?.get("resume_data").cloned())
+/// A suspended call as the API shows it.
+fn suspended(gw: &Gateway, v: pipeline::Suspended) -> api::CallSuspended {
+    let link = crate::approvals::resume_link(&gw.config, &v.call_id);
+    api::CallSuspended::of(v, link)
 }

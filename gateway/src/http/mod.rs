@@ -20,7 +20,7 @@ use airlock_policy::json as strict_json;
 use airlock_storage::Principal;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::auth::{Need, Role};
 use crate::body::{full, json_response, read_body, Body, BodyLimits};
@@ -271,8 +271,11 @@ fn open_route(gw: &Gateway, op: Op) -> Response<Body> {
         // not to serve (its calls are `upstream.unavailable` until it is reached).
         Op::Readyz => json_response(
             StatusCode::OK,
-            &json!({"status": "ready", "policy_version": gw.policy.load().version(),
-                    "mcp_servers_unreached": gw.backends.mcp.never_reached()}),
+            &crate::api::Ready {
+                status: crate::api::IsReady::Ready,
+                policy_version: gw.policy.load().version().to_owned(),
+                mcp_servers_unreached: gw.backends.mcp.never_reached(),
+            },
         ),
         Op::Metrics => {
             let mut r = Response::new(full(gw.metrics.render()));
@@ -282,7 +285,7 @@ fn open_route(gw: &Gateway, op: Op) -> Response<Body> {
             );
             r
         }
-        Op::Healthz => json_response(StatusCode::OK, &json!({"status": "ok"})),
+        Op::Healthz => json_response(StatusCode::OK, &crate::api::Health::OK),
         token => ApiError::new(Code::Internal, format!("{token:?} is served with a token"))
             .into_response(),
     }
@@ -348,36 +351,4 @@ async fn body_json(req: Request<Incoming>, limit: BodyLimits) -> Result<Value, A
         &bytes,
         airlock_policy::MAX_ARGS_DEPTH + 1,
     )?)
-}
-
-/// The body's fields, when it is an object of only the `allowed` ones; a field the route does
-/// not take is refused, so a misspelt one is not read as left out.
-fn only_fields<'a>(body: &'a Value, allowed: &[&str]) -> Result<&'a Map<String, Value>, ApiError> {
-    let Some(fields) = body.as_object() else {
-        return Err(ApiError::new(
-            Code::RequestInvalidJson,
-            "the body must be a JSON object",
-        ));
-    };
-    if let Some(k) = fields.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(ApiError::new(
-            Code::RequestUnknownField,
-            format!(
-                "unknown field `{k}`; this route takes {}",
-                allowed.join(", ")
-            ),
-        ));
-    }
-    Ok(fields)
-}
-
-fn optional_string(v: &Value, key: &str) -> Result<Option<String>, ApiError> {
-    match v.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(ApiError::new(
-            Code::RequestInvalidField,
-            format!("`{key}` must be a string"),
-        )),
-    }
 }

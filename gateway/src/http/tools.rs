@@ -2,7 +2,6 @@
 //! (DESIGN §20), for approvers and admins. Views only: the pins are [`crate::pins`]'.
 
 use hyper::{Response, StatusCode};
-use serde_json::json;
 
 use super::Ctx;
 use crate::auth::{require, Role};
@@ -13,7 +12,7 @@ use crate::error::{ApiError, Code};
 pub(super) fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     require(cx.role, &[Role::Approver, Role::Admin])?;
     let tools = crate::pins::tool_views(cx.gw, false);
-    Ok(json_response(StatusCode::OK, &json!({"tools": tools})))
+    Ok(json_response(StatusCode::OK, &crate::api::Tools { tools }))
 }
 
 /// `GET /v1/tools/{name}`: one tool (by the name clients see), with the definition listed
@@ -23,7 +22,7 @@ pub(super) fn get(cx: Ctx<'_>, name: &str) -> Result<Response<Body>, ApiError> {
     let name = crate::urlencoded::decode_percent(name);
     crate::pins::tool_views(cx.gw, true)
         .into_iter()
-        .find(|t| t["name"] == name.as_str())
+        .find(|t| t.name == name)
         .map(|t| json_response(StatusCode::OK, &t))
         .ok_or_else(|| {
             ApiError::new(

@@ -549,12 +549,16 @@ pub mod challenge {
     }
 
     /// RFC 9728 protected resource metadata for `/mcp`.
-    pub fn metadata(issuers: &Issuers) -> serde_json::Value {
-        serde_json::json!({
-            "resource": format!("{}/mcp", issuers.public_url()),
-            "authorization_servers": issuers.list.iter().map(|i| i.config.issuer.clone()).collect::<Vec<_>>(),
-            "scopes_supported": scopes(issuers),
-            "bearer_methods_supported": ["header"],
-        })
+    pub fn metadata(issuers: &Issuers) -> crate::api::ProtectedResourceMetadata {
+        crate::api::ProtectedResourceMetadata {
+            resource: format!("{}/mcp", issuers.public_url()),
+            authorization_servers: issuers
+                .list
+                .iter()
+                .map(|i| i.config.issuer.clone())
+                .collect(),
+            scopes_supported: scopes(issuers),
+            bearer_methods_supported: vec!["header".into()],
+        }
     }
 }

@@ -4,13 +4,14 @@
 //! either way).
 
 use maud::{html, Markup};
-use serde_json::Value;
+
+use crate::api::Grant;
 
 use super::pages::{layout, Who};
 
 /// The page of `grants` (as `GET /v1/grants` lists them); `note` says what just happened.
-pub fn grants(who: &Who, grants: &[Value], note: Option<&str>) -> Markup {
-    let s = |g: &Value, k: &str| g.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+pub fn grants(who: &Who, grants: &[Grant], note: Option<&str>) -> Markup {
+    let text = |s: &Option<String>| s.clone().unwrap_or_default();
     layout(
         "Grants · airlock inbox",
         Some(who),
@@ -27,13 +28,13 @@ pub fn grants(who: &Who, grants: &[Value], note: Option<&str>) -> Markup {
                     tbody {
                         @for g in grants {
                             tr {
-                                td { code { (s(g, "tool")) } }
-                                td { code.args { (g.get("args").map(Value::to_string).unwrap_or_default()) } }
-                                td { (s(g, "scope")) " " span.hint { (s(g, "scope_key")) } }
-                                td { (g.get("uses_left").and_then(Value::as_u64).unwrap_or(0)) }
-                                td.wide { (s(g, "expires_at")) }
+                                td { code { (text(&g.tool)) } }
+                                td { code.args { (g.args.as_ref().map(ToString::to_string).unwrap_or_default()) } }
+                                td { (text(&g.scope)) " " span.hint { (g.scope_key) } }
+                                td { (g.uses_left) }
+                                td.wide { (g.expires_at.0) }
                                 td {
-                                    form.inline method="post" action={ "/inbox/grants/" (s(g, "id")) "/revoke" } {
+                                    form.inline method="post" action={ "/inbox/grants/" (g.id) "/revoke" } {
                                         input type="hidden" name="csrf" value=(who.csrf);
                                         button.decline type="submit" { "Revoke" }
                                     }

@@ -198,7 +198,7 @@ async fn post(
             let note = match crate::grants::revoke(gw, &session.principal, id).await {
                 Ok(g) => format!(
                     "Revoked the grant for {}: it lets nothing run any more.",
-                    g["tool"].as_str().unwrap_or("the tool")
+                    g.tool.as_deref().unwrap_or("the tool")
                 ),
                 Err(e) => pages::in_words(&e),
             };

@@ -7,85 +7,77 @@
 //! It changes nothing: the shadow set's decisions are never acted on.
 
 use maud::{html, Markup};
-use serde_json::Value;
+
+use crate::api::ShadowSummary;
 
 use super::pages::{layout, Who};
 
-fn strs(v: &Value) -> String {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
+fn strs(rules: &[String]) -> String {
+    Some(rules.join(", "))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "defaults".to_owned())
 }
 
 /// The page of `summary` (as [`crate::shadow::Shadow::summary`] gives it).
-pub fn shadow(who: &Who, summary: &Value) -> Markup {
-    let s = |k: &str| summary.get(k).and_then(Value::as_str).unwrap_or("");
-    let transitions = summary["transitions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+pub fn shadow(who: &Who, summary: &ShadowSummary) -> Markup {
+    let s = |v: &Option<String>| v.clone().unwrap_or_default();
+    let transitions = summary.transitions.as_deref().unwrap_or_default();
     let changed: u64 = transitions
         .iter()
-        .filter(|t| t["changed"] == true)
-        .filter_map(|t| t["count"].as_u64())
+        .filter(|t| t.changed)
+        .map(|t| t.count)
         .sum();
     layout(
         "Shadow policy · airlock inbox",
         Some(who),
         html! {
             h1 { "Shadow policy" }
-            @if summary["configured"] != true {
+            @if !summary.configured {
                 p.empty {
                     "No shadow policy is configured. Name one with " code { "shadow_policy" }
                     " in the " code { "[server]" } " table to see what it would decide, call by call, before it decides anything."
                 }
             } @else {
                 p.hint {
-                    "Every call is evaluated by the shadow set " code.fp { (s("shadow_version")) }
+                    "Every call is evaluated by the shadow set " code.fp { (s(&summary.shadow_version)) }
                     " too, with the same inputs; its decision changes nothing. The live set is "
-                    code.fp { (s("live_version")) } ". Since " (s("since")) ": "
-                    strong { (summary["calls"].as_u64().unwrap_or(0)) } " calls, "
+                    code.fp { (summary.live_version) } ". Since " (summary.since.as_ref().map(|t| t.0.as_str()).unwrap_or("")) ": "
+                    strong { (summary.calls.unwrap_or(0)) } " calls, "
                     strong { (changed) } " decided differently."
                 }
                 table.shadow {
                     thead { tr { th { "Live" } th { "Shadow" } th { "Calls" } th.wide { "" } } }
                     tbody {
-                        @for t in &transitions {
-                            tr class={ @if t["widening"] == true { "widening" } @else if t["changed"] == true { "narrowing" } @else { "same" } } {
-                                td { (t["live"].as_str().unwrap_or("")) }
-                                td { (t["shadow"].as_str().unwrap_or("")) }
-                                td { (t["count"].as_u64().unwrap_or(0)) }
+                        @for t in transitions {
+                            tr class={ @if t.widening { "widening" } @else if t.changed { "narrowing" } @else { "same" } } {
+                                td { (t.live) }
+                                td { (t.shadow) }
+                                td { (t.count) }
                                 td.wide {
-                                    @if t["widening"] == true { span.badge.status-declined { "widening" } }
-                                    @else if t["changed"] == true { span.badge { "narrowing" } }
+                                    @if t.widening { span.badge.status-declined { "widening" } }
+                                    @else if t.changed { span.badge { "narrowing" } }
                                 }
                             }
                         }
                     }
                 }
-                @for t in transitions.iter().filter(|t| t["changed"] == true) {
+                @for t in transitions.iter().filter(|t| t.changed) {
                     h2 {
-                        (t["live"].as_str().unwrap_or("")) " → " (t["shadow"].as_str().unwrap_or(""))
-                        @if t["widening"] == true { " (widening)" }
+                        (t.live) " → " (t.shadow)
+                        @if t.widening { " (widening)" }
                     }
                     table.shadow-calls {
                         thead { tr { th { "Call" } th { "Tool" } th.wide { "Principal" } th.wide { "At" } th { "Live rules" } th { "Shadow rules" } } }
                         tbody {
-                            @for c in t["calls"].as_array().into_iter().flatten() {
-                                @let id = c["call_id"].as_str().unwrap_or("");
+                            @for c in &t.calls {
+                                @let id = &c.call_id;
                                 tr {
                                     td { a href={ "/inbox/calls/" (id) } { code { (id) } } }
-                                    td { code { (c["tool"].as_str().unwrap_or("")) } }
-                                    td.wide { (c["principal"].as_str().unwrap_or("")) }
-                                    td.wide { (c["at"].as_str().unwrap_or("")) }
-                                    td { (strs(&c["live_rules"])) }
-                                    td { (strs(&c["shadow_rules"])) }
+                                    td { code { (c.tool) } }
+                                    td.wide { (c.principal) }
+                                    td.wide { (c.at.0) }
+                                    td { (strs(&c.live_rules)) }
+                                    td { (strs(&c.shadow_rules)) }
                                 }
                             }
                         }

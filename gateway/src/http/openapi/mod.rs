@@ -1,27 +1,33 @@
 //! `GET /v1/openapi.json`: the OpenAPI 3.1 document of the JSON API (DESIGN §18).
 //!
-//! What is generated and what is written:
-//! - **generated**: the paths and methods (from [`super::routes::ROUTES`], the table the router
+//! What is derived and what is written:
+//! - **derived**: the paths and methods (from [`super::routes::ROUTES`], the table the router
 //!   dispatches from), which operations need a token, every error response's status and the
 //!   codes listed for it (each [`Code`] through `crate::body::status_for`, the one map the
-//!   gateway answers with), the servers and security schemes (from the config);
-//! - **written**: each operation's words, parameters and its list of codes (the exhaustive
-//!   [`operation`] match, so a new route does not compile without them), and the body schemas
-//!   ([`schemas`]).
+//!   gateway answers with), the servers and security schemes (from the config), and every
+//!   body schema: `components/schemas` is what `schemars` derives from the types of
+//!   `crate::api` that the operations name (answers as they serialise, requests as they
+//!   deserialise);
+//! - **written**: each operation's words, parameters, the types of its body and answers, its
+//!   list of codes and its links (the exhaustive [`operation`] match, so a new route does not
+//!   compile without them) — data beside the types, not schemas.
 //!
 //! It does not serve `/mcp` or `/inbox/`: those are other front ends with protocols of their own.
 
-mod schemas;
+mod derive;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
 use super::routes::{Access, Op, Route, ROUTES};
+use crate::api;
 use crate::body::status_for;
 use crate::config::Config;
 use crate::error::Code;
-use schemas::r;
+use derive::{json_ok, Bodies, Shape, TypeOf};
 
 /// What the document says of one operation, beyond its method and path.
 struct Operation {
@@ -30,10 +36,10 @@ struct Operation {
     summary: &'static str,
     description: &'static str,
     params: Vec<Value>,
-    /// The request body's component schema, and whether a body is required.
-    body: Option<(&'static str, bool)>,
-    /// Success statuses: (status, media type, schema, description).
-    ok: Vec<(u16, &'static str, Value, &'static str)>,
+    /// The request body's type, and whether a body is required.
+    body: Option<(TypeOf, bool)>,
+    /// Success statuses: (status, media type, what the body is, description).
+    ok: Vec<(u16, &'static str, Shape, &'static str)>,
     /// The refusals particular to the operation; those of every route, every token route and
     /// every body are added by [`document`].
     codes: Vec<Code>,
@@ -46,11 +52,12 @@ struct Operation {
 pub(crate) fn document(config: &Config) -> Value {
     let mut paths: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
     let with_issuers = !config.issuers.is_empty();
+    let mut bodies = Bodies::new();
     for route in ROUTES {
         if route.access == Access::OpenWithIssuers && !with_issuers {
             continue;
         }
-        let o = path_item(config, route);
+        let o = path_item(config, route, &mut bodies);
         paths
             .entry(route.path)
             .or_default()
@@ -61,7 +68,7 @@ pub(crate) fn document(config: &Config) -> Value {
         .clone()
         .map(|u| u.trim_end_matches('/').to_owned())
         .unwrap_or_else(|| "/".into());
-    let mut components = schemas::components();
+    let mut components = bodies.components();
     components["CallRequest"]["examples"] = Value::Array(call_examples(config));
     json!({
         "openapi": "3.1.0",
@@ -144,30 +151,20 @@ fn by_status(codes: &[Code]) -> BTreeMap<u16, Vec<Code>> {
     out
 }
 
-/// One error response: the envelope with its codes as an enum, and the headers that come
-/// with that status.
-fn refusal(status: u16, codes: &[Code]) -> Value {
+/// One error response: the envelope (`api::ErrorBody`, inline) with its codes as an enum, and
+/// the headers that come with that status.
+fn refusal(status: u16, codes: &[Code], envelope: &Value) -> Value {
     let names: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
     let description = names
         .iter()
         .map(|n| format!("`{n}`"))
         .collect::<Vec<_>>()
         .join(", ");
+    let mut schema = envelope.clone();
+    schema["properties"]["error"]["properties"]["code"]["enum"] = json!(names);
     let mut v = json!({
         "description": description,
-        "content": {"application/json": {"schema": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {"error": {
-                "type": "object",
-                "required": ["code", "message", "details"],
-                "properties": {
-                    "code": {"type": "string", "enum": names},
-                    "message": {"type": "string"},
-                    "details": {"type": "object"},
-                },
-            }},
-        }}},
+        "content": {"application/json": {"schema": schema}},
     });
     let mut headers = Map::new();
     if matches!(status, 429 | 503) {
@@ -229,14 +226,6 @@ fn wait_param() -> Value {
     )
 }
 
-fn json_ok(
-    status: u16,
-    schema: &str,
-    description: &'static str,
-) -> (u16, &'static str, Value, &'static str) {
-    (status, "application/json", r(schema), description)
-}
-
 /// The codes of reading a call's outcome: what the policy, the approvers and the backend said.
 const OUTCOME: [Code; 15] = [
     Code::ToolDefinitionChanged,
@@ -292,7 +281,7 @@ fn policy_load() -> Vec<Code> {
 
 /// One route's operation object: its answers with their links, its refusals by status, its
 /// parameters, body and security.
-fn path_item(config: &Config, route: &Route) -> Value {
+fn path_item(config: &Config, route: &Route, bodies: &mut Bodies) -> Value {
     let op = operation(route.op);
     let mut codes: Vec<Code> = op.codes.clone();
     codes.extend(EVERY_ROUTE);
@@ -303,9 +292,9 @@ fn path_item(config: &Config, route: &Route) -> Value {
         codes.extend(BODY_ROUTES);
     }
     let mut responses = Map::new();
-    for (status, media, schema, description) in &op.ok {
+    for (status, media, shape, description) in &op.ok {
         let mut answer = json!({"description": description});
-        if !media.is_empty() {
+        if let Some(schema) = bodies.answer(shape) {
             answer["content"] = json!({*media: {"schema": schema}});
         }
         let links: Map<String, Value> = op
@@ -325,7 +314,10 @@ fn path_item(config: &Config, route: &Route) -> Value {
         responses.insert(status.to_string(), answer);
     }
     for (status, codes) in by_status(&codes) {
-        responses.insert(status.to_string(), refusal(status, &codes));
+        responses.insert(
+            status.to_string(),
+            refusal(status, &codes, &bodies.envelope),
+        );
     }
     let mut o = json!({
         "operationId": op.id,
@@ -343,9 +335,9 @@ fn path_item(config: &Config, route: &Route) -> Value {
     if !params.is_empty() {
         o["parameters"] = Value::Array(params);
     }
-    if let Some((schema, required)) = op.body {
+    if let Some((body, required)) = op.body {
         o["requestBody"] = json!({"required": required,
-            "content": {"application/json": {"schema": r(schema)}}});
+            "content": {"application/json": {"schema": bodies.request(body)}}});
     }
     o["security"] = match route.access {
         Access::Token => security_requirements(config),
@@ -416,12 +408,7 @@ fn o(
 fn open_operation(op: Op) -> Operation {
     match op {
         Op::Root => Operation {
-            ok: vec![(
-                303,
-                "text/plain",
-                json!({"type": "string"}),
-                "To the approvers' inbox.",
-            )],
+            ok: vec![(303, "text/plain", Shape::Text, "To the approvers' inbox.")],
             ..o(
                 "root",
                 "operations",
@@ -431,7 +418,7 @@ fn open_operation(op: Op) -> Operation {
             )
         },
         Op::Favicon => Operation {
-            ok: vec![(204, "", Value::Null, "No content.")],
+            ok: vec![(204, "", Shape::Empty, "No content.")],
             ..o(
                 "favicon",
                 "operations",
@@ -441,7 +428,7 @@ fn open_operation(op: Op) -> Operation {
             )
         },
         Op::Healthz => Operation {
-            ok: vec![json_ok(200, "Health", "The process is up.")],
+            ok: vec![json_ok::<api::Health>(200, "The process is up.")],
             ..o(
                 "healthz",
                 "operations",
@@ -451,9 +438,8 @@ fn open_operation(op: Op) -> Operation {
             )
         },
         Op::Readyz => Operation {
-            ok: vec![json_ok(
+            ok: vec![json_ok::<api::Ready>(
                 200,
-                "Ready",
                 "The store is open and a policy is loaded.",
             )],
             ..o(
@@ -465,12 +451,7 @@ fn open_operation(op: Op) -> Operation {
             )
         },
         Op::Metrics => Operation {
-            ok: vec![(
-                200,
-                "text/plain",
-                json!({"type": "string"}),
-                "Prometheus text format.",
-            )],
+            ok: vec![(200, "text/plain", Shape::Text, "Prometheus text format.")],
             ..o(
                 "metrics",
                 "operations",
@@ -480,7 +461,7 @@ fn open_operation(op: Op) -> Operation {
             )
         },
         Op::OpenApi => Operation {
-            ok: vec![json_ok(200, "OpenApiDocument", "This document.")],
+            ok: vec![json_ok::<api::OpenApiDocument>(200, "This document.")],
             ..o("openapi", "operations", "This document", "No token.", &[])
         },
         other => unreachable!("{other:?} is not one of open_operation's operations"),
@@ -491,9 +472,8 @@ fn open_operation(op: Op) -> Operation {
 fn identity_operation(op: Op) -> Operation {
     match op {
         Op::ProtectedResource | Op::ProtectedResourceMcp => Operation {
-            ok: vec![json_ok(
+            ok: vec![json_ok::<api::ProtectedResourceMetadata>(
                 200,
-                "ProtectedResourceMetadata",
                 "RFC 9728 metadata.",
             )],
             ..o(
@@ -519,10 +499,10 @@ fn agent_operation(op: Op) -> Operation {
             params: vec![json!({"name": "Prefer", "in": "header", "required": false,
                 "schema": {"type": "string"},
                 "description": "`wait=N`: hold up to N seconds for a decision (capped at `server.max_hold`); `respond-async`: answer 202 at once. Only calls that must wait for a decision are held."})],
-            body: Some(("CallRequest", true)),
+            body: Some((TypeOf::of::<api::CallRequest>(), true)),
             ok: vec![
-                json_ok(200, "CallCompleted", "The call ran."),
-                json_ok(202, "CallWaiting", "The call waits for approvers, or the tool suspended it."),
+                json_ok::<api::CallCompleted>(200, "The call ran."),
+                json_ok::<api::CallWaiting>(202, "The call waits for approvers, or the tool suspended it."),
             ],
             links: &[
                 (200, "getCall", "call_id", "$response.body#/call_id"),
@@ -549,15 +529,15 @@ fn agent_operation(op: Op) -> Operation {
         Op::ListCalls => Operation {
             params: vec![json!({"name": "status", "in": "query", "required": true,
                 "schema": {"const": "suspended"}, "description": "The only listing there is."})],
-            ok: vec![json_ok(200, "SuspendedCalls", "Suspended calls: all for approvers and admins, its own for an agent.")],
+            ok: vec![json_ok::<api::SuspendedCalls>(200, "Suspended calls: all for approvers and admins, its own for an agent.")],
             ..o("listSuspendedCalls", "agents", "Suspended calls", "Calls waiting for resume data (DESIGN §11).",
                 &[Code::RequestInvalidField])
         },
         Op::GetCall => Operation {
             params: vec![wait_param()],
             ok: vec![
-                json_ok(200, "CallCompleted", "The call ran."),
-                json_ok(202, "CallWaiting", "Still waiting."),
+                json_ok::<api::CallCompleted>(200, "The call ran."),
+                json_ok::<api::CallWaiting>(202, "Still waiting."),
             ],
             ..o("getCall", "agents", "A call's outcome",
                 "Waits up to `wait` seconds for it; runs an approved call at most once. Roles: agent (its own), admin.",
@@ -565,17 +545,17 @@ fn agent_operation(op: Op) -> Operation {
         },
         Op::ResumeCall => Operation {
             params: vec![wait_param()],
-            body: Some(("ResumeRequest", false)),
+            body: Some((TypeOf::of::<api::ResumeRequest>(), false)),
             ok: vec![
-                json_ok(200, "CallCompleted", "The call ran."),
-                json_ok(202, "CallWaiting", "Still waiting, or suspended again."),
+                json_ok::<api::CallCompleted>(200, "The call ran."),
+                json_ok::<api::CallWaiting>(202, "Still waiting, or suspended again."),
             ],
             ..o("resumeCall", "agents", "Resume a call",
                 "With `resume_data`, a suspended call continues; without, the outcome of an approved call, executed at most once.",
                 &[&OUTCOME[..], &RESUME[..]].concat())
         },
         Op::CancelCall => Operation {
-            ok: vec![json_ok(200, "CallCancelled", "Cancelled.")],
+            ok: vec![json_ok::<api::CallCancelled>(200, "Cancelled.")],
             ..o("cancelCall", "agents", "Cancel a call", "A call still pending approval or suspended.",
                 &[Code::CallNotFound, Code::CallInvalidState, Code::CallCancelled, Code::CallInProgress])
         },
@@ -587,10 +567,10 @@ fn agent_operation(op: Op) -> Operation {
 fn run_operation(op: Op) -> Operation {
     match op {
         Op::ResumeRun => Operation {
-            body: Some(("RunResumeRequest", true)),
+            body: Some((TypeOf::of::<api::RunResumeRequest>(), true)),
             ok: vec![
-                json_ok(200, "CallCompleted", "The call ran."),
-                json_ok(202, "CallWaiting", "Waiting again."),
+                json_ok::<api::CallCompleted>(200, "The call ran."),
+                json_ok::<api::CallWaiting>(202, "Waiting again."),
             ],
             ..o(
                 "resumeRun",
@@ -609,7 +589,7 @@ fn run_operation(op: Op) -> Operation {
             ok: vec![(
                 200,
                 "text/event-stream",
-                json!({"type": "string"}),
+                Shape::Text,
                 "The run's events, as server-sent events.",
             )],
             ..o(
@@ -636,7 +616,7 @@ fn approver_operation(op: Op) -> Operation {
                 query("cursor", json!({"type": "string"}), "`next_cursor` of the previous page."),
                 query("limit", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Page size: 50 unless given, at least 1, at most 500."),
             ],
-            ok: vec![json_ok(200, "ApprovalPage", "Newest first.")],
+            ok: vec![json_ok::<api::ApprovalPage>(200, "Newest first.")],
             links: &[
                 (200, "getApproval", "id", "$response.body#/approvals/0/id"),
                 (200, "approve", "id", "$response.body#/approvals/0/id"),
@@ -646,12 +626,12 @@ fn approver_operation(op: Op) -> Operation {
                 &[Code::RequestInvalidField])
         },
         Op::GetApproval => Operation {
-            ok: vec![json_ok(200, "Approval", "The approval.")],
+            ok: vec![json_ok::<api::Approval>(200, "The approval.")],
             ..o("getApproval", "approvers", "One approval", "Roles: approver, admin.", &[Code::ApprovalNotFound])
         },
         Op::Approve => Operation {
-            body: Some(("ApproveRequest", false)),
-            ok: vec![json_ok(200, "Approval", "The approval after the decision.")],
+            body: Some((TypeOf::of::<api::ApproveRequest>(), false)),
+            ok: vec![json_ok::<api::Approval>(200, "The approval after the decision.")],
             links: &[
                 (200, "getApproval", "id", "$response.body#/id"),
                 (200, "getCall", "call_id", "$response.body#/call_id"),
@@ -661,13 +641,13 @@ fn approver_operation(op: Op) -> Operation {
                 &DECIDE)
         },
         Op::Decline => Operation {
-            body: Some(("DeclineRequest", true)),
-            ok: vec![json_ok(200, "Approval", "The approval after the decision.")],
+            body: Some((TypeOf::of::<api::DeclineRequest>(), true)),
+            ok: vec![json_ok::<api::Approval>(200, "The approval after the decision.")],
             ..o("decline", "approvers", "Decline", "The reason is fed back to the agent.", &DECIDE)
         },
         Op::ApproveRun | Op::DeclineRun => Operation {
-            body: Some(if op == Op::ApproveRun { ("RunApproveRequest", false) } else { ("RunDeclineRequest", true) }),
-            ok: vec![json_ok(200, "RunDecisions", "Each pending approval of the run, decided on its own.")],
+            body: Some(if op == Op::ApproveRun { (TypeOf::of::<api::RunApproveRequest>(), false) } else { (TypeOf::of::<api::RunDeclineRequest>(), true) }),
+            ok: vec![json_ok::<api::RunDecisions>(200, "Each pending approval of the run, decided on its own.")],
             ..o(
                 if op == Op::ApproveRun { "approveRun" } else { "declineRun" },
                 "approvers",
@@ -677,29 +657,29 @@ fn approver_operation(op: Op) -> Operation {
             )
         },
         Op::Events => Operation {
-            ok: vec![(200, "text/event-stream", json!({"type": "string"}), "`approval.requested`, `approval.decided`, `approval.expired`, `call.completed`.")],
+            ok: vec![(200, "text/event-stream", Shape::Text, "`approval.requested`, `approval.decided`, `approval.expired`, `call.completed`.")],
             ..o("events", "approvers", "Approvers' event stream", "Server-sent events. Roles: approver, admin.", &[])
         },
         Op::ListGrants => Operation {
-            ok: vec![json_ok(200, "Grants", "The live grants.")],
+            ok: vec![json_ok::<api::Grants>(200, "The live grants.")],
             links: &[(200, "revokeGrant", "id", "$response.body#/grants/0/id")],
             ..o("listGrants", "approvers", "Live grants",
                 "Grants with uses left that have not expired, each bound to one fingerprint (the tool and its canonical args) and one scope key. Roles: approver, admin.", &[])
         },
         Op::RevokeGrant => Operation {
-            ok: vec![json_ok(200, "RevokedGrant", "The grant, revoked: its uses left are gone.")],
+            ok: vec![json_ok::<api::RevokedGrant>(200, "The grant, revoked: its uses left are gone.")],
             ..o("revokeGrant", "approvers", "Revoke a grant",
                 "An approver in one of the grant's rule's groups (any approver when it names none) or an admin. Audited `grant.revoked`. Roles: approver, admin.",
                 &[Code::GrantNotFound, Code::ApprovalForbidden])
         },
         Op::ListTools => Operation {
-            ok: vec![json_ok(200, "Tools", "Every MCP upstream tool with its pin state.")],
+            ok: vec![json_ok::<api::Tools>(200, "Every MCP upstream tool with its pin state.")],
             links: &[(200, "getTool", "name", "$response.body#/tools/0/name")],
             ..o("listTools", "approvers", "MCP tools and their pins",
                 "Each MCP upstream's tools as clients see them by name, with the upstream, the protocol paths serving it, the pin state (`pinned`, `changed`, `declined`, `unreviewed`, `unseen`, `unpinned` under `pin = \"off\"`, `unreached`), and the fingerprints of the definition listed and the one pinned. Roles: approver, admin.", &[])
         },
         Op::GetTool => Operation {
-            ok: vec![json_ok(200, "Tool", "The tool, with the definition listed and the one pinned.")],
+            ok: vec![json_ok::<api::Tool>(200, "The tool, with the definition listed and the one pinned.")],
             ..o("getTool", "approvers", "One MCP tool and its pin", "Roles: approver, admin.", &[Code::ToolUnknown])
         },
         other => unreachable!("{other:?} is not one of approver_operation's operations"),
@@ -710,28 +690,28 @@ fn approver_operation(op: Op) -> Operation {
 fn admin_operation(op: Op) -> Operation {
     match op {
         Op::GetPolicy => Operation {
-            ok: vec![json_ok(200, "Policy", "The policy in force.")],
+            ok: vec![json_ok::<api::Policy>(200, "The policy in force.")],
             ..o("getPolicy", "admin", "The policy in force", "Role: admin.", &[])
         },
         Op::EvaluatePolicy => Operation {
-            body: Some(("EvaluateRequest", true)),
-            ok: vec![json_ok(200, "PolicyDecision", "What the policy would decide.")],
+            body: Some((TypeOf::of::<api::EvaluateRequest>(), true)),
+            ok: vec![json_ok::<api::PolicyDecision>(200, "What the policy would decide.")],
             ..o("evaluatePolicy", "admin", "Dry-run the policy", "No side effects. Role: admin.",
                 &[Code::RequestInvalidTool, Code::RequestInvalidArgs, Code::RequestInvalidContext,
                   Code::RequestInvalidClassifier, Code::RequestInvalidField])
         },
         Op::ReloadPolicy => Operation {
-            ok: vec![json_ok(200, "PolicyVersion", "The new policy is in force.")],
+            ok: vec![json_ok::<api::PolicyVersion>(200, "The new policy is in force.")],
             ..o("reloadPolicy", "admin", "Reload the policy", "A policy that does not load leaves the current one in force. Role: admin.",
                 &policy_load())
         },
         Op::GetShadow => Operation {
-            ok: vec![json_ok(200, "Shadow", "The shadow set's transitions since it loaded.")],
+            ok: vec![json_ok::<api::ShadowSummary>(200, "The shadow set's transitions since it loaded.")],
             ..o("getShadow", "admin", "What the shadow policy would change",
                 "Every call is evaluated by the shadow set (`[server] shadow_policy`) too; its decision changes nothing. Counts of calls by live and shadow decision since the shadow set loaded, the pairs that differ first (widening ones, towards allow, before narrowing ones), each with its latest calls. `configured: false` when no shadow set is configured. Role: admin.", &[])
         },
         Op::ListWebhooks => Operation {
-            ok: vec![json_ok(200, "Webhooks", "The configured webhooks.")],
+            ok: vec![json_ok::<api::Webhooks>(200, "The configured webhooks.")],
             links: &[
                 (200, "enableWebhook", "id", "$response.body#/webhooks/0/id"),
                 (200, "testWebhook", "id", "$response.body#/webhooks/0/id"),
@@ -739,11 +719,11 @@ fn admin_operation(op: Op) -> Operation {
             ..o("listWebhooks", "admin", "Webhooks", "Role: admin.", &[])
         },
         Op::EnableWebhook => Operation {
-            ok: vec![json_ok(200, "WebhookEnabled", "Its parked deliveries go out again.")],
+            ok: vec![json_ok::<api::WebhookEnabled>(200, "Its parked deliveries go out again.")],
             ..o("enableWebhook", "admin", "Re-enable a webhook", "Role: admin.", &[Code::WebhookNotFound])
         },
         Op::TestWebhook => Operation {
-            ok: vec![json_ok(202, "WebhookTestQueued", "A test event, queued in the outbox.")],
+            ok: vec![json_ok::<api::WebhookTestQueued>(202, "A test event, queued in the outbox.")],
             ..o("testWebhook", "admin", "Send a test event", "Role: admin.", &[Code::WebhookNotFound])
         },
         Op::ListAudit => Operation {
@@ -751,129 +731,21 @@ fn admin_operation(op: Op) -> Operation {
                 query("after", json!({"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SAFE}, {"type": "string", "pattern": "^c([0-9a-f]{2})+$"}]}), "Records after this position: a seq (of the only chain, or the oldest), or the `next_after` of a page (a position across chains)."),
                 query("limit", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Page size: 100 unless given, at least 1, at most 1000."),
             ],
-            ok: vec![json_ok(200, "AuditPage", "Records in seq order.")],
+            ok: vec![json_ok::<api::AuditPage>(200, "Records in seq order.")],
             ..o("listAudit", "admin", "Read the audit log", "Role: admin.", &[Code::RequestInvalidField])
         },
         Op::ExportAudit => Operation {
             params: vec![query("after", json!({"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SAFE}, {"type": "string", "pattern": "^c([0-9a-f]{2})+$"}]}), "Records after this position: a seq (of the only chain, or the oldest), or the `next_after` of a page (a position across chains).")],
-            ok: vec![(200, "application/x-ndjson", json!({"type": "string"}), "One record per line, as `airlock audit verify` reads them.")],
+            ok: vec![(200, "application/x-ndjson", Shape::Text, "One record per line, as `airlock audit verify` reads them.")],
             ..o("exportAudit", "admin", "Export the audit log", "Notes how far the log is exported, which is what a prune may drop. Role: admin.",
                 &[Code::RequestInvalidField])
         },
         Op::PruneAudit => Operation {
-            body: Some(("PruneRequest", true)),
-            ok: vec![json_ok(200, "Pruned", "Dropped, with a checkpoint that keeps the chain verifiable.")],
+            body: Some((TypeOf::of::<api::PruneRequest>(), true)),
+            ok: vec![json_ok::<api::Pruned>(200, "Dropped, with a checkpoint that keeps the chain verifiable.")],
             ..o("pruneAudit", "admin", "Prune exported audit records", "Role: admin.",
                 &[Code::RequestInvalidField, Code::AuditNotExported])
         },
         other => unreachable!("{other:?} is not one of admin_operation's operations"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn operations(doc: &Value) -> Vec<(String, String, Value)> {
-        let mut out = Vec::new();
-        for (path, ops) in doc["paths"].as_object().into_iter().flatten() {
-            for (method, op) in ops.as_object().into_iter().flatten() {
-                out.push((method.to_uppercase(), path.clone(), op.clone()));
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn every_route_is_one_operation_with_the_query_parameters_the_router_takes() {
-        let doc = document(&Config::demo());
-        let ops = operations(&doc);
-        let expected: Vec<&super::super::routes::Route> = ROUTES
-            .iter()
-            .filter(|r| r.access != Access::OpenWithIssuers)
-            .collect();
-        assert_eq!(ops.len(), expected.len());
-        let mut ids = std::collections::HashSet::new();
-        for route in expected {
-            let (_, _, op) = ops
-                .iter()
-                .find(|(m, p, _)| m == route.method.as_str() && p == route.path)
-                .unwrap_or_else(|| panic!("{} {} is not documented", route.method, route.path));
-            assert!(ids.insert(op["operationId"].to_string()), "{op}");
-            let documented: Vec<&str> = op["parameters"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|p| p["in"] == "query")
-                .filter_map(|p| p["name"].as_str())
-                .collect();
-            assert_eq!(documented, route.query, "{}", route.path);
-            // A success answer, and a token route documents its refusals of authentication.
-            let responses = op["responses"].as_object().unwrap();
-            assert!(responses
-                .keys()
-                .any(|s| s.starts_with('2') || s.starts_with('3')));
-            if route.access == Access::Token {
-                let codes = &responses["401"]["content"]["application/json"]["schema"]
-                    ["properties"]["error"]["properties"]["code"]["enum"];
-                assert!(codes
-                    .as_array()
-                    .unwrap()
-                    .contains(&json!("auth.unauthenticated")));
-                assert_eq!(op["security"][0], json!({"bearer": []}));
-            } else {
-                assert_eq!(op["security"], json!([]));
-            }
-        }
-    }
-
-    #[test]
-    fn each_code_is_listed_under_the_status_the_gateway_answers_it_with() {
-        let doc = document(&Config::demo());
-        for (method, path, op) in operations(&doc) {
-            for (status, answer) in op["responses"].as_object().unwrap() {
-                let codes = &answer["content"]["application/json"]["schema"]["properties"]["error"]
-                    ["properties"]["code"]["enum"];
-                for c in codes.as_array().into_iter().flatten() {
-                    let code = Code::parse(c.as_str().unwrap()).unwrap();
-                    assert_eq!(
-                        status_for(code).as_u16().to_string(),
-                        *status,
-                        "{method} {path} {code}"
-                    );
-                }
-            }
-        }
-        // The decline of §6 lists every refusal DESIGN orders, and a reload every load error.
-        let decline = &doc["paths"]["/v1/approvals/{id}/decline"]["post"]["responses"];
-        for (status, code) in [
-            ("403", "approval.forbidden"),
-            ("403", "approval.self_approval"),
-            ("409", "approval.already_decided"),
-            ("409", "approval.not_pending"),
-            ("404", "approval.not_found"),
-            ("400", "request.missing_reason"),
-        ] {
-            let codes = &decline[status]["content"]["application/json"]["schema"]["properties"]
-                ["error"]["properties"]["code"]["enum"];
-            assert!(codes.as_array().unwrap().contains(&json!(code)), "{code}");
-        }
-        let reload = &doc["paths"]["/v1/policy/reload"]["post"]["responses"]["422"];
-        assert!(reload["description"]
-            .as_str()
-            .unwrap()
-            .contains("`policy.cel_syntax`"));
-    }
-
-    #[test]
-    fn overload_and_rate_refusals_document_retry_after() {
-        let doc = document(&Config::demo());
-        let create = &doc["paths"]["/v1/calls"]["post"];
-        assert!(create["responses"]["429"]["headers"]["Retry-After"].is_object());
-        assert!(create["responses"]["503"]["headers"]["Retry-After"].is_object());
-        assert!(create["responses"]["401"]["headers"]["WWW-Authenticate"].is_object());
-        assert_eq!(create["parameters"][0]["name"], "Prefer");
-        let stream = &doc["paths"]["/v1/events"]["get"]["responses"]["200"]["content"];
-        assert!(stream["text/event-stream"].is_object());
     }
 }
