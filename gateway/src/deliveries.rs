@@ -52,6 +52,7 @@ pub async fn run(gw: Arc<Gateway>) {
             if let Ok(stats) = gw.store_op(|s| s.outbox_stats(10_000)).await {
                 let age = stats.oldest_created_at.map_or(0, |c| now.saturating_sub(c));
                 gw.metrics
+                    .delivery
                     .webhook_oldest_undelivered_seconds
                     .set(age as f64 / 1000.0);
             }
@@ -189,6 +190,7 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
             .store_op(move |s| s.dead_letter(&id, "the webhook is no longer configured", now_ms()))
             .await;
         gw.metrics
+            .delivery
             .webhook_deliveries
             .with_label_values(&["dead"])
             .inc();
@@ -206,6 +208,7 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
             .store_op(move |s| s.park_delivery(&id, "the endpoint is disabled"))
             .await;
         gw.metrics
+            .delivery
             .webhook_deliveries
             .with_label_values(&["parked"])
             .inc();
@@ -215,10 +218,14 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
         Attempt::Delivered(body) => {
             let _ = gw.store_op(move |s| s.ack_delivery(&id, now_ms())).await;
             gw.metrics
+                .delivery
                 .webhook_deliveries
                 .with_label_values(&["delivered"])
                 .inc();
-            gw.metrics.webhook_attempts.observe(f64::from(d.attempts));
+            gw.metrics
+                .delivery
+                .webhook_attempts
+                .observe(f64::from(d.attempts));
             if d.event == Kind::ApprovalRequested.as_str() {
                 if let Some(body) = body {
                     sync_decision(gw, &hook, &d, &body).await;
@@ -229,7 +236,10 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
         Attempt::Failed { error, retry_after } => {
             let failed = Err(Failure::Retry { error, retry_after });
             if settle(gw, &d, "webhook delivery", &hook.retry_schedule, failed).await == "dead" {
-                gw.metrics.webhook_attempts.observe(f64::from(d.attempts));
+                gw.metrics
+                    .delivery
+                    .webhook_attempts
+                    .observe(f64::from(d.attempts));
             }
         }
     }
@@ -246,6 +256,7 @@ async fn gone(gw: &Arc<Gateway>, hook: &WebhookConfig, id: String) {
         .store_op(move |s| s.park_delivery(&id, "the endpoint answered 410 Gone"))
         .await;
     gw.metrics
+        .delivery
         .webhook_deliveries
         .with_label_values(&["disabled"])
         .inc();
@@ -318,6 +329,7 @@ async fn settle(
         }
     };
     gw.metrics
+        .delivery
         .webhook_deliveries
         .with_label_values(&[outcome])
         .inc();

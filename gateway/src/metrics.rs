@@ -16,36 +16,51 @@ pub struct Metrics {
     pub policy_budget_exceeded: IntCounter,
     /// Upstream latency by configured route pattern.
     pub upstream_seconds: HistogramVec,
-    pub pending_approvals: IntGauge,
-    pub held_requests: IntGauge,
-    pub approval_wait_seconds: Histogram,
     /// Reloads by `result` (ok, error).
     pub policy_reloads: IntCounterVec,
     /// Calls the shadow set decided, by the `live` and the `shadow` decision.
     pub shadow_decisions: IntCounterVec,
-    /// Requests to `/slack/interactions` by what they were (`click`, `decline`, `refused`).
-    pub slack_interactions: IntCounterVec,
     pub store_errors: IntCounter,
     /// Classifier latency and failures by configured classifier name.
     pub classifier_seconds: HistogramVec,
     pub classifier_errors: IntCounterVec,
-    /// Webhook deliveries by `result` (delivered, retried, dead, disabled, parked).
-    pub webhook_deliveries: IntCounterVec,
-    /// Attempts a delivery took, counted when it is delivered or given up.
-    pub webhook_attempts: Histogram,
-    pub webhook_oldest_undelivered_seconds: Gauge,
-    /// Connections closed or refused by a listener guard, by `reason`.
-    pub connections_closed: IntCounterVec,
-    pub connections_open: IntGauge,
+    /// MCP tool definitions by configured server and `event`: `changed` (a definition not
+    /// the pinned one seen, a review opened), `refused` (a call refused for it), `unpinned`
+    /// (a call run under `pin = "warn"` while it was not the pinned one).
+    pub tool_definitions: IntCounterVec,
+    pub approvals: ApprovalMetrics,
+    pub delivery: DeliveryMetrics,
+    pub connections: ConnectionMetrics,
+}
+
+/// Approvals, the requests held for them, and the limits on who may open them.
+pub struct ApprovalMetrics {
+    pub pending_approvals: IntGauge,
+    pub held_requests: IntGauge,
+    pub approval_wait_seconds: Histogram,
     /// Requests refused by a per-principal limit, by configured principal id and `reason`
     /// (rate_limited, too_many_pending).
     pub principal_refusals: IntCounterVec,
     /// Pending approvals of each principal that has `max_pending`.
     pub principal_pending: IntGaugeVec,
-    /// MCP tool definitions by configured server and `event`: `changed` (a definition not
-    /// the pinned one seen, a review opened), `refused` (a call refused for it), `unpinned`
-    /// (a call run under `pin = "warn"` while it was not the pinned one).
-    pub tool_definitions: IntCounterVec,
+    /// Requests to `/slack/interactions` by what they were (`click`, `decline`, `refused`).
+    pub slack_interactions: IntCounterVec,
+}
+
+/// The outbox: webhook deliveries.
+pub struct DeliveryMetrics {
+    /// Webhook deliveries by `result` (delivered, retried, dead, disabled, parked).
+    pub webhook_deliveries: IntCounterVec,
+    /// Attempts a delivery took, counted when it is delivered or given up.
+    pub webhook_attempts: Histogram,
+    pub webhook_oldest_undelivered_seconds: Gauge,
+}
+
+/// The listeners' connections.
+pub struct ConnectionMetrics {
+    /// Connections closed or refused by a listener guard, by `reason`.
+    pub connections_closed: IntCounterVec,
+    pub connections_open: IntGauge,
 }
 
 /// Makes each metric and registers it in the one step, so that none is made and left out of
@@ -103,6 +118,7 @@ impl Reg {
     }
 }
 
+/// Every metric, registered: those of calls and the policy here, the rest by what they show.
 fn build() -> Result<Metrics, prometheus::Error> {
     let r = Reg(Registry::new());
     let fast = vec![
@@ -111,7 +127,6 @@ fn build() -> Result<Metrics, prometheus::Error> {
     let classify = vec![
         0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.01, 0.05, 0.1, 0.3, 1.0,
     ];
-    let waits = vec![1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0];
     Ok(Metrics {
         calls: r.counters(
             "airlock_calls_total",
@@ -133,28 +148,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
             prometheus::DEFAULT_BUCKETS.to_vec(),
             &["route"],
         )?,
-        pending_approvals: r.gauge(
-            "airlock_pending_approvals",
-            "Approvals waiting for a decision",
-        )?,
-        held_requests: r.gauge(
-            "airlock_held_requests",
-            "Requests held open waiting for a decision",
-        )?,
-        approval_wait_seconds: r.histogram(
-            "airlock_approval_wait_seconds",
-            "Time from approval request to decision",
-            waits,
-        )?,
         policy_reloads: r.counters(
             "airlock_policy_reloads_total",
             "Policy reloads by result",
             &["result"],
-        )?,
-        slack_interactions: r.counters(
-            "airlock_slack_interactions_total",
-            "Requests from Slack to /slack/interactions, by kind (click, decline, refused)",
-            &["kind"],
         )?,
         shadow_decisions: r.counters(
             "airlock_shadow_decisions_total",
@@ -173,6 +170,56 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "Classifier runs that failed or timed out",
             &["classifier"],
         )?,
+        tool_definitions: r.counters(
+            "airlock_tool_definitions_total",
+            "MCP tool definitions not the pinned one: seen, calls refused, calls run under warn",
+            &["server", "event"],
+        )?,
+        approvals: approval_metrics(&r)?,
+        delivery: delivery_metrics(&r)?,
+        connections: connection_metrics(&r)?,
+        registry: r.0,
+    })
+}
+
+fn approval_metrics(r: &Reg) -> Result<ApprovalMetrics, prometheus::Error> {
+    let waits = vec![1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0];
+    Ok(ApprovalMetrics {
+        pending_approvals: r.gauge(
+            "airlock_pending_approvals",
+            "Approvals waiting for a decision",
+        )?,
+        held_requests: r.gauge(
+            "airlock_held_requests",
+            "Requests held open waiting for a decision",
+        )?,
+        approval_wait_seconds: r.histogram(
+            "airlock_approval_wait_seconds",
+            "Time from approval request to decision",
+            waits,
+        )?,
+        principal_refusals: r.counters(
+            "airlock_principal_refusals_total",
+            "Requests refused by a per-principal limit",
+            &["principal", "reason"],
+        )?,
+        principal_pending: r.add(IntGaugeVec::new(
+            Opts::new(
+                "airlock_principal_pending_approvals",
+                "Pending approvals of principals that have max_pending",
+            ),
+            &["principal"],
+        )?)?,
+        slack_interactions: r.counters(
+            "airlock_slack_interactions_total",
+            "Requests from Slack to /slack/interactions, by kind (click, decline, refused)",
+            &["kind"],
+        )?,
+    })
+}
+
+fn delivery_metrics(r: &Reg) -> Result<DeliveryMetrics, prometheus::Error> {
+    Ok(DeliveryMetrics {
         webhook_deliveries: r.counters(
             "airlock_webhook_deliveries_total",
             "Webhook delivery attempts by result",
@@ -187,30 +234,17 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "airlock_webhook_oldest_undelivered_seconds",
             "Age of the oldest webhook delivery not yet delivered",
         )?)?,
+    })
+}
+
+fn connection_metrics(r: &Reg) -> Result<ConnectionMetrics, prometheus::Error> {
+    Ok(ConnectionMetrics {
         connections_closed: r.counters(
             "airlock_connections_closed_total",
             "Connections closed or refused by a listener limit or timeout, by reason",
             &["reason"],
         )?,
         connections_open: r.gauge("airlock_connections_open", "Open client connections")?,
-        principal_refusals: r.counters(
-            "airlock_principal_refusals_total",
-            "Requests refused by a per-principal limit",
-            &["principal", "reason"],
-        )?,
-        principal_pending: r.add(IntGaugeVec::new(
-            Opts::new(
-                "airlock_principal_pending_approvals",
-                "Pending approvals of principals that have max_pending",
-            ),
-            &["principal"],
-        )?)?,
-        tool_definitions: r.counters(
-            "airlock_tool_definitions_total",
-            "MCP tool definitions not the pinned one: seen, calls refused, calls run under warn",
-            &["server", "event"],
-        )?,
-        registry: r.0,
     })
 }
 
@@ -251,7 +285,8 @@ impl Metrics {
     }
 
     pub fn connection_closed(&self, reason: CloseReason) {
-        self.connections_closed
+        self.connections
+            .connections_closed
             .with_label_values(&[reason.as_str()])
             .inc();
     }

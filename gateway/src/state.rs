@@ -272,7 +272,7 @@ impl Gateway {
     /// releases it through [`Gateway::approval_closed`].
     pub fn approval_opening(&self, requester: &str) -> Result<(), crate::limits::Refusal> {
         let n = self.limits.reserve_pending(requester)?;
-        self.metrics.pending_approvals.inc();
+        self.metrics.approvals.pending_approvals.inc();
         principal_pending_gauge(&self.metrics, &self.limits, requester, n);
         Ok(())
     }
@@ -280,7 +280,7 @@ impl Gateway {
     /// An approval of `requester` left `pending` (decided, expired, cancelled), or was never
     /// opened after [`Gateway::approval_opening`].
     pub fn approval_closed(&self, requester: &str) {
-        self.metrics.pending_approvals.dec();
+        self.metrics.approvals.pending_approvals.dec();
         let n = self.limits.release_pending(requester);
         principal_pending_gauge(&self.metrics, &self.limits, requester, n);
     }
@@ -437,7 +437,10 @@ fn pending_at_start(
         )
         .map_err(|e| e.to_string())?
         .0;
-    metrics.pending_approvals.set(pending.len() as i64);
+    metrics
+        .approvals
+        .pending_approvals
+        .set(pending.len() as i64);
     let limits = PrincipalLimits::new(
         &config.principals,
         &config.issuers,
@@ -546,6 +549,7 @@ fn listen_for_changes(store: &Store, holds: &Arc<Holds>) -> (Arc<Notify>, Remote
 fn principal_pending_gauge(metrics: &Metrics, limits: &PrincipalLimits, principal: &str, n: usize) {
     if !principal.contains(':') && limits.has_pending_limit(principal) {
         metrics
+            .approvals
             .principal_pending
             .with_label_values(&[principal])
             .set(n as i64);

@@ -384,14 +384,7 @@ impl Issuer {
                 )))
             }
         };
-        let groups: Vec<String> = match claims.get(&c.groups_claim) {
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(|g| g.as_str().map(str::to_owned))
-                .collect(),
-            _ => vec![],
-        };
+        let groups = strings(claims.get(&c.groups_claim), |s| vec![s.to_owned()]);
         let role = c
             .roles
             .iter()
@@ -419,35 +412,10 @@ impl Issuer {
             .map(str::to_owned);
         // An agent acting for a user calls tools, never decides, whatever the user may do.
         let role = if act.is_some() { "agent" } else { role };
-        let sub = claims.get("sub").and_then(Value::as_str).map(str::to_owned);
-        let mut auth = Map::new();
-        auth.insert(
-            "kind".into(),
-            json!(match kind {
-                Kind::Jwt => "jwt",
-                Kind::Oidc => "oidc",
-            }),
-        );
-        auth.insert("issuer".into(), json!(c.id));
-        if let Some(s) = &sub {
-            auth.insert("sub".into(), json!(s));
-        }
-        if kind == Kind::Jwt {
-            if let Some(j) = claims.get("jti").and_then(Value::as_str) {
-                auth.insert("jti".into(), json!(j));
-            }
-            if let Some(a) = &act {
-                auth.insert("act".into(), json!(a));
-            }
-        }
-        let scopes: Vec<String> = match claims.get("scope").or_else(|| claims.get("scp")) {
-            Some(Value::String(s)) => s.split_whitespace().map(str::to_owned).collect(),
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect(),
-            _ => vec![],
-        };
+        let auth = auth_record(&c.id, &claims, kind, act.as_deref());
+        let scopes = strings(claims.get("scope").or_else(|| claims.get("scp")), |s| {
+            s.split_whitespace().map(str::to_owned).collect()
+        });
         let kept = c
             .claims
             .iter()
@@ -466,13 +434,49 @@ impl Issuer {
                 issuer: Some(c.id.clone()),
                 actor: act.map(|a| format!("{}:{a}", c.id)),
                 claims: kept,
-                auth: Some(Value::Object(auth)),
+                auth: Some(auth),
             },
             role: role_enum,
             scopes,
             required: c.scopes.clone(),
         })
     }
+}
+
+/// A claim that is a string (read by `one`) or an array of strings; none otherwise.
+fn strings(claim: Option<&Value>, one: impl Fn(&str) -> Vec<String>) -> Vec<String> {
+    match claim {
+        Some(Value::String(s)) => one(s),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|g| g.as_str().map(str::to_owned))
+            .collect(),
+        _ => vec![],
+    }
+}
+
+/// How a principal proved who it is, for the audit log: the kind of token, the issuer, `sub`,
+/// and for a JWT its `jti` and the `act.sub` acting for it. Never the token.
+fn auth_record(issuer: &str, claims: &Map<String, Value>, kind: Kind, act: Option<&str>) -> Value {
+    let mut auth = Map::new();
+    let kind_name = match kind {
+        Kind::Jwt => "jwt",
+        Kind::Oidc => "oidc",
+    };
+    auth.insert("kind".into(), json!(kind_name));
+    auth.insert("issuer".into(), json!(issuer));
+    if let Some(s) = claims.get("sub").and_then(Value::as_str) {
+        auth.insert("sub".into(), json!(s));
+    }
+    if kind == Kind::Jwt {
+        if let Some(j) = claims.get("jti").and_then(Value::as_str) {
+            auth.insert("jti".into(), json!(j));
+        }
+        if let Some(a) = act {
+            auth.insert("act".into(), json!(a));
+        }
+    }
+    Value::Object(auth)
 }
 
 /// Which check a token failed, in words (never the token).

@@ -219,55 +219,19 @@ async fn retried(
             return rpc_error(&e, modern);
         }
     };
+    let ask = Asked {
+        gw,
+        front,
+        principal,
+        exchange,
+        msg,
+        call,
+    };
     if let Some(key) = state.parked {
-        // A 2025 upstream's request, answered: to the running call it came from.
-        let responses = msg
-            .params
-            .get("inputResponses")
-            .cloned()
-            .unwrap_or_default();
-        audit_relay(gw, principal, call, "to_upstream", &responses).await;
-        let step = match responses.get(&key) {
-            Some(a) => {
-                front
-                    .parking
-                    .answer(&key, a.clone(), gw.config.max_hold)
-                    .await
-            }
-            None => None,
-        };
-        let Some(step) = step else {
-            let outcome = Err(ApiError::new(
-                Code::ApprovalInvalidState,
-                format!("no request of the upstream waits under `{key}` (answered, expired, or the gateway restarted): call the tool again"),
-            ));
-            return answer(gw, front, principal, exchange, id, call, outcome);
-        };
-        return stepped(gw, front, principal, exchange, id, call, step).await;
+        return ask.parked_answered(&key).await;
     }
     if let Some(relayed) = state.relay {
-        // An upstream's own input request, answered: the same call again, the client's
-        // answers and the upstream's state going back to it (DESIGN §15).
-        let responses = msg
-            .params
-            .get("inputResponses")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
-        audit_relay(gw, principal, call, "to_upstream", &responses).await;
-        let relay = InputRelay {
-            retry: Some((responses, relayed.upstream_state)),
-            ..input_relay(exchange, msg)
-        };
-        let run = pipeline::run_call(
-            gw,
-            principal.clone(),
-            call.clone(),
-            Hold::Wait(gw.config.hold_timeout),
-            front_tag,
-        );
-        let outcome = INPUT_RELAY.scope(relay, run).await;
-        // The last round may make a task (of ours, or the upstream's).
-        return finish(gw, front, principal, exchange, msg, call, outcome).await;
+        return ask.relay_answered(relayed.upstream_state, front_tag).await;
     }
     let outcome = if state.suspension.is_some() {
         // A suspended call's input: the form's answer resumes it; after a URL (the
@@ -285,6 +249,99 @@ async fn retried(
         pipeline::call_outcome(gw, principal, &state.call_id, gw.config.hold_timeout, true).await
     };
     answer(gw, front, principal, exchange, id, call, outcome)
+}
+
+/// A retried call with the client's answers to what an earlier round asked.
+struct Asked<'a> {
+    gw: &'a Arc<Gateway>,
+    front: &'a Arc<McpFront>,
+    principal: &'a Principal,
+    exchange: &'a Exchange,
+    msg: &'a Message,
+    call: &'a ToolCall,
+}
+
+impl Asked<'_> {
+    /// The client's `inputResponses` (audited on their way to the upstream).
+    async fn responses(&self) -> Value {
+        let responses = self
+            .msg
+            .params
+            .get("inputResponses")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        audit_relay(
+            self.gw,
+            self.principal,
+            self.call,
+            "to_upstream",
+            &responses,
+        )
+        .await;
+        responses
+    }
+
+    /// A 2025 upstream's request, answered: to the running call it came from.
+    async fn parked_answered(&self, key: &str) -> Response<Body> {
+        let Asked {
+            gw,
+            front,
+            principal,
+            exchange,
+            call,
+            ..
+        } = *self;
+        let id = self.msg.id();
+        let responses = self.responses().await;
+        let step = match responses.get(key) {
+            Some(a) => {
+                front
+                    .parking
+                    .answer(key, a.clone(), gw.config.max_hold)
+                    .await
+            }
+            None => None,
+        };
+        let Some(step) = step else {
+            let outcome = Err(ApiError::new(
+                Code::ApprovalInvalidState,
+                format!("no request of the upstream waits under `{key}` (answered, expired, or the gateway restarted): call the tool again"),
+            ));
+            return answer(gw, front, principal, exchange, id, call, outcome);
+        };
+        stepped(gw, front, principal, exchange, id, call, step).await
+    }
+
+    /// An upstream's own input request, answered: the same call again, the client's answers
+    /// and the upstream's state going back to it (DESIGN §15).
+    async fn relay_answered(
+        &self,
+        upstream_state: Option<Value>,
+        front_tag: Front,
+    ) -> Response<Body> {
+        let Asked {
+            gw,
+            front,
+            principal,
+            exchange,
+            msg,
+            call,
+        } = *self;
+        let relay = InputRelay {
+            retry: Some((self.responses().await, upstream_state)),
+            ..input_relay(exchange, msg)
+        };
+        let run = pipeline::run_call(
+            gw,
+            principal.clone(),
+            call.clone(),
+            Hold::Wait(gw.config.hold_timeout),
+            front_tag,
+        );
+        let outcome = INPUT_RELAY.scope(relay, run).await;
+        // The last round may make a task (of ours, or the upstream's).
+        finish(gw, front, principal, exchange, msg, call, outcome).await
+    }
 }
 
 /// The answer to a call's outcome: a task when the client asked for one (DESIGN §15), else

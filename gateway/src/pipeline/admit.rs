@@ -95,6 +95,7 @@ pub(crate) async fn principal_refused(
         None => principal.to_owned(),
     };
     gw.metrics
+        .approvals
         .principal_refusals
         .with_label_values(&[label.as_str(), reason])
         .inc();

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use airlock_policy::ApprovalSettings;
 use airlock_storage::{Approval, ApprovalStatus, CallRecord, CallStatus, GrantTerms, Principal};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::time::Instant as TokioInstant;
 
 use super::admit::principal_refused;
@@ -23,20 +23,15 @@ use crate::state::{attach_key, Gateway};
 
 /// Opens an approval for a decided call (no grant, nothing to join) and holds the request
 /// for the decision as `hold` says.
-pub(super) async fn open(
-    gw: &Arc<Gateway>,
-    d: Decided,
-    settings: ApprovalSettings,
+/// The pending approval a decided call opens, with the rule's settings.
+fn approval_of(
+    d: &Decided,
+    settings: &ApprovalSettings,
     scope_key: String,
-    hold: Hold,
-) -> Result<Outcome, ApiError> {
-    let permit = match hold {
-        Hold::Wait(w) if !w.is_zero() => Some(gw.held.try_acquire().map_err(|_| too_many_held())?),
-        _ => None,
-    };
+    expl: &Map<String, Value>,
+) -> Approval {
     let (call, principal, now) = (&d.call, &d.principal, d.now);
-    let expl = d.explanation();
-    let approval = Approval {
+    Approval {
         kind: airlock_storage::ApprovalKind::Call,
         id: airlock_storage::new_id("apr"),
         call_id: d.call_id.clone(),
@@ -64,7 +59,23 @@ pub(super) async fn open(
         edited_args: None,
         edited_fingerprint: None,
         decided_at: None,
+    }
+}
+
+pub(super) async fn open(
+    gw: &Arc<Gateway>,
+    d: Decided,
+    settings: ApprovalSettings,
+    scope_key: String,
+    hold: Hold,
+) -> Result<Outcome, ApiError> {
+    let permit = match hold {
+        Hold::Wait(w) if !w.is_zero() => Some(gw.held.try_acquire().map_err(|_| too_many_held())?),
+        _ => None,
     };
+    let (call, principal) = (&d.call, &d.principal);
+    let expl = d.explanation();
+    let approval = approval_of(&d, &settings, scope_key, &expl);
     // The principal's `max_pending` is checked and counted in one step; grants were not
     // affected by it.
     if let Err(refusal) = gw.approval_opening(&principal.id) {
@@ -209,7 +220,7 @@ struct Held {
 
 impl Held {
     fn new(gw: &Arc<Gateway>, call_id: &str) -> Held {
-        gw.metrics.held_requests.inc();
+        gw.metrics.approvals.held_requests.inc();
         Held {
             gw: gw.clone(),
             call_id: call_id.to_owned(),
@@ -220,7 +231,7 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.gw.metrics.held_requests.dec();
+        self.gw.metrics.approvals.held_requests.dec();
         let notify = std::mem::replace(&mut self.notify, Arc::new(tokio::sync::Notify::new()));
         self.gw.holds.release(&self.call_id, notify);
     }

@@ -27,6 +27,40 @@ pub async fn decide(
     decide_granting(gw, approval_id, by, approve, reason, edited_args, None).await
 }
 
+/// An approver's edit of a held call's args: the edited call, as its requester's call, must
+/// not be denied by policy. The args and fingerprint that are approved instead.
+async fn edit(
+    gw: &Arc<Gateway>,
+    approval_id: &str,
+    args: Value,
+) -> Result<(Value, String), ApiError> {
+    let id = approval_id.to_owned();
+    let a = gw
+        .store_op(move |s| s.approval(&id))
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                Code::ApprovalNotFound,
+                format!("no approval `{approval_id}`"),
+            )
+        })?;
+    if a.kind == ApprovalKind::ToolDefinition {
+        return Err(ApiError::new(
+            Code::RequestInvalidField,
+            "`args`: a tool definition's review is approved as it is; it has no args to edit",
+        ));
+    }
+    let edited = ToolCall::new(&a.tool, args, Some(a.context.clone()))?;
+    let (d, _) = super::decide::policy(gw, &edited, &a.requester, None, now_ms()).await;
+    if d.decision == DecisionKind::Deny {
+        return Err(
+            ApiError::new(Code::ApprovalEditDenied, "policy denies the edited call")
+                .with_details(json!({"rules": d.rules, "messages": d.messages})),
+        );
+    }
+    Ok((edited.args, edited.fingerprint.to_string()))
+}
+
 /// [`decide`], where an approve may choose the grant within the rule's maxima (DESIGN §22).
 pub async fn decide_granting(
     gw: &Arc<Gateway>,
@@ -40,35 +74,7 @@ pub async fn decide_granting(
     let verdict = if approve {
         let edit = match edited_args {
             None => None,
-            Some(args) => {
-                let id = approval_id.to_owned();
-                let a = gw
-                    .store_op(move |s| s.approval(&id))
-                    .await?
-                    .ok_or_else(|| {
-                        ApiError::new(
-                            Code::ApprovalNotFound,
-                            format!("no approval `{approval_id}`"),
-                        )
-                    })?;
-                if a.kind == ApprovalKind::ToolDefinition {
-                    return Err(ApiError::new(
-                        Code::RequestInvalidField,
-                        "`args`: a tool definition's review is approved as it is; it has no args to edit",
-                    ));
-                }
-                let edited = ToolCall::new(&a.tool, args, Some(a.context.clone()))?;
-                // The edited call is evaluated as its requester's call: policy must not deny it.
-                let (d, _) = super::decide::policy(gw, &edited, &a.requester, None, now_ms()).await;
-                if d.decision == DecisionKind::Deny {
-                    return Err(ApiError::new(
-                        Code::ApprovalEditDenied,
-                        "policy denies the edited call",
-                    )
-                    .with_details(json!({"rules": d.rules, "messages": d.messages})));
-                }
-                Some((edited.args, edited.fingerprint.to_string()))
-            }
+            Some(args) => Some(edit(gw, approval_id, args).await?),
         };
         Verdict::Approve { reason, edit }
     } else {
@@ -88,6 +94,7 @@ pub async fn decide_granting(
         gw.deadlines.notify_one();
         gw.approval_closed(&a.requester.id);
         gw.metrics
+            .approvals
             .approval_wait_seconds
             .observe(now.saturating_sub(a.created_at) as f64 / 1000.0);
         if a.status == ApprovalStatus::Declined {

@@ -133,7 +133,10 @@ pub async fn serve(
                 continue;
             }
         };
-        gw.metrics.connections_open.set(gate.open() as i64);
+        gw.metrics
+            .connections
+            .connections_open
+            .set(gate.open() as i64);
         let _ = stream.set_nodelay(true);
         // Handed to a serving thread: the socket leaves this runtime's reactor for that one's.
         let stream = match stream.into_std() {
@@ -157,7 +160,10 @@ pub async fn serve(
         server.spawn(async move {
             conn.serve_stream(stream, tls).await;
             drop((admitted, seat));
-            gw.metrics.connections_open.set(gate.open() as i64);
+            gw.metrics
+                .connections
+                .connections_open
+                .set(gate.open() as i64);
         });
     }
     stop(gw, graceful, servers).await;

@@ -40,6 +40,7 @@ pub async fn handle(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> 
         Ok(r) => r,
         Err(e) => {
             gw.metrics
+                .approvals
                 .slack_interactions
                 .with_label_values(&["refused"])
                 .inc();
@@ -76,6 +77,7 @@ async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bo
     match payload["type"].as_str() {
         Some("block_actions") => {
             gw.metrics
+                .approvals
                 .slack_interactions
                 .with_label_values(&["click"])
                 .inc();
@@ -85,6 +87,7 @@ async fn answer(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bo
         }
         Some("view_submission") if payload["view"]["callback_id"] == DECLINE => {
             gw.metrics
+                .approvals
                 .slack_interactions
                 .with_label_values(&["decline"])
                 .inc();

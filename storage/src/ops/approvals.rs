@@ -122,6 +122,81 @@ fn quorum_reached(
     Ok(())
 }
 
+/// Whether `by` may decide `a` now, in the order of refusals [`Store::decide`] gives; the
+/// grant an approve chose, when it is within the rule's maxima (a decline chooses none).
+fn decidable(
+    a: &Approval,
+    by: &Principal,
+    verdict: &Verdict,
+    grant: Option<GrantChoice>,
+    now: Millis,
+) -> Result<Option<GrantChoice>, StoreError> {
+    let approving = matches!(verdict, Verdict::Approve { .. });
+    check_decider(a, by, approving)?;
+    if a.decisions.iter().any(|d| d.by == by.id) {
+        return Err(StoreError::AlreadyDecided(by.id.clone()));
+    }
+    if a.status != ApprovalStatus::Pending {
+        return Err(StoreError::NotPending(a.status.as_str()));
+    }
+    if now >= a.expires_at {
+        return Err(StoreError::NotPending("expired"));
+    }
+    let grant = grant.filter(|_| approving);
+    if let Some(why) = grant.as_ref().and_then(|g| a.grant.too_wide(g)) {
+        return Err(StoreError::GrantTooWide(why));
+    }
+    if a.kind == ApprovalKind::ToolDefinition && grant.is_some() {
+        return Err(StoreError::GrantTooWide(
+            "a tool definition's review grants nothing to choose".into(),
+        ));
+    }
+    Ok(grant)
+}
+
+/// What an `approval.decided` record says beside the call's fields.
+fn decided_fields(
+    f: &mut Map<String, Value>,
+    a: &Approval,
+    by: &Principal,
+    decision: &str,
+    reason: Option<&str>,
+) {
+    f.insert("approval_id".into(), Value::from(a.id.clone()));
+    f.insert("by".into(), Value::from(by.id.clone()));
+    f.insert("auth".into(), by.auth_record());
+    if let Some(via) = by.auth.as_ref().and_then(|a| a.get("via")) {
+        // A decision made in Slack names it beside the principal (DESIGN §22).
+        f.insert("via".into(), via.clone());
+    }
+    f.insert("decision".into(), Value::from(decision));
+    f.insert("reason".into(), json!(reason));
+    f.insert("status".into(), Value::from(a.status.as_str()));
+    f.insert("approvals".into(), Value::from(a.approvals_counted()));
+    f.insert("quorum".into(), Value::from(a.quorum));
+    if a.edited_fingerprint.is_some() {
+        f.insert("edited".into(), Value::from(true));
+    }
+}
+
+/// Writes a new pending approval with its listing index entries and its expiry.
+pub(super) fn put_new_approval(tx: &mut Tx<'_>, approval: &Approval) -> Result<(), StoreError> {
+    put(tx, Ks::Approvals, approval.id.as_bytes(), approval)?;
+    for (field, value) in index_entries(approval) {
+        tx.put(
+            Ks::ApprovalIndex,
+            keys::index_key(field, &value, &approval.id),
+            Vec::new(),
+        );
+    }
+    tx.put(
+        Ks::Expiry,
+        keys::expiry_key(approval.expires_at, EXPIRE_APPROVAL, approval.id.as_bytes()),
+        Vec::new(),
+    );
+    Ok(())
+}
+
 /// The listing index entries of an approval.
 pub(super) fn index_entries(a: &Approval) -> Vec<(u8, String)> {
     let mut entries = vec![
@@ -200,19 +275,7 @@ impl Store {
             f.insert("expires_at".into(), Value::from(approval.expires_at));
             tx.audit(call.created_at, Kind::ApprovalRequested, f);
             create_call(tx, &call)?;
-            put(tx, Ks::Approvals, approval.id.as_bytes(), &approval)?;
-            for (field, value) in index_entries(&approval) {
-                tx.put(
-                    Ks::ApprovalIndex,
-                    keys::index_key(field, &value, &approval.id),
-                    Vec::new(),
-                );
-            }
-            tx.put(
-                Ks::Expiry,
-                keys::expiry_key(approval.expires_at, EXPIRE_APPROVAL, approval.id.as_bytes()),
-                Vec::new(),
-            );
+            put_new_approval(tx, &approval)?;
             Ok(approval)
         })
     }
@@ -249,28 +312,9 @@ impl Store {
         self.writer.submit(move |tx| {
             let mut a: Approval = get(tx, Ks::Approvals, approval_id.as_bytes())?
                 .ok_or_else(|| StoreError::ApprovalNotFound(approval_id.clone()))?;
-            check_decider(&a, &by, matches!(verdict, Verdict::Approve { .. }))?;
-            if a.decisions.iter().any(|d| d.by == by.id) {
-                return Err(StoreError::AlreadyDecided(by.id.clone()));
-            }
-            if a.status != ApprovalStatus::Pending {
-                return Err(StoreError::NotPending(a.status.as_str()));
-            }
-            if now >= a.expires_at {
-                return Err(StoreError::NotPending("expired"));
-            }
+            let grant = decidable(&a, &by, &verdict, grant, now)?;
             let old_status = a.status;
-            let approving = matches!(verdict, Verdict::Approve { .. });
-            let grant = grant.filter(|_| approving);
-            if let Some(why) = grant.as_ref().and_then(|g| a.grant.too_wide(g)) {
-                return Err(StoreError::GrantTooWide(why));
-            }
             if a.kind == ApprovalKind::ToolDefinition {
-                if grant.is_some() {
-                    return Err(StoreError::GrantTooWide(
-                        "a tool definition's review grants nothing to choose".into(),
-                    ));
-                }
                 return decide_review(tx, a, &by, &verdict, now);
             }
             let mut call = load_call(tx, &a.call_id)?
@@ -302,21 +346,7 @@ impl Store {
                 quorum_reached(tx, &mut a, &mut call, now)?;
             }
             let mut f = Self::call_fields(&redact_ptrs, &call);
-            f.insert("approval_id".into(), Value::from(a.id.clone()));
-            f.insert("by".into(), Value::from(by.id.clone()));
-            f.insert("auth".into(), by.auth_record());
-            if let Some(via) = by.auth.as_ref().and_then(|a| a.get("via")) {
-                // A decision made in Slack names it beside the principal (DESIGN §22).
-                f.insert("via".into(), via.clone());
-            }
-            f.insert("decision".into(), Value::from(decision));
-            f.insert("reason".into(), json!(reason));
-            f.insert("status".into(), Value::from(a.status.as_str()));
-            f.insert("approvals".into(), Value::from(a.approvals_counted()));
-            f.insert("quorum".into(), Value::from(a.quorum));
-            if a.edited_fingerprint.is_some() {
-                f.insert("edited".into(), Value::from(true));
-            }
+            decided_fields(&mut f, &a, &by, decision, reason.as_deref());
             tx.audit(now, Kind::ApprovalDecided, f);
             if a.status != old_status {
                 a.decided_at = Some(now);

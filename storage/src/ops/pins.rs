@@ -23,7 +23,7 @@ use crate::model::{
 use crate::writer::Tx;
 use crate::Store;
 
-use super::approvals::{index_entries, set_status_index};
+use super::approvals::{put_new_approval, set_status_index};
 use super::{fields, get, put};
 
 /// Where pins live in [`Ks::Settings`]: `tool.pin.{server}\0{tool}`.
@@ -183,14 +183,9 @@ fn see(tx: &mut Tx<'_>, seen: PinSeen, now: Millis) -> Result<Seen, StoreError> 
     Ok(Seen { pin, opened })
 }
 
-/// Opens the review of `seen` against `pin`, and records it on the pin.
-fn open_review(
-    tx: &mut Tx<'_>,
-    pin: &mut ToolPin,
-    seen: &PinSeen,
-    now: Millis,
-) -> Result<Approval, StoreError> {
-    let approval = Approval {
+/// The approval that reviews `seen` against `pin`: pending, for the server's reviewers.
+fn review_of(pin: &ToolPin, seen: &PinSeen, now: Millis) -> Approval {
+    Approval {
         id: crate::new_id("apr"),
         kind: ApprovalKind::ToolDefinition,
         call_id: String::new(),
@@ -229,7 +224,17 @@ fn open_review(
         edited_args: None,
         edited_fingerprint: None,
         decided_at: None,
-    };
+    }
+}
+
+/// Opens the review of `seen` against `pin`, and records it on the pin.
+fn open_review(
+    tx: &mut Tx<'_>,
+    pin: &mut ToolPin,
+    seen: &PinSeen,
+    now: Millis,
+) -> Result<Approval, StoreError> {
+    let approval = review_of(pin, seen, now);
     tx.audit(
         now,
         Kind::ToolDefinitionChanged,
@@ -247,19 +252,7 @@ fn open_review(
             "quorum": approval.quorum, "expires_at": approval.expires_at}),
         ),
     );
-    put(tx, Ks::Approvals, approval.id.as_bytes(), &approval)?;
-    for (field, value) in index_entries(&approval) {
-        tx.put(
-            Ks::ApprovalIndex,
-            keys::index_key(field, &value, &approval.id),
-            Vec::new(),
-        );
-    }
-    tx.put(
-        Ks::Expiry,
-        keys::expiry_key(approval.expires_at, EXPIRE_APPROVAL, approval.id.as_bytes()),
-        Vec::new(),
-    );
+    put_new_approval(tx, &approval)?;
     pin.review = Some(PinReview {
         approval_id: approval.id.clone(),
         fingerprint: seen.fingerprint.clone(),

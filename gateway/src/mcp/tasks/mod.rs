@@ -198,21 +198,8 @@ pub async fn create(
         expires_at: now + ttl_ms,
         upstream,
     };
-    let mut audit = audit_fields(json!({
-        "principal": principal.id, "auth": principal.auth_record(), "tool": call.tool,
-        "fingerprint": call.fingerprint.as_str(), "task_id": task.task_id, "call_id": task.call_id,
-    }));
-    pipeline::Front::mcp(Some(exchange.revision), exchange.session.clone()).tag(&mut audit);
-    let (key, tid) = (owner(principal), task.task_id.clone());
-    let stored = match serde_json::to_value(&task) {
-        Ok(v) => v,
-        Err(e) => return internal(id, &e.to_string(), exchange.modern()),
-    };
-    if let Err(e) = gw
-        .store_op(move |s| s.create_task(&key, &tid, stored, audit, now))
-        .await
-    {
-        return internal(id, &e.message, exchange.modern());
+    if let Err(e) = store(gw, principal, exchange, call, &task, now).await {
+        return internal(id, &e, exchange.modern());
     }
     if let (Some(u), Some(mut r)) = (&task.upstream, upstream_answer) {
         // The upstream's own answer, under our task id.
@@ -224,19 +211,45 @@ pub async fn create(
         Ok(s) => s,
         Err(e) => return super::rpc_error(&RpcError { id, ..e }, exchange.modern()),
     };
-    let seen = now_ms();
-    let result = if exchange.modern() {
-        let mut r = envelope(&task, &state, seen, true);
-        // What the task asks, or its result, is for `tasks/get` (SEP-2663).
-        for k in ["inputRequests", "result", "error"] {
-            r.remove(k);
-        }
-        r.insert("resultType".into(), json!("task"));
-        Value::Object(r)
-    } else {
-        json!({"task": envelope(&task, &state, seen, false)})
-    };
+    let result = created(&task, &state, exchange.modern());
     json_bytes_response(StatusCode::OK, wire::result_bytes(&id, &result))
+}
+
+/// The answer that makes a task: 2026's `resultType: "task"` (what the task asks, or its
+/// result, is for `tasks/get`, SEP-2663), or 2025's `{"task": …}`.
+fn created(task: &Task, state: &State, modern: bool) -> Value {
+    let seen = now_ms();
+    if !modern {
+        return json!({"task": envelope(task, state, seen, false)});
+    }
+    let mut r = envelope(task, state, seen, true);
+    for k in ["inputRequests", "result", "error"] {
+        r.remove(k);
+    }
+    r.insert("resultType".into(), json!("task"));
+    Value::Object(r)
+}
+
+/// Stores a new task of `principal`'s, with its audit record.
+async fn store(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    exchange: &Exchange,
+    call: &ToolCall,
+    task: &Task,
+    now: u64,
+) -> Result<(), String> {
+    let mut audit = audit_fields(json!({
+        "principal": principal.id, "auth": principal.auth_record(), "tool": call.tool,
+        "fingerprint": call.fingerprint.as_str(), "task_id": task.task_id, "call_id": task.call_id,
+    }));
+    pipeline::Front::mcp(Some(exchange.revision), exchange.session.clone()).tag(&mut audit);
+    let (key, tid) = (owner(principal), task.task_id.clone());
+    let stored = serde_json::to_value(task).map_err(|e| e.to_string())?;
+    gw.store_op(move |s| s.create_task(&key, &tid, stored, audit, now))
+        .await
+        .map(|_| ())
+        .map_err(|e| e.message)
 }
 
 /// `tasks/*`: the methods of the request's revision, for the principal's own tasks.
