@@ -108,6 +108,7 @@ pub async fn settle(gw: &Arc<Gateway>, s: &Arc<Server>) {
             ),
         }
     }
+    s.mark_settled();
 }
 
 /// A review opened: counted, logged, and announced like any approval (the event stream and

@@ -427,6 +427,27 @@ fn trust_first_false_holds_a_new_tool_and_warn_runs_a_changed_one() {
 }
 
 #[test]
+fn an_upstream_that_comes_up_after_the_gateway_is_reached_within_seconds_not_at_refresh() {
+    // `refresh` is 30 s by default; an upstream never reached is tried every 5 s, the
+    // `Retry-After` its refused calls carry.
+    let port = free_port();
+    let config = format!(
+        "{}[[mcp_servers]]\nname = \"late\"\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout = \"2s\"\n",
+        mcp_base_config("2s"),
+    );
+    let gw = Gateway::start_with(&config, MCP_POLICY);
+    let (_, b) = gw.req("GET", "/readyz", None, None, None);
+    assert_eq!(b["mcp_servers_unreached"], json!(["late"]));
+    let (s, b) = gw.call("agent1", "late.echo", json!({"text": "hi"}), None);
+    assert_eq!((s, code(&b)), (502, "upstream.unavailable"), "{b}");
+    let _up = Upstream::peer_at("mcp_upstream.py", &["http"], port);
+    let took = gw.wait_reached(Duration::from_secs(20));
+    assert!(took < Duration::from_secs(12), "{took:?}");
+    let (s, b) = gw.call("agent1", "late.echo", json!({"text": "hi"}), None);
+    assert_eq!(s, 200, "{b}");
+}
+
+#[test]
 fn an_upstream_down_at_start_is_unavailable_not_unknown_and_keeps_its_pins() {
     let dir = tempfile::tempdir().unwrap();
     let stage = dir.path().join("stage");

@@ -491,6 +491,24 @@ impl Gateway {
         );
     }
 
+    /// Waits until `/readyz` lists no MCP upstream as never reached (one not reached at start
+    /// is tried again every 5 s); panics with the log after `limit`.
+    pub fn wait_reached(&self, limit: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let (_, b) = self.req("GET", "/readyz", None, None, None);
+            if b["mcp_servers_unreached"] == json!([]) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "MCP upstreams not reached in {limit:?}: {b}\n{}",
+                std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn call(&self, who: &str, tool: &str, args: Value, prefer: Option<&str>) -> (u16, Value) {
         self.req(
             "POST",
@@ -654,7 +672,11 @@ impl Upstream {
 
     /// The Python peer `script` with `args` and then a free port, once it listens there.
     pub fn peer(script: &str, args: &[&str]) -> Upstream {
-        let port = free_port();
+        Upstream::peer_at(script, args, free_port())
+    }
+
+    /// [`Upstream::peer`] on `port`.
+    pub fn peer_at(script: &str, args: &[&str], port: u16) -> Upstream {
         let child = Command::new("python3")
             .arg(peers().join(script))
             .args(args)
@@ -732,7 +754,9 @@ pub fn mcp_gateway(up: &Upstream, hold: &str) -> Gateway {
         "[[mcp_servers]]\nname = \"local\"\ncommand = \"python3\"\nargs = [\"{}\", \"stdio\"]\ntimeout = \"10s\"\n",
         peers().join("mcp_upstream.py").display()
     ));
-    Gateway::start_with(&s, MCP_POLICY)
+    let gw = Gateway::start_with(&s, MCP_POLICY);
+    gw.wait_reached(Duration::from_secs(20));
+    gw
 }
 
 /// Node 22 and a peer script copied beside the npm packages it imports (installed by

@@ -418,9 +418,26 @@ pub struct Server {
     templates: RwLock<Vec<(String, Paths)>>,
     /// Told when it says a list changed: its lists are read again at once.
     changed: Arc<tokio::sync::Notify>,
+    /// Whether its first list has been judged against the pins ([`crate::pins::settle`]):
+    /// until then it counts as not reached, so a tool listed a moment ago is not refused as
+    /// unreviewed while its pin is being read.
+    settled: std::sync::atomic::AtomicBool,
 }
 
 impl Server {
+    /// Its lists have been judged against the pins at least once.
+    pub fn settled(&self) -> bool {
+        self.settled.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Marks its lists judged (after [`crate::pins::settle`]), if it was reached.
+    pub fn mark_settled(&self) {
+        if self.tool_count().is_some() {
+            self.settled
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
     /// Sends one request with this server's timeout, on the path `want` asks for.
     pub async fn request(
         &self,

@@ -103,7 +103,7 @@ impl Gate {
                     Code::UpstreamUnavailable,
                     format!("MCP server `{server}` has not been reached yet; `{tool}` cannot be called until it is"),
                 )
-                .retry_after(5),
+                .retry_after(super::registry::UNREACHED_RETRY.as_secs()),
             ),
             Gate::Held { review, declined } => {
                 let why = if *declined {

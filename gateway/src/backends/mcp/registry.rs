@@ -20,6 +20,10 @@ use super::{
     MAX_LIVE,
 };
 
+/// How soon an upstream not reached at start (or since) is tried again: the `Retry-After` its
+/// refused calls are given.
+pub(crate) const UNREACHED_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Every configured upstream.
 pub struct Registry {
     pub servers: Vec<Arc<Server>>,
@@ -72,6 +76,7 @@ impl Registry {
                 prompts: RwLock::new(HashMap::new()),
                 templates: RwLock::new(Vec::new()),
                 changed,
+                settled: std::sync::atomic::AtomicBool::new(false),
             }));
         }
         Ok(Registry {
@@ -112,8 +117,8 @@ impl Registry {
         Ok(())
     }
 
-    /// Reads each upstream's lists again every `refresh` (30 s by default) and when it says
-    /// one changed, keeping the last good ones on failure; `after` is run on the server after
+    /// Reads each upstream's lists again every `refresh` (30 s by default; every 5 s while it
+    /// has never been reached) and when it says one changed, keeping the last good ones on failure; `after` is run on the server after
     /// each read (the gateway settles its pins there).
     pub async fn refresh_loop(
         self: Arc<Self>,
@@ -126,8 +131,15 @@ impl Registry {
             loops.push(tokio::spawn(async move {
                 let s = &me.servers[i];
                 loop {
+                    // An upstream never reached is tried again as soon as its refused calls
+                    // are told to retry (`Retry-After: 5`), not only every `refresh`.
+                    let wait = if !s.settled() {
+                        s.config.refresh.min(UNREACHED_RETRY)
+                    } else {
+                        s.config.refresh
+                    };
                     tokio::select! {
-                        _ = tokio::time::sleep(s.config.refresh) => {}
+                        _ = tokio::time::sleep(wait) => {}
                         _ = s.changed.notified() => {
                             tracing::info!(server = %s.config.name, "MCP server's lists changed; reading them again");
                         }
@@ -165,7 +177,7 @@ impl Registry {
     pub fn never_reached(&self) -> Vec<String> {
         self.servers
             .iter()
-            .filter(|s| s.tool_count().is_none())
+            .filter(|s| !s.settled())
             .map(|s| s.config.name.clone())
             .collect()
     }
@@ -204,7 +216,7 @@ impl Registry {
             let name = visible.strip_prefix(s.config.prefix.as_str())?;
             let mode = s.config.pin;
             let tools = s.tools.read().unwrap_or_else(|e| e.into_inner());
-            let Some(tools) = tools.as_ref() else {
+            let Some(tools) = tools.as_ref().filter(|_| s.settled()) else {
                 let pins = s.pins.read().unwrap_or_else(|e| e.into_inner());
                 let pinned = pins.get(name).and_then(|p| p.definition.clone());
                 if pinned.is_none() && s.config.prefix.is_empty() {
