@@ -2,7 +2,7 @@
 //!
 //! Follow a call from [`serve::serve`]: the accept loop, its serving threads and its connection
 //! guards ([`serve`]) send each request to one front end by path — [`http::handle`] (the JSON
-//! API), [`mcp::handle`] (`/mcp`, both MCP revisions) or [`inbox::handle`] (the approvers' web
+//! API, whose bodies are the types of [`api`]), [`mcp::handle`] (`/mcp`, both MCP revisions) or [`inbox::handle`] (the approvers' web
 //! pages). Every front end feeds [`pipeline`], whose [`pipeline::run_call`] names the stages in
 //! order (admit → parse and fingerprint → decide → grant or hold → claim → forward → record),
 //! a module each; its answer is a protocol-neutral [`pipeline::Outcome`] or an
@@ -10,8 +10,6 @@
 //! tools and MCP upstreams, behind one interface). A call with a big body runs on [`lanes`], a thread of its own. [`state`] holds what requests share, and [`background`] the work that keeps it current;
 //! [`config`] reads `airlock.toml`; [`cli`] is the command line, a file per subcommand,
 //! including the client of a running gateway.
-// The OpenAPI document's schemas are one `json!` literal, deeper than the default allows.
-#![recursion_limit = "512"]
 
 pub(crate) mod api;
 pub(crate) mod approvals;
