@@ -105,15 +105,17 @@ fn overload_and_rate_refusals_document_retry_after() {
     assert!(stream["text/event-stream"].is_object());
 }
 
-/// The schema at `pointer` in `doc`, as a validator whose `$ref`s resolve in the document.
-fn validator(doc: &Value, pointer: &str) -> jsonschema::Validator {
+/// The JSON schema of `method path`'s answer with `status`, as a validator whose `$ref`s
+/// resolve in the document.
+fn answer_validator(doc: &Value, method: &str, path: &str, status: &str) -> jsonschema::Validator {
+    let escaped = path.replace('~', "~0").replace('/', "~1");
+    let pointer = format!(
+        "#/paths/{escaped}/{}/responses/{status}/content/application~1json/schema",
+        method.to_lowercase()
+    );
     let mut root = doc.clone();
     root["$ref"] = Value::String(pointer.replace('{', "%7B").replace('}', "%7D"));
     jsonschema::draft202012::new(&root).expect("the document's schemas compile")
-}
-
-fn escaped(path: &str) -> String {
-    path.replace('~', "~0").replace('/', "~1")
 }
 
 /// The examples of the type an answer names: its own, or each of its variants'.
@@ -176,12 +178,7 @@ fn every_json_answer_of_every_route_has_examples_that_validate_against_its_deriv
                 !examples.is_empty(),
                 "{method} {path} {status} has no example"
             );
-            let pointer = format!(
-                "#/paths/{}/{}/responses/{status}/content/application~1json/schema",
-                escaped(&path),
-                method.to_lowercase()
-            );
-            let v = validator(&doc, &pointer);
+            let v = answer_validator(&doc, &method, &path, status);
             for e in examples {
                 let errors: Vec<String> = v.iter_errors(&e).map(|e| e.to_string()).collect();
                 assert!(
@@ -208,12 +205,7 @@ async fn every_refusal_a_route_lists_is_the_body_the_gateway_answers_it_with() {
             else {
                 continue;
             };
-            let pointer = format!(
-                "#/paths/{}/{}/responses/{status}/content/application~1json/schema",
-                escaped(&path),
-                method.to_lowercase()
-            );
-            let v = validator(&doc, &pointer);
+            let v = answer_validator(&doc, &method, &path, status);
             for c in codes {
                 let code = Code::parse(c.as_str().unwrap()).unwrap();
                 let r = crate::error::ApiError::new(code, "a refusal").into_response();
