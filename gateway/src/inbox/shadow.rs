@@ -18,6 +18,15 @@ fn strs(rules: &[String]) -> String {
         .unwrap_or_else(|| "defaults".to_owned())
 }
 
+/// A decision's name that may break after its underscore (`require_` / `approval`) on a
+/// narrow screen, and nowhere else.
+fn decision(name: &str) -> Markup {
+    match name.split_once('_') {
+        Some((first, rest)) => html! { (first) "_" wbr; (rest) },
+        None => html! { (name) },
+    }
+}
+
 /// The page of `summary` (as [`crate::shadow::Shadow::summary`] gives it).
 pub fn shadow(who: &Who, summary: &ShadowSummary) -> Markup {
     let s = |v: &Option<String>| v.clone().unwrap_or_default();
@@ -50,8 +59,8 @@ pub fn shadow(who: &Who, summary: &ShadowSummary) -> Markup {
                     tbody {
                         @for t in transitions {
                             tr class={ @if t.widening { "widening" } @else if t.changed { "narrowing" } @else { "same" } } {
-                                td { (t.live) }
-                                td { (t.shadow) }
+                                td { (decision(t.live)) }
+                                td { (decision(t.shadow)) }
                                 td { (t.count) }
                                 td.wide {
                                     @if t.widening { span.badge.status-declined { "widening" } }
