@@ -189,11 +189,7 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
         let _ = gw
             .store_op(move |s| s.dead_letter(&id, "the webhook is no longer configured", now_ms()))
             .await;
-        gw.metrics
-            .delivery
-            .webhook_deliveries
-            .with_label_values(&["dead"])
-            .inc();
+        counted(gw, "dead");
         return;
     };
     let hook_id = hook.id.clone();
@@ -207,21 +203,13 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
         let _ = gw
             .store_op(move |s| s.park_delivery(&id, "the endpoint is disabled"))
             .await;
-        gw.metrics
-            .delivery
-            .webhook_deliveries
-            .with_label_values(&["parked"])
-            .inc();
+        counted(gw, "parked");
         return;
     }
     match attempt(gw, &hook, &d).await {
         Attempt::Delivered(body) => {
             let _ = gw.store_op(move |s| s.ack_delivery(&id, now_ms())).await;
-            gw.metrics
-                .delivery
-                .webhook_deliveries
-                .with_label_values(&["delivered"])
-                .inc();
+            counted(gw, "delivered");
             gw.metrics
                 .delivery
                 .webhook_attempts
@@ -255,11 +243,7 @@ async fn gone(gw: &Arc<Gateway>, hook: &WebhookConfig, id: String) {
     let _ = gw
         .store_op(move |s| s.park_delivery(&id, "the endpoint answered 410 Gone"))
         .await;
-    gw.metrics
-        .delivery
-        .webhook_deliveries
-        .with_label_values(&["disabled"])
-        .inc();
+    counted(gw, "disabled");
 }
 
 /// One approval mail of the outbox: sent, retried on [`crate::email::RETRIES`], or
@@ -328,11 +312,7 @@ async fn settle(
             "dead"
         }
     };
-    gw.metrics
-        .delivery
-        .webhook_deliveries
-        .with_label_values(&[outcome])
-        .inc();
+    counted(gw, outcome);
     outcome
 }
 
@@ -384,6 +364,15 @@ async fn sync_decision(gw: &Arc<Gateway>, hook: &WebhookConfig, d: &Delivery, bo
             .store_op(move |s| s.append_audit(Kind::WebhookDecisionRefused, record, now_ms()))
             .await;
     }
+}
+
+/// Counts a webhook delivery's `result` in `airlock_webhook_deliveries_total`.
+fn counted(gw: &Gateway, result: &str) {
+    gw.metrics
+        .delivery
+        .webhook_deliveries
+        .with_label_values(&[result])
+        .inc();
 }
 
 #[cfg(test)]

@@ -102,15 +102,7 @@ impl Registry {
                 Ok((s, Err(e))) => {
                     tracing::warn!(server = %s.config.name, "MCP server not reached at start, its tools are left out: {e:?}");
                 }
-                Ok((s, Ok(()))) => {
-                    let revision = s.revision().await.unwrap_or("none");
-                    tracing::info!(
-                        server = %s.config.name,
-                        revision,
-                        tools = s.tool_count().unwrap_or(0),
-                        "MCP server reached"
-                    );
-                }
+                Ok((s, Ok(()))) => log_reached(&s).await,
                 Err(_) => {}
             }
         }
@@ -118,8 +110,9 @@ impl Registry {
     }
 
     /// Reads each upstream's lists again every `refresh` (30 s by default; every 5 s while it
-    /// has never been reached) and when it says one changed, keeping the last good ones on failure; `after` is run on the server after
-    /// each read (the gateway settles its pins there).
+    /// has never been reached) and when it says one changed, keeping the last good ones on
+    /// failure; `after` is run on the server after each read (the gateway settles its pins
+    /// there).
     pub async fn refresh_loop(
         self: Arc<Self>,
         shutdown: tokio_util::sync::CancellationToken,
@@ -150,15 +143,7 @@ impl Registry {
                         Err(e) => {
                             tracing::debug!(server = %s.config.name, "MCP server list refresh failed: {e:?}");
                         }
-                        Ok(()) if never_reached => {
-                            let revision = s.revision().await.unwrap_or("none");
-                            tracing::info!(
-                                server = %s.config.name,
-                                revision,
-                                tools = s.tool_count().unwrap_or(0),
-                                "MCP server reached"
-                            );
-                        }
+                        Ok(()) if never_reached => log_reached(s).await,
                         Ok(()) => {}
                     }
                     after(s.clone()).await;
@@ -389,4 +374,15 @@ impl Registry {
         });
         drive(tool, InFlight::new(request), ask_rx).await
     }
+}
+
+/// Logs that `s` was reached: its revision and how many tools it lists.
+async fn log_reached(s: &Server) {
+    let revision = s.revision().await.unwrap_or("none");
+    tracing::info!(
+        server = %s.config.name,
+        revision,
+        tools = s.tool_count().unwrap_or(0),
+        "MCP server reached"
+    );
 }
