@@ -143,23 +143,31 @@ pub(crate) enum OnError {
     RequireApproval,
 }
 
-/// What the policy would decide, and why.
+/// What the policy would decide, and why: the policy's own decision as it serialises (its
+/// explanation, and with `require_approval` the approval's settings), with the call's
+/// fingerprint and tool.
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(example = PolicyDecision::example())]
 pub(crate) struct PolicyDecision {
-    #[schemars(with = "DecisionName")]
-    pub decision: String,
-    pub rules: Vec<String>,
-    #[schemars(with = "Vec<Map<String, Value>>")]
-    pub errors: Value,
-    #[schemars(with = "Vec<Map<String, Value>>")]
-    pub messages: Value,
-    pub policy_version: String,
+    #[serde(flatten)]
+    #[schemars(with = "DecisionFields")]
+    pub decision: Decision,
     pub fingerprint: String,
     pub tool: String,
+}
+
+/// The fields of `airlock_policy::Decision` as it serialises.
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "a schema of the policy crate's decision")]
+struct DecisionFields {
+    decision: DecisionName,
+    rules: Vec<String>,
+    errors: Vec<Map<String, Value>>,
+    messages: Vec<Map<String, Value>>,
+    policy_version: String,
     /// With `require_approval`: the approval's settings (approvers, quorum, timeout, …).
     #[serde(flatten)]
-    pub approval: Map<String, Value>,
+    approval: Map<String, Value>,
 }
 
 #[derive(JsonSchema)]
@@ -188,23 +196,14 @@ impl PolicyDecision {
             approval: None,
             steps: 0,
         };
-        Some(PolicyDecision::of(&decision, &call))
+        Some(PolicyDecision::of(decision, &call))
     }
 
-    pub(crate) fn of(d: &Decision, call: &ToolCall) -> PolicyDecision {
-        let approval = match d.approval.as_ref().map(serde_json::to_value) {
-            Some(Ok(Value::Object(m))) => m,
-            _ => Map::new(),
-        };
+    pub(crate) fn of(decision: Decision, call: &ToolCall) -> PolicyDecision {
         PolicyDecision {
-            decision: d.decision.as_str().to_owned(),
-            rules: d.rules.clone(),
-            errors: serde_json::to_value(&d.errors).unwrap_or_default(),
-            messages: serde_json::to_value(&d.messages).unwrap_or_default(),
-            policy_version: d.policy_version.clone(),
+            decision,
             fingerprint: call.fingerprint.to_string(),
             tool: call.tool.clone(),
-            approval,
         }
     }
 }

@@ -159,7 +159,7 @@ impl Approval {
     }
 
     /// A pending approval of `db.query` as the store holds it.
-    pub(crate) fn stored_example() -> Stored {
+    fn stored_example() -> Stored {
         Stored {
             id: "apr_1".into(),
             kind: Default::default(),

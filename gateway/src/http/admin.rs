@@ -74,7 +74,7 @@ pub(super) async fn evaluate_policy(
     let decision = evaluate(&gw.policy.load(), &request.input());
     Ok(json_response(
         StatusCode::OK,
-        &api::PolicyDecision::of(&decision, &request.call),
+        &api::PolicyDecision::of(decision, &request.call),
     ))
 }
 
