@@ -127,13 +127,33 @@ airlock_policy::stable_names! {
     }
 }
 
+impl Code {
+    /// Whether a refusal with this code may come with `Retry-After` (the seconds to wait before
+    /// trying again): the OpenAPI document declares the header on every response that lists
+    /// one of these codes, and [`ApiError::retry_after`] is for these codes only.
+    pub(crate) const fn carries_retry_after(self) -> bool {
+        matches!(
+            self,
+            Code::AuthIssuerUnavailable
+                | Code::PrincipalRateLimited
+                | Code::PrincipalTooManyPending
+                | Code::CallInProgress
+                | Code::UpstreamUnavailable
+                | Code::GatewayOverloaded
+                | Code::GatewayShuttingDown
+                | Code::GatewayTooManyHeld
+                | Code::StoreUnavailable
+        )
+    }
+}
+
 /// A refusal: a stable code, a message for people (and models), and details for programs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
     pub code: Code,
     pub message: String,
     pub details: Value,
-    /// Seconds, for `Retry-After` on overload.
+    /// Seconds, for `Retry-After` (only with a code that [`Code::carries_retry_after`]).
     pub retry_after: Option<u64>,
     /// A `WWW-Authenticate` challenge (DESIGN §16), on a 401 or an insufficient scope.
     pub challenge: Option<String>,
@@ -159,6 +179,11 @@ impl ApiError {
     }
 
     pub fn retry_after(mut self, seconds: u64) -> ApiError {
+        debug_assert!(
+            self.code.carries_retry_after(),
+            "`{}` is not documented with Retry-After",
+            self.code.as_str()
+        );
         self.retry_after = Some(seconds);
         self
     }

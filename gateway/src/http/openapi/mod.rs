@@ -167,7 +167,7 @@ fn refusal(status: u16, codes: &[Code], envelope: &Value) -> Value {
         "content": {"application/json": {"schema": schema}},
     });
     let mut headers = Map::new();
-    if matches!(status, 429 | 503) {
+    if codes.iter().any(|c| c.carries_retry_after()) {
         headers.insert(
             "Retry-After".into(),
             json!({"$ref": "#/components/headers/Retry-After"}),

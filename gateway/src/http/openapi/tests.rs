@@ -94,11 +94,40 @@ fn each_code_is_listed_under_the_status_the_gateway_answers_it_with() {
 }
 
 #[test]
-fn overload_and_rate_refusals_document_retry_after() {
+fn refusals_that_may_wait_document_retry_after() {
     let doc = document(&Config::demo());
     let create = &doc["paths"]["/v1/calls"]["post"];
     assert!(create["responses"]["429"]["headers"]["Retry-After"].is_object());
     assert!(create["responses"]["503"]["headers"]["Retry-After"].is_object());
+    // Not only overload: an MCP upstream not reached yet, and a call still executing.
+    assert!(create["responses"]["502"]["headers"]["Retry-After"].is_object());
+    let get = &doc["paths"]["/v1/calls/{call_id}"]["get"];
+    let in_progress = crate::body::status_for(Code::CallInProgress)
+        .as_u16()
+        .to_string();
+    assert!(get["responses"][&in_progress]["headers"]["Retry-After"].is_object());
+    // And only where one of the status's codes carries it.
+    assert!(create["responses"]["400"]["headers"]["Retry-After"].is_null());
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, response) in op["responses"].as_object().unwrap() {
+                let Some(codes) = response["content"]["application/json"]["schema"]["properties"]
+                    ["error"]["properties"]["code"]["enum"]
+                    .as_array()
+                else {
+                    continue;
+                };
+                let carries = codes.iter().any(|c| {
+                    Code::parse(c.as_str().unwrap()).is_some_and(|c| c.carries_retry_after())
+                });
+                assert_eq!(
+                    response["headers"]["Retry-After"].is_object(),
+                    carries,
+                    "{method} {path} {status}"
+                );
+            }
+        }
+    }
     assert!(create["responses"]["401"]["headers"]["WWW-Authenticate"].is_object());
     assert_eq!(create["parameters"][0]["name"], "Prefer");
     let stream = &doc["paths"]["/v1/events"]["get"]["responses"]["200"]["content"];
