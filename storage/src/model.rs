@@ -106,6 +106,20 @@ pub struct ApprovalDecision {
     /// rule's own terms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant: Option<GrantChoice>,
+    /// The decider's groups when it decided; none in records written before they were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<String>>,
+    /// Why an approve no longer counts toward the quorum (a reload narrowed the approver
+    /// groups to ones the approver was in none of); none: it counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voided: Option<String>,
+}
+
+impl ApprovalDecision {
+    /// An approve, not voided, given for `fingerprint`: what the quorum counts.
+    pub fn counts_for(&self, fingerprint: &str) -> bool {
+        self.decision == "approve" && self.voided.is_none() && self.fingerprint == fingerprint
+    }
 }
 
 /// What an approval grants once approved (mirrors the policy's grant settings).
@@ -332,12 +346,13 @@ impl Approval {
         self.edited_args.as_ref().unwrap_or(&self.args)
     }
 
-    /// Distinct approvers whose approval was given for the effective fingerprint.
+    /// Distinct approvers whose approval was given for the effective fingerprint and still
+    /// counts ([`ApprovalDecision::counts_for`]).
     pub fn approvals_counted(&self) -> usize {
         let fp = self.effective_fingerprint();
         self.decisions
             .iter()
-            .filter(|d| d.decision == "approve" && d.fingerprint == fp)
+            .filter(|d| d.counts_for(fp))
             .map(|d| d.by.as_str())
             .collect::<BTreeSet<_>>()
             .len()

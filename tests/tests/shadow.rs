@@ -270,10 +270,21 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 #[test]
 fn a_reload_that_tightens_reaches_pending_approvals_and_one_that_loosens_does_not() {
     let backend = Backend::start();
-    let config = config_text(&backend, "");
-    // multi.* needs any approver's one approval; db.* one of dba; pay.* two of finance.
-    let mut gw = Gateway::start_with(&config, POLICY);
+    let config = format!(
+        "{}[[tools]]\nname = \"two.*\"\nupstream = \"{}\"\n",
+        config_text(&backend, ""),
+        backend.url("/echo")
+    );
+    // multi.* needs any approver's one approval; db.* one of dba; pay.* two of finance;
+    // two.* two of dba or finance.
+    let two_rule = "\n[[rules]]\nid = \"two\"\ntools = [\"two.*\"]\ndecision = \"require_approval\"\napprovers = [\"dba\", \"finance\"]\nquorum = 2\n";
+    let live = format!("{POLICY}{two_rule}");
+    let mut gw = Gateway::start_with(&config, &live);
     let (db_call, db) = gw.call_async("agent1", "db.query", json!({"sql": "select 1"}));
+    let (two_call, two) = gw.call_async("agent1", "two.op", json!({"y": 1}));
+    // One of the two approvals two.* needs, by finance.
+    let (s, b) = gw.approve("fin1", &two);
+    assert_eq!((s, b["status"].as_str()), (200, Some("pending")), "{b}");
     let (_, multi) = gw.call_async("agent1", "multi.op", json!({"x": 1}));
     let (_, short) = gw.call_async("agent2", "multi.op", json!({"x": 2}));
     // A held caller waits on the pay call.
@@ -305,8 +316,9 @@ fn a_reload_that_tightens_reaches_pending_approvals_and_one_that_loosens_does_no
         id.unwrap()
     };
 
-    // Tighter: db.* needs two; multi.* only finance, a shorter ttl and one use; pay.* denied.
-    let tighter = POLICY
+    // Tighter: db.* needs two; multi.* only finance, a shorter ttl and one use; pay.* denied;
+    // two.* only dba.
+    let tighter = live
         .replace("approvers = [\"dba\"]", "approvers = [\"dba\"]\nquorum = 2")
         .replace(
             "id = \"approve-pay\"\ntools = [\"pay.*\"]\ndecision = \"require_approval\"\napprovers = [\"finance\"]\nquorum = 2",
@@ -315,8 +327,9 @@ fn a_reload_that_tightens_reaches_pending_approvals_and_one_that_loosens_does_no
         .replace(
             "grant = { uses = 3, scope = \"run\" }",
             "grant = { uses = 1, scope = \"call\" }\napprovers = [\"finance\"]\napproval_ttl = \"10m\"",
-        );
-    assert_ne!(tighter, POLICY);
+        )
+        .replace("approvers = [\"dba\", \"finance\"]", "approvers = [\"dba\"]");
+    assert_ne!(tighter, live);
     gw.write_policy(&tighter);
     let (s, b) = gw.req("POST", "/v1/policy/reload", Some("admin"), Some("{}"), None);
     assert_eq!(s, 200, "{b}");
@@ -352,6 +365,14 @@ fn a_reload_that_tightens_reaches_pending_approvals_and_one_that_loosens_does_no
         at("expires_at") - at("created_at")
     };
     assert_eq!(ttl(&m), 600_000, "the shorter ttl applies: {m}");
+    // Narrowed to dba: finance's approval no longer counts, so one dba approval is not two.
+    let t = approval(&gw, &two);
+    assert_eq!(t["approvers"], json!(["dba"]), "{t}");
+    assert_eq!(t["decisions"][0]["by"], "fin1", "{t}");
+    assert!(t["decisions"][0]["voided"].is_string(), "{t}");
+    let (s, b) = gw.approve("dba1", &two);
+    assert_eq!((s, b["status"].as_str()), (200, Some("pending")), "{b}");
+    assert!(b["decisions"][1]["voided"].is_null(), "{b}");
 
     // Audited, with the new version.
     let records = audit(&gw);
@@ -368,8 +389,8 @@ fn a_reload_that_tightens_reaches_pending_approvals_and_one_that_loosens_does_no
         .collect();
     assert_eq!(
         tightened.len(),
-        3,
-        "db, and both multi approvals: {tightened:?}"
+        4,
+        "db, both multi approvals and two: {tightened:?}"
     );
     let of = |id: &str| tightened.iter().find(|r| r["approval_id"] == id).unwrap();
     assert_eq!(of(&db)["changed"], json!(["quorum"]));
@@ -378,9 +399,12 @@ fn a_reload_that_tightens_reaches_pending_approvals_and_one_that_loosens_does_no
         json!(["approvers", "expires_at", "grant.uses", "grant.scope"])
     );
     assert_eq!(of(&short)["policy_version"], version.as_str());
+    assert_eq!(of(&two)["changed"], json!(["approvers"]));
+    assert_eq!(of(&two)["voided"], json!(["fin1"]));
+    assert_eq!(of(&multi)["voided"], json!([]));
 
     // Looser again (the file as it was): nothing changes on what is pending.
-    gw.write_policy(POLICY);
+    gw.write_policy(&live);
     let (s, _) = gw.req("POST", "/v1/policy/reload", Some("admin"), Some("{}"), None);
     assert_eq!(s, 200);
     assert_eq!(approval(&gw, &db)["quorum"], 2);
@@ -390,14 +414,19 @@ fn a_reload_that_tightens_reaches_pending_approvals_and_one_that_loosens_does_no
             .iter()
             .filter(|r| r["kind"] == "approval.tightened")
             .count(),
-        3
+        4
     );
+    // A second dba approval makes two of the groups named now; finance's stays void.
+    let (s, b) = gw.approve("dba2", &two);
+    assert_eq!((s, b["status"].as_str()), (200, Some("approved")), "{b}");
+    let (s, b) = gw.resume("agent1", &two_call);
+    assert_eq!(s, 200, "{b}");
     // The second dba approval runs it; the denied pay call never ran.
     let (s, b) = gw.approve("dba2", &db);
     assert_eq!((s, b["status"].as_str()), (200, Some("approved")), "{b}");
     let (s, b) = gw.resume("agent1", &db_call);
     assert_eq!(s, 200, "{b}");
-    assert_eq!(backend.count(), 1);
+    assert_eq!(backend.count(), 2, "two.op and db.query");
 
     // A file edited while the gateway is down reaches what is pending at the next start.
     gw.kill9();

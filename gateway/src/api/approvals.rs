@@ -90,6 +90,9 @@ pub(crate) struct ApprovalDecision {
     /// How the decider proved who it is.
     #[schemars(with = "Json")]
     pub auth: Option<Value>,
+    /// Why this approve no longer counts toward the quorum (a policy reload narrowed the
+    /// approver groups to ones its approver is in none of); `null`: it counts.
+    pub voided: Option<String>,
 }
 
 /// What the approval grants, and the most an approver may choose (`max_*`).
@@ -147,6 +150,7 @@ impl Approval {
                     at: Time::of(d.at),
                     fingerprint: Some(d.fingerprint.clone()),
                     auth: d.auth.clone(),
+                    voided: d.voided.clone(),
                 })
                 .collect(),
             created_at: Time::of(a.created_at),

@@ -245,7 +245,7 @@ pub fn pending_table(shown: &[Approval], now: u64) -> Markup {
                             td { (a.requester.id) }
                             td.wide { (field(a, "run_id").unwrap_or("—")) }
                             td data-expires=(a.expires_at) { (time_left(a.expires_at, now)) }
-                            td.wide { (approvals_of(a)) "/" (a.quorum) }
+                            td.wide { (a.approvals_counted()) "/" (a.quorum) }
                         }
                     }
                 }
@@ -298,13 +298,6 @@ fn record_gist(r: &Value) -> String {
     } else {
         parts.join(" · ")
     }
-}
-
-pub(super) fn approvals_of(a: &Approval) -> usize {
-    a.decisions
-        .iter()
-        .filter(|d| d.decision == "approve")
-        .count()
 }
 
 /// Pretty JSON of the args, with string values over 200 characters folded.
@@ -361,7 +354,7 @@ pub fn approval(
             p.status {
                 span class={ "badge status-" (a.status.as_str()) } { (a.status.as_str()) }
                 @if pending { " · " span data-expires=(a.expires_at) { (time_left(a.expires_at, now)) } }
-                " · approvals " (approvals_of(a)) " of " (a.quorum)
+                " · approvals " (a.approvals_counted()) " of " (a.quorum)
             }
             h2 { "Arguments" }
             pre.args { (short) }
@@ -613,7 +606,10 @@ pub(super) fn decisions(a: &Approval) -> Markup {
             h2 { "Decisions" }
             ul {
                 @for d in &a.decisions {
-                    li { (d.by) " — " (d.decision) " at " (rfc3339(d.at)) @if let Some(r) = &d.reason { ": " (r) } }
+                    li {
+                        (d.by) " — " (d.decision) " at " (rfc3339(d.at)) @if let Some(r) = &d.reason { ": " (r) }
+                        @if let Some(why) = &d.voided { " (no longer counts: " (why) ")" }
+                    }
                 }
             }
         }

@@ -11,8 +11,7 @@ use maud::{html, Markup};
 use serde_json::Value;
 
 use super::pages::{
-    approvals_of, decide_forms, decided_note, decisions, in_words, layout, status_title, time_left,
-    Who,
+    decide_forms, decided_note, decisions, in_words, layout, status_title, time_left, Who,
 };
 use crate::clock::rfc3339;
 use crate::error::ApiError;
@@ -46,7 +45,7 @@ pub fn review(
             p.status {
                 span class={ "badge status-" (a.status.as_str()) } { (a.status.as_str()) }
                 @if pending { " · " span data-expires=(a.expires_at) { (time_left(a.expires_at, now)) } }
-                " · approvals " (approvals_of(a)) " of " (a.quorum)
+                " · approvals " (a.approvals_counted()) " of " (a.quorum)
             }
             p.hint {
                 @if first {

@@ -121,7 +121,16 @@ pub(crate) fn outcome(a: &Approval) -> Vec<String> {
                 .filter(|r| !r.is_empty())
                 .map(|r| format!(": {r}"))
                 .unwrap_or_default();
-            format!("{verb} by {}{slack} at {}{reason}", d.by, rfc3339(d.at))
+            let voided = d
+                .voided
+                .as_deref()
+                .map(|why| format!(" (no longer counts: {why})"))
+                .unwrap_or_default();
+            format!(
+                "{verb} by {}{slack} at {}{reason}{voided}",
+                d.by,
+                rfc3339(d.at)
+            )
         })
         .collect();
     match a.status {
@@ -147,11 +156,7 @@ pub fn message(a: &Approval, args: &Value, inbox: &str, now: Millis) -> Value {
     } else {
         a.rules.join(", ")
     };
-    let approvals = a
-        .decisions
-        .iter()
-        .filter(|d| d.decision == "approve")
-        .count();
+    let approvals = a.approvals_counted();
     blocks.push(json!({"type": "section", "fields": [
         plain(&format!("Requested by\n{requester}"), 2000),
         plain(&format!("Rules\n{rules}"), 2000),
@@ -359,6 +364,8 @@ mod tests {
             fingerprint: "f".into(),
             auth: Some(json!({"kind": "slack", "via": "slack", "user": "U1"})),
             grant: None,
+            groups: Some(vec!["dba".into()]),
+            voided: None,
         });
         let m = message(&a, &a.args, "https://x/inbox/approvals/apr_1", 0);
         assert!(!m.to_string().contains("\"actions\""), "{m}");

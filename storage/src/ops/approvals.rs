@@ -93,7 +93,7 @@ fn quorum_reached(
     a.grant = a.grant.chosen(
         a.decisions
             .iter()
-            .filter(|d| d.decision == "approve" && d.fingerprint == fp)
+            .filter(|d| d.counts_for(&fp))
             .map(|d| d.grant.as_ref()),
         |scope| scope_key(scope, &call_id, run.as_deref(), &requester),
     );
@@ -337,6 +337,8 @@ impl Store {
                 fingerprint: a.effective_fingerprint().to_owned(),
                 auth: Some(by.auth_record()),
                 grant,
+                groups: Some(by.groups.clone()),
+                voided: None,
             });
             if decision == "decline" {
                 a.status = ApprovalStatus::Declined;
@@ -453,6 +455,8 @@ fn decide_review(
         fingerprint: a.fingerprint.clone(),
         auth: Some(by.auth_record()),
         grant: None,
+        groups: Some(by.groups.clone()),
+        voided: None,
     });
     let old = a.status;
     a.status = if decision == "decline" {

@@ -73,6 +73,22 @@ fn tighten(
     if fewer {
         a.approvers = approvers;
         changed.push("approvers");
+        // An approval given by someone in none of the new groups no longer counts: the quorum
+        // is of the groups the policy names now. One whose decider's groups were not kept
+        // (written before they were) cannot be shown to be in them, and stops counting too.
+        let why = format!(
+            "the approver groups narrowed to {:?} on a policy reload",
+            a.approvers
+        );
+        for d in &mut a.decisions {
+            let outside = match &d.groups {
+                Some(groups) => !groups.iter().any(|g| a.approvers.contains(g)),
+                None => true,
+            };
+            if d.decision == "approve" && d.voided.is_none() && outside {
+                d.voided = Some(why.clone());
+            }
+        }
     }
     if expires_at < a.expires_at {
         a.expires_at = expires_at;
@@ -129,6 +145,7 @@ impl Store {
                     grant,
                     policy_version,
                 } => {
+                    let counted: Vec<bool> = a.decisions.iter().map(|d| d.voided.is_none()).collect();
                     let changed = tighten(&mut a, quorum, approvers, expires_at, grant);
                     if changed.is_empty() {
                         return Ok(None);
@@ -144,9 +161,17 @@ impl Store {
                             Vec::new(),
                         );
                     }
+                    // The approvals this reload stopped counting.
+                    let voided: Vec<&str> = a
+                        .decisions
+                        .iter()
+                        .zip(counted)
+                        .filter(|(d, counted)| *counted && d.voided.is_some())
+                        .map(|(d, _)| d.by.as_str())
+                        .collect();
                     let f = json!({
                         "approval_id": a.id, "call_id": a.call_id, "tool": a.tool,
-                        "changed": changed, "quorum": a.quorum, "approvers": a.approvers,
+                        "changed": changed, "voided": voided, "quorum": a.quorum, "approvers": a.approvers,
                         "expires_at": a.expires_at, "grant": a.grant,
                         "policy_version": policy_version,
                     });
@@ -181,6 +206,8 @@ fn deny(
         fingerprint: a.effective_fingerprint().to_owned(),
         auth: None,
         grant: None,
+        groups: None,
+        voided: None,
     });
     a.status = ApprovalStatus::Declined;
     a.decided_at = Some(now);
@@ -290,5 +317,64 @@ mod tests {
         )
         .is_empty());
         assert_eq!(c.approvers, ["dba".to_string()].into());
+    }
+
+    fn approve(by: &str, groups: Option<&[&str]>) -> ApprovalDecision {
+        ApprovalDecision {
+            by: by.into(),
+            decision: "approve".into(),
+            reason: None,
+            at: 10,
+            fingerprint: "f".into(),
+            auth: None,
+            grant: None,
+            groups: groups.map(|g| g.iter().map(|s| s.to_string()).collect()),
+            voided: None,
+        }
+    }
+
+    #[test]
+    fn narrowed_groups_void_the_approvals_given_from_outside_them() {
+        let mut a = approval(3, &["dba", "finance"]);
+        a.decisions = vec![
+            approve("fin1", Some(&["finance"])),
+            approve("dba1", Some(&["dba", "ops"])),
+            // Recorded before a decider's groups were kept: cannot be shown to be in them.
+            approve("old", None),
+        ];
+        let mut decline = approve("fin2", Some(&["finance"]));
+        decline.decision = "decline".into();
+        a.decisions.push(decline);
+        assert_eq!(a.approvals_counted(), 3);
+
+        let changed = tighten(
+            &mut a,
+            3,
+            ["dba".to_string()].into(),
+            1000,
+            grant(5, 1000, "run"),
+        );
+        assert_eq!(changed, ["approvers"]);
+        let voided: Vec<&str> = a
+            .decisions
+            .iter()
+            .filter(|d| d.voided.is_some())
+            .map(|d| d.by.as_str())
+            .collect();
+        assert_eq!(voided, ["fin1", "old"]);
+        assert!(a.decisions[0].voided.as_deref().unwrap().contains("dba"));
+        assert_eq!(a.approvals_counted(), 1, "dba1's approval still counts");
+
+        // Groups that do not narrow (other groups, or more) void nothing.
+        let mut b = approval(2, &["dba"]);
+        b.decisions = vec![approve("dba1", Some(&["dba"])), approve("ops", Some(&[]))];
+        tighten(
+            &mut b,
+            2,
+            ["finance".to_string()].into(),
+            1000,
+            grant(5, 1000, "run"),
+        );
+        assert!(b.decisions.iter().all(|d| d.voided.is_none()));
     }
 }
