@@ -77,8 +77,8 @@ fn tighten(
         // is of the groups the policy names now. One whose decider's groups were not kept
         // (written before they were) cannot be shown to be in them, and stops counting too.
         let why = format!(
-            "the approver groups narrowed to {:?} on a policy reload",
-            a.approvers
+            "a policy reload narrowed the approver groups to {}",
+            a.approvers.iter().cloned().collect::<Vec<_>>().join(", ")
         );
         for d in &mut a.decisions {
             let outside = match &d.groups {
