@@ -4,9 +4,15 @@
 //! it, so a route cannot be served without being documented, nor documented without being
 //! served.
 //!
+//! Each route names the types of `crate::api` its handler reads (the request body) and answers
+//! (each JSON answer by status), which the document's schemas are derived from.
+//!
 //! It holds no handlers and knows no roles: those are the router's and the handlers'.
 
 use hyper::Method;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+
+use crate::api;
 
 /// One operation of the API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,6 +75,25 @@ pub(crate) struct Route {
     /// The query parameters it takes; any other is refused (`request.unknown_field`), so a
     /// misspelt one is not read as left out.
     pub query: &'static [&'static str],
+    /// The request body's type (`crate::api`), and whether a body is required.
+    pub body: Option<(TypeOf, bool)>,
+    /// The type of each JSON answer by status; the refusals are the error envelope.
+    pub answers: &'static [(u16, TypeOf)],
+}
+
+/// A JSON body's type, as the table names it: what the OpenAPI document derives its schema
+/// from and what the handler of the route answers.
+#[derive(Clone, Copy)]
+pub(crate) struct TypeOf(pub fn(&mut SchemaGenerator) -> Schema);
+
+impl TypeOf {
+    pub(crate) const fn of<T: JsonSchema>() -> TypeOf {
+        TypeOf(schema_of::<T>)
+    }
+}
+
+fn schema_of<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
 }
 
 const fn route(method: Method, path: &'static str, op: Op, access: Access) -> Route {
@@ -78,12 +103,24 @@ const fn route(method: Method, path: &'static str, op: Op, access: Access) -> Ro
         op,
         access,
         query: &[],
+        body: None,
+        answers: &[],
     }
 }
 
 impl Route {
     const fn query(mut self, names: &'static [&'static str]) -> Route {
         self.query = names;
+        self
+    }
+
+    const fn body(mut self, t: TypeOf, required: bool) -> Route {
+        self.body = Some((t, required));
+        self
+    }
+
+    const fn answers(mut self, answers: &'static [(u16, TypeOf)]) -> Route {
+        self.answers = answers;
         self
     }
 
@@ -99,48 +136,70 @@ impl Route {
 
 use Access::{Open, OpenWithIssuers, Token};
 
+/// What a call's routes answer: the call ran (200), or it waits for approvers or resume data
+/// (202).
+const CALL_OUTCOME: &[(u16, TypeOf)] = &[
+    (200, TypeOf::of::<api::CallCompleted>()),
+    (202, TypeOf::of::<api::CallWaiting>()),
+];
+
 /// Every route, in the order the document lists them.
 pub(crate) const ROUTES: &[Route] = &[
     route(Method::GET, "/", Op::Root, Open),
     route(Method::GET, "/favicon.ico", Op::Favicon, Open),
-    route(Method::GET, "/healthz", Op::Healthz, Open),
-    route(Method::GET, "/readyz", Op::Readyz, Open),
+    route(Method::GET, "/healthz", Op::Healthz, Open)
+        .answers(&[(200, TypeOf::of::<api::Health>())]),
+    route(Method::GET, "/readyz", Op::Readyz, Open).answers(&[(200, TypeOf::of::<api::Ready>())]),
     route(Method::GET, "/metrics", Op::Metrics, Open),
-    route(Method::GET, "/v1/openapi.json", Op::OpenApi, Open),
+    route(Method::GET, "/v1/openapi.json", Op::OpenApi, Open)
+        .answers(&[(200, TypeOf::of::<api::OpenApiDocument>())]),
     route(
         Method::GET,
         "/.well-known/oauth-protected-resource",
         Op::ProtectedResource,
         OpenWithIssuers,
-    ),
+    )
+    .answers(&[(200, TypeOf::of::<api::ProtectedResourceMetadata>())]),
     route(
         Method::GET,
         "/.well-known/oauth-protected-resource/mcp",
         Op::ProtectedResourceMcp,
         OpenWithIssuers,
-    ),
-    route(Method::POST, "/v1/calls", Op::CreateCall, Token),
-    route(Method::GET, "/v1/calls", Op::ListCalls, Token).query(&["status"]),
-    route(Method::GET, "/v1/calls/{call_id}", Op::GetCall, Token).query(&["wait"]),
+    )
+    .answers(&[(200, TypeOf::of::<api::ProtectedResourceMetadata>())]),
+    route(Method::POST, "/v1/calls", Op::CreateCall, Token)
+        .body(TypeOf::of::<api::CallRequest>(), true)
+        .answers(CALL_OUTCOME),
+    route(Method::GET, "/v1/calls", Op::ListCalls, Token)
+        .query(&["status"])
+        .answers(&[(200, TypeOf::of::<api::SuspendedCalls>())]),
+    route(Method::GET, "/v1/calls/{call_id}", Op::GetCall, Token)
+        .query(&["wait"])
+        .answers(CALL_OUTCOME),
     route(
         Method::POST,
         "/v1/calls/{call_id}/resume",
         Op::ResumeCall,
         Token,
     )
-    .query(&["wait"]),
+    .query(&["wait"])
+    .body(TypeOf::of::<api::ResumeRequest>(), false)
+    .answers(CALL_OUTCOME),
     route(
         Method::POST,
         "/v1/calls/{call_id}/cancel",
         Op::CancelCall,
         Token,
-    ),
+    )
+    .answers(&[(200, TypeOf::of::<api::CallCancelled>())]),
     route(
         Method::POST,
         "/v1/runs/{run_id}/resume",
         Op::ResumeRun,
         Token,
-    ),
+    )
+    .body(TypeOf::of::<api::RunResumeRequest>(), true)
+    .answers(CALL_OUTCOME),
     route(
         Method::GET,
         "/v1/runs/{run_id}/stream",
@@ -152,64 +211,84 @@ pub(crate) const ROUTES: &[Route] = &[
         "/v1/runs/{run_id}/approve",
         Op::ApproveRun,
         Token,
-    ),
+    )
+    .body(TypeOf::of::<api::RunApproveRequest>(), false)
+    .answers(&[(200, TypeOf::of::<api::RunDecisions>())]),
     route(
         Method::POST,
         "/v1/runs/{run_id}/decline",
         Op::DeclineRun,
         Token,
-    ),
-    route(Method::GET, "/v1/approvals", Op::ListApprovals, Token).query(&[
-        "status",
-        "tool",
-        "run_id",
-        "principal",
-        "cursor",
-        "limit",
-    ]),
-    route(Method::GET, "/v1/approvals/{id}", Op::GetApproval, Token),
+    )
+    .body(TypeOf::of::<api::RunDeclineRequest>(), true)
+    .answers(&[(200, TypeOf::of::<api::RunDecisions>())]),
+    route(Method::GET, "/v1/approvals", Op::ListApprovals, Token)
+        .query(&["status", "tool", "run_id", "principal", "cursor", "limit"])
+        .answers(&[(200, TypeOf::of::<api::ApprovalPage>())]),
+    route(Method::GET, "/v1/approvals/{id}", Op::GetApproval, Token)
+        .answers(&[(200, TypeOf::of::<api::Approval>())]),
     route(
         Method::POST,
         "/v1/approvals/{id}/approve",
         Op::Approve,
         Token,
-    ),
+    )
+    .body(TypeOf::of::<api::ApproveRequest>(), false)
+    .answers(&[(200, TypeOf::of::<api::Approval>())]),
     route(
         Method::POST,
         "/v1/approvals/{id}/decline",
         Op::Decline,
         Token,
-    ),
+    )
+    .body(TypeOf::of::<api::DeclineRequest>(), true)
+    .answers(&[(200, TypeOf::of::<api::Approval>())]),
     route(Method::GET, "/v1/events", Op::Events, Token),
-    route(Method::GET, "/v1/policy", Op::GetPolicy, Token),
+    route(Method::GET, "/v1/policy", Op::GetPolicy, Token)
+        .answers(&[(200, TypeOf::of::<api::Policy>())]),
     route(
         Method::POST,
         "/v1/policy/evaluate",
         Op::EvaluatePolicy,
         Token,
-    ),
-    route(Method::POST, "/v1/policy/reload", Op::ReloadPolicy, Token),
-    route(Method::GET, "/v1/policy/shadow", Op::GetShadow, Token),
-    route(Method::GET, "/v1/grants", Op::ListGrants, Token),
-    route(Method::DELETE, "/v1/grants/{id}", Op::RevokeGrant, Token),
-    route(Method::GET, "/v1/tools", Op::ListTools, Token),
-    route(Method::GET, "/v1/tools/{name}", Op::GetTool, Token),
-    route(Method::GET, "/v1/webhooks", Op::ListWebhooks, Token),
+    )
+    .body(TypeOf::of::<api::EvaluateRequest>(), true)
+    .answers(&[(200, TypeOf::of::<api::PolicyDecision>())]),
+    route(Method::POST, "/v1/policy/reload", Op::ReloadPolicy, Token)
+        .answers(&[(200, TypeOf::of::<api::PolicyVersion>())]),
+    route(Method::GET, "/v1/policy/shadow", Op::GetShadow, Token)
+        .answers(&[(200, TypeOf::of::<api::ShadowSummary>())]),
+    route(Method::GET, "/v1/grants", Op::ListGrants, Token)
+        .answers(&[(200, TypeOf::of::<api::Grants>())]),
+    route(Method::DELETE, "/v1/grants/{id}", Op::RevokeGrant, Token)
+        .answers(&[(200, TypeOf::of::<api::RevokedGrant>())]),
+    route(Method::GET, "/v1/tools", Op::ListTools, Token)
+        .answers(&[(200, TypeOf::of::<api::Tools>())]),
+    route(Method::GET, "/v1/tools/{name}", Op::GetTool, Token)
+        .answers(&[(200, TypeOf::of::<api::Tool>())]),
+    route(Method::GET, "/v1/webhooks", Op::ListWebhooks, Token)
+        .answers(&[(200, TypeOf::of::<api::Webhooks>())]),
     route(
         Method::POST,
         "/v1/webhooks/{id}/enable",
         Op::EnableWebhook,
         Token,
-    ),
+    )
+    .answers(&[(200, TypeOf::of::<api::WebhookEnabled>())]),
     route(
         Method::POST,
         "/v1/webhooks/{id}/test",
         Op::TestWebhook,
         Token,
-    ),
-    route(Method::GET, "/v1/audit", Op::ListAudit, Token).query(&["after", "limit"]),
+    )
+    .answers(&[(202, TypeOf::of::<api::WebhookTestQueued>())]),
+    route(Method::GET, "/v1/audit", Op::ListAudit, Token)
+        .query(&["after", "limit"])
+        .answers(&[(200, TypeOf::of::<api::AuditPage>())]),
     route(Method::GET, "/v1/audit/export", Op::ExportAudit, Token).query(&["after"]),
-    route(Method::POST, "/v1/audit/prune", Op::PruneAudit, Token),
+    route(Method::POST, "/v1/audit/prune", Op::PruneAudit, Token)
+        .body(TypeOf::of::<api::PruneRequest>(), true)
+        .answers(&[(200, TypeOf::of::<api::Pruned>())]),
 ];
 
 /// What the table says of a request's method and path.

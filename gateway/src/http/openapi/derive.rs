@@ -4,40 +4,27 @@
 //! each has a generator of its own, and `components/schemas` is both generators' definitions.
 
 use schemars::generate::SchemaSettings;
-use schemars::{JsonSchema, Schema, SchemaGenerator};
+use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Map, Value};
 
-/// A body's type, as the operation table names it: `TypeOf::of::<api::Approval>()`.
-#[derive(Clone, Copy)]
-pub(super) struct TypeOf(fn(&mut SchemaGenerator) -> Schema);
-
-impl TypeOf {
-    pub(super) fn of<T: JsonSchema>() -> TypeOf {
-        TypeOf(|g| g.subschema_for::<T>())
-    }
-}
+use crate::http::routes::TypeOf;
 
 /// What a success answer's body is.
 pub(super) enum Shape {
-    /// JSON of this type.
-    Json(TypeOf),
+    /// JSON, of the type the route table names for the status.
+    Json,
     /// Text (Prometheus', server-sent events, NDJSON, a redirect's words).
     Text,
     /// No body.
     Empty,
 }
 
-/// A JSON success answer of type `T`.
-pub(super) fn json_ok<T: JsonSchema>(
+/// A JSON success answer (its type is the route table's).
+pub(super) fn json_ok(
     status: u16,
     description: &'static str,
 ) -> (u16, &'static str, Shape, &'static str) {
-    (
-        status,
-        "application/json",
-        Shape::Json(TypeOf::of::<T>()),
-        description,
-    )
+    (status, "application/json", Shape::Json, description)
 }
 
 /// The schemas one document refers to, gathered as its operations are written.
@@ -62,10 +49,11 @@ impl Bodies {
         }
     }
 
-    /// A `$ref` to an answer's schema; none for an answer without a body.
-    pub(super) fn answer(&mut self, shape: &Shape) -> Option<Value> {
+    /// A `$ref` to an answer's schema (of type `t`, for JSON); none for an answer without a
+    /// body.
+    pub(super) fn answer(&mut self, shape: &Shape, t: Option<TypeOf>) -> Option<Value> {
         match shape {
-            Shape::Json(t) => Some(plain((t.0)(&mut self.answers).to_value())),
+            Shape::Json => t.map(|t| plain((t.0)(&mut self.answers).to_value())),
             Shape::Text => Some(serde_json::json!({"type": "string"})),
             Shape::Empty => None,
         }

@@ -6,10 +6,10 @@
 //!   codes listed for it (each [`Code`] through `crate::body::status_for`, the one map the
 //!   gateway answers with), the servers and security schemes (from the config), and every
 //!   body schema: `components/schemas` is what `schemars` derives from the types of
-//!   `crate::api` that the operations name (answers as they serialise, requests as they
-//!   deserialise);
-//! - **written**: each operation's words, parameters, the types of its body and answers, its
-//!   list of codes and its links (the exhaustive [`operation`] match, so a new route does not
+//!   `crate::api` that the route table names for each route's body and JSON answers (answers
+//!   as they serialise, requests as they deserialise);
+//! - **written**: each operation's words, parameters, the statuses of its answers, its list
+//!   of codes and its links (the exhaustive [`operation`] match, so a new route does not
 //!   compile without them) — data beside the types, not schemas.
 //!
 //! It does not serve `/mcp` or `/inbox/`: those are other front ends with protocols of their own.
@@ -23,11 +23,10 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::routes::{Access, Op, Route, ROUTES};
-use crate::api;
 use crate::body::status_for;
 use crate::config::Config;
 use crate::error::Code;
-use derive::{json_ok, Bodies, Shape, TypeOf};
+use derive::{json_ok, Bodies, Shape};
 
 /// What the document says of one operation, beyond its method and path.
 struct Operation {
@@ -36,8 +35,6 @@ struct Operation {
     summary: &'static str,
     description: &'static str,
     params: Vec<Value>,
-    /// The request body's type, and whether a body is required.
-    body: Option<(TypeOf, bool)>,
     /// Success statuses: (status, media type, what the body is, description).
     ok: Vec<(u16, &'static str, Shape, &'static str)>,
     /// The refusals particular to the operation; those of every route, every token route and
@@ -288,13 +285,18 @@ fn path_item(config: &Config, route: &Route, bodies: &mut Bodies) -> Value {
     if route.access == Access::Token {
         codes.extend(TOKEN_ROUTES);
     }
-    if op.body.is_some() {
+    if route.body.is_some() {
         codes.extend(BODY_ROUTES);
     }
     let mut responses = Map::new();
     for (status, media, shape, description) in &op.ok {
         let mut answer = json!({"description": description});
-        if let Some(schema) = bodies.answer(shape) {
+        let typ = route
+            .answers
+            .iter()
+            .find(|(s, _)| s == status)
+            .map(|(_, t)| *t);
+        if let Some(schema) = bodies.answer(shape, typ) {
             answer["content"] = json!({*media: {"schema": schema}});
         }
         let links: Map<String, Value> = op
@@ -335,7 +337,7 @@ fn path_item(config: &Config, route: &Route, bodies: &mut Bodies) -> Value {
     if !params.is_empty() {
         o["parameters"] = Value::Array(params);
     }
-    if let Some((body, required)) = op.body {
+    if let Some((body, required)) = route.body {
         o["requestBody"] = json!({"required": required,
             "content": {"application/json": {"schema": bodies.request(body)}}});
     }
@@ -397,7 +399,6 @@ fn o(
         summary,
         description,
         params: vec![],
-        body: None,
         ok: vec![],
         codes: codes.to_vec(),
         links: &[],
@@ -428,7 +429,7 @@ fn open_operation(op: Op) -> Operation {
             )
         },
         Op::Healthz => Operation {
-            ok: vec![json_ok::<api::Health>(200, "The process is up.")],
+            ok: vec![json_ok(200, "The process is up.")],
             ..o(
                 "healthz",
                 "operations",
@@ -438,10 +439,7 @@ fn open_operation(op: Op) -> Operation {
             )
         },
         Op::Readyz => Operation {
-            ok: vec![json_ok::<api::Ready>(
-                200,
-                "The store is open and a policy is loaded.",
-            )],
+            ok: vec![json_ok(200, "The store is open and a policy is loaded.")],
             ..o(
                 "readyz",
                 "operations",
@@ -461,7 +459,7 @@ fn open_operation(op: Op) -> Operation {
             )
         },
         Op::OpenApi => Operation {
-            ok: vec![json_ok::<api::OpenApiDocument>(200, "This document.")],
+            ok: vec![json_ok(200, "This document.")],
             ..o("openapi", "operations", "This document", "No token.", &[])
         },
         other => unreachable!("{other:?} is not one of open_operation's operations"),
@@ -472,10 +470,7 @@ fn open_operation(op: Op) -> Operation {
 fn identity_operation(op: Op) -> Operation {
     match op {
         Op::ProtectedResource | Op::ProtectedResourceMcp => Operation {
-            ok: vec![json_ok::<api::ProtectedResourceMetadata>(
-                200,
-                "RFC 9728 metadata.",
-            )],
+            ok: vec![json_ok(200, "RFC 9728 metadata.")],
             ..o(
                 if op == Op::ProtectedResource {
                     "protectedResource"
@@ -499,10 +494,9 @@ fn agent_operation(op: Op) -> Operation {
             params: vec![json!({"name": "Prefer", "in": "header", "required": false,
                 "schema": {"type": "string"},
                 "description": "`wait=N`: hold up to N seconds for a decision (capped at `server.max_hold`); `respond-async`: answer 202 at once. Only calls that must wait for a decision are held."})],
-            body: Some((TypeOf::of::<api::CallRequest>(), true)),
             ok: vec![
-                json_ok::<api::CallCompleted>(200, "The call ran."),
-                json_ok::<api::CallWaiting>(202, "The call waits for approvers, or the tool suspended it."),
+                json_ok(200, "The call ran."),
+                json_ok(202, "The call waits for approvers, or the tool suspended it."),
             ],
             links: &[
                 (200, "getCall", "call_id", "$response.body#/call_id"),
@@ -529,15 +523,15 @@ fn agent_operation(op: Op) -> Operation {
         Op::ListCalls => Operation {
             params: vec![json!({"name": "status", "in": "query", "required": true,
                 "schema": {"const": "suspended"}, "description": "The only listing there is."})],
-            ok: vec![json_ok::<api::SuspendedCalls>(200, "Suspended calls: all for approvers and admins, its own for an agent.")],
+            ok: vec![json_ok(200, "Suspended calls: all for approvers and admins, its own for an agent.")],
             ..o("listSuspendedCalls", "agents", "Suspended calls", "Calls waiting for resume data (DESIGN §11).",
                 &[Code::RequestInvalidField])
         },
         Op::GetCall => Operation {
             params: vec![wait_param()],
             ok: vec![
-                json_ok::<api::CallCompleted>(200, "The call ran."),
-                json_ok::<api::CallWaiting>(202, "Still waiting."),
+                json_ok(200, "The call ran."),
+                json_ok(202, "Still waiting."),
             ],
             ..o("getCall", "agents", "A call's outcome",
                 "Waits up to `wait` seconds for it; runs an approved call at most once. Roles: agent (its own), admin.",
@@ -545,17 +539,16 @@ fn agent_operation(op: Op) -> Operation {
         },
         Op::ResumeCall => Operation {
             params: vec![wait_param()],
-            body: Some((TypeOf::of::<api::ResumeRequest>(), false)),
             ok: vec![
-                json_ok::<api::CallCompleted>(200, "The call ran."),
-                json_ok::<api::CallWaiting>(202, "Still waiting, or suspended again."),
+                json_ok(200, "The call ran."),
+                json_ok(202, "Still waiting, or suspended again."),
             ],
             ..o("resumeCall", "agents", "Resume a call",
                 "With `resume_data`, a suspended call continues; without, the outcome of an approved call, executed at most once.",
                 &[&OUTCOME[..], &RESUME[..]].concat())
         },
         Op::CancelCall => Operation {
-            ok: vec![json_ok::<api::CallCancelled>(200, "Cancelled.")],
+            ok: vec![json_ok(200, "Cancelled.")],
             ..o("cancelCall", "agents", "Cancel a call", "A call still pending approval or suspended.",
                 &[Code::CallNotFound, Code::CallInvalidState, Code::CallCancelled, Code::CallInProgress])
         },
@@ -567,10 +560,9 @@ fn agent_operation(op: Op) -> Operation {
 fn run_operation(op: Op) -> Operation {
     match op {
         Op::ResumeRun => Operation {
-            body: Some((TypeOf::of::<api::RunResumeRequest>(), true)),
             ok: vec![
-                json_ok::<api::CallCompleted>(200, "The call ran."),
-                json_ok::<api::CallWaiting>(202, "Waiting again."),
+                json_ok(200, "The call ran."),
+                json_ok(202, "Waiting again."),
             ],
             ..o(
                 "resumeRun",
@@ -616,7 +608,7 @@ fn approver_operation(op: Op) -> Operation {
                 query("cursor", json!({"type": "string"}), "`next_cursor` of the previous page."),
                 query("limit", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Page size: 50 unless given, at least 1, at most 500."),
             ],
-            ok: vec![json_ok::<api::ApprovalPage>(200, "Newest first.")],
+            ok: vec![json_ok(200, "Newest first.")],
             links: &[
                 (200, "getApproval", "id", "$response.body#/approvals/0/id"),
                 (200, "approve", "id", "$response.body#/approvals/0/id"),
@@ -626,12 +618,11 @@ fn approver_operation(op: Op) -> Operation {
                 &[Code::RequestInvalidField])
         },
         Op::GetApproval => Operation {
-            ok: vec![json_ok::<api::Approval>(200, "The approval.")],
+            ok: vec![json_ok(200, "The approval.")],
             ..o("getApproval", "approvers", "One approval", "Roles: approver, admin.", &[Code::ApprovalNotFound])
         },
         Op::Approve => Operation {
-            body: Some((TypeOf::of::<api::ApproveRequest>(), false)),
-            ok: vec![json_ok::<api::Approval>(200, "The approval after the decision.")],
+            ok: vec![json_ok(200, "The approval after the decision.")],
             links: &[
                 (200, "getApproval", "id", "$response.body#/id"),
                 (200, "getCall", "call_id", "$response.body#/call_id"),
@@ -641,13 +632,11 @@ fn approver_operation(op: Op) -> Operation {
                 &DECIDE)
         },
         Op::Decline => Operation {
-            body: Some((TypeOf::of::<api::DeclineRequest>(), true)),
-            ok: vec![json_ok::<api::Approval>(200, "The approval after the decision.")],
+            ok: vec![json_ok(200, "The approval after the decision.")],
             ..o("decline", "approvers", "Decline", "The reason is fed back to the agent.", &DECIDE)
         },
         Op::ApproveRun | Op::DeclineRun => Operation {
-            body: Some(if op == Op::ApproveRun { (TypeOf::of::<api::RunApproveRequest>(), false) } else { (TypeOf::of::<api::RunDeclineRequest>(), true) }),
-            ok: vec![json_ok::<api::RunDecisions>(200, "Each pending approval of the run, decided on its own.")],
+            ok: vec![json_ok(200, "Each pending approval of the run, decided on its own.")],
             ..o(
                 if op == Op::ApproveRun { "approveRun" } else { "declineRun" },
                 "approvers",
@@ -661,25 +650,25 @@ fn approver_operation(op: Op) -> Operation {
             ..o("events", "approvers", "Approvers' event stream", "Server-sent events. Roles: approver, admin.", &[])
         },
         Op::ListGrants => Operation {
-            ok: vec![json_ok::<api::Grants>(200, "The live grants.")],
+            ok: vec![json_ok(200, "The live grants.")],
             links: &[(200, "revokeGrant", "id", "$response.body#/grants/0/id")],
             ..o("listGrants", "approvers", "Live grants",
                 "Grants with uses left that have not expired, each bound to one fingerprint (the tool and its canonical args) and one scope key. Roles: approver, admin.", &[])
         },
         Op::RevokeGrant => Operation {
-            ok: vec![json_ok::<api::RevokedGrant>(200, "The grant, revoked: its uses left are gone.")],
+            ok: vec![json_ok(200, "The grant, revoked: its uses left are gone.")],
             ..o("revokeGrant", "approvers", "Revoke a grant",
                 "An approver in one of the grant's rule's groups (any approver when it names none) or an admin. Audited `grant.revoked`. Roles: approver, admin.",
                 &[Code::GrantNotFound, Code::ApprovalForbidden])
         },
         Op::ListTools => Operation {
-            ok: vec![json_ok::<api::Tools>(200, "Every MCP upstream tool with its pin state.")],
+            ok: vec![json_ok(200, "Every MCP upstream tool with its pin state.")],
             links: &[(200, "getTool", "name", "$response.body#/tools/0/name")],
             ..o("listTools", "approvers", "MCP tools and their pins",
                 "Each MCP upstream's tools as clients see them by name, with the upstream, the protocol paths serving it, the pin state (`pinned`, `changed`, `declined`, `unreviewed`, `unseen`, `unpinned` under `pin = \"off\"`, `unreached`), and the fingerprints of the definition listed and the one pinned. Roles: approver, admin.", &[])
         },
         Op::GetTool => Operation {
-            ok: vec![json_ok::<api::Tool>(200, "The tool, with the definition listed and the one pinned.")],
+            ok: vec![json_ok(200, "The tool, with the definition listed and the one pinned.")],
             ..o("getTool", "approvers", "One MCP tool and its pin", "Roles: approver, admin.", &[Code::ToolUnknown])
         },
         other => unreachable!("{other:?} is not one of approver_operation's operations"),
@@ -690,28 +679,27 @@ fn approver_operation(op: Op) -> Operation {
 fn admin_operation(op: Op) -> Operation {
     match op {
         Op::GetPolicy => Operation {
-            ok: vec![json_ok::<api::Policy>(200, "The policy in force.")],
+            ok: vec![json_ok(200, "The policy in force.")],
             ..o("getPolicy", "admin", "The policy in force", "Role: admin.", &[])
         },
         Op::EvaluatePolicy => Operation {
-            body: Some((TypeOf::of::<api::EvaluateRequest>(), true)),
-            ok: vec![json_ok::<api::PolicyDecision>(200, "What the policy would decide.")],
+            ok: vec![json_ok(200, "What the policy would decide.")],
             ..o("evaluatePolicy", "admin", "Dry-run the policy", "No side effects. Role: admin.",
                 &[Code::RequestInvalidTool, Code::RequestInvalidArgs, Code::RequestInvalidContext,
                   Code::RequestInvalidClassifier, Code::RequestInvalidField])
         },
         Op::ReloadPolicy => Operation {
-            ok: vec![json_ok::<api::PolicyVersion>(200, "The new policy is in force.")],
+            ok: vec![json_ok(200, "The new policy is in force.")],
             ..o("reloadPolicy", "admin", "Reload the policy", "A policy that does not load leaves the current one in force. Role: admin.",
                 &policy_load())
         },
         Op::GetShadow => Operation {
-            ok: vec![json_ok::<api::ShadowSummary>(200, "The shadow set's transitions since it loaded.")],
+            ok: vec![json_ok(200, "The shadow set's transitions since it loaded.")],
             ..o("getShadow", "admin", "What the shadow policy would change",
                 "Every call is evaluated by the shadow set (`[server] shadow_policy`) too; its decision changes nothing. Counts of calls by live and shadow decision since the shadow set loaded, the pairs that differ first (widening ones, towards allow, before narrowing ones), each with its latest calls. `configured: false` when no shadow set is configured. Role: admin.", &[])
         },
         Op::ListWebhooks => Operation {
-            ok: vec![json_ok::<api::Webhooks>(200, "The configured webhooks.")],
+            ok: vec![json_ok(200, "The configured webhooks.")],
             links: &[
                 (200, "enableWebhook", "id", "$response.body#/webhooks/0/id"),
                 (200, "testWebhook", "id", "$response.body#/webhooks/0/id"),
@@ -719,11 +707,11 @@ fn admin_operation(op: Op) -> Operation {
             ..o("listWebhooks", "admin", "Webhooks", "Role: admin.", &[])
         },
         Op::EnableWebhook => Operation {
-            ok: vec![json_ok::<api::WebhookEnabled>(200, "Its parked deliveries go out again.")],
+            ok: vec![json_ok(200, "Its parked deliveries go out again.")],
             ..o("enableWebhook", "admin", "Re-enable a webhook", "Role: admin.", &[Code::WebhookNotFound])
         },
         Op::TestWebhook => Operation {
-            ok: vec![json_ok::<api::WebhookTestQueued>(202, "A test event, queued in the outbox.")],
+            ok: vec![json_ok(202, "A test event, queued in the outbox.")],
             ..o("testWebhook", "admin", "Send a test event", "Role: admin.", &[Code::WebhookNotFound])
         },
         Op::ListAudit => Operation {
@@ -731,7 +719,7 @@ fn admin_operation(op: Op) -> Operation {
                 query("after", json!({"anyOf": [{"type": "integer", "minimum": 0, "maximum": MAX_SAFE}, {"type": "string", "pattern": "^c([0-9a-f]{2})+$"}]}), "Records after this position: a seq (of the only chain, or the oldest), or the `next_after` of a page (a position across chains)."),
                 query("limit", json!({"type": "integer", "minimum": 0, "maximum": MAX_SAFE}), "Page size: 100 unless given, at least 1, at most 1000."),
             ],
-            ok: vec![json_ok::<api::AuditPage>(200, "Records in seq order.")],
+            ok: vec![json_ok(200, "Records in seq order.")],
             ..o("listAudit", "admin", "Read the audit log", "Role: admin.", &[Code::RequestInvalidField])
         },
         Op::ExportAudit => Operation {
@@ -741,8 +729,7 @@ fn admin_operation(op: Op) -> Operation {
                 &[Code::RequestInvalidField])
         },
         Op::PruneAudit => Operation {
-            body: Some((TypeOf::of::<api::PruneRequest>(), true)),
-            ok: vec![json_ok::<api::Pruned>(200, "Dropped, with a checkpoint that keeps the chain verifiable.")],
+            ok: vec![json_ok(200, "Dropped, with a checkpoint that keeps the chain verifiable.")],
             ..o("pruneAudit", "admin", "Prune exported audit records", "Role: admin.",
                 &[Code::RequestInvalidField, Code::AuditNotExported])
         },

@@ -257,15 +257,28 @@ async fn every_refusal_a_route_lists_is_the_body_the_gateway_answers_it_with() {
 fn a_type_used_as_a_request_and_as_an_answer_has_one_schema() {
     let mut bodies = derive::Bodies::new();
     for route in ROUTES {
-        let op = operation(route.op);
-        if let Some((t, _)) = op.body {
+        if let Some((t, _)) = route.body {
             bodies.request(t);
         }
-        for (_, _, shape, _) in &op.ok {
-            bodies.answer(shape);
+        for (_, t) in route.answers {
+            bodies.answer(&Shape::Json, Some(*t));
         }
     }
     assert_eq!(bodies.clashes(), Vec::<String>::new());
+}
+
+#[test]
+fn the_route_table_names_a_type_for_each_json_answer_the_operation_describes() {
+    for route in ROUTES {
+        let described: Vec<u16> = operation(route.op)
+            .ok
+            .iter()
+            .filter(|(_, _, shape, _)| matches!(shape, Shape::Json))
+            .map(|(status, ..)| *status)
+            .collect();
+        let typed: Vec<u16> = route.answers.iter().map(|(status, _)| *status).collect();
+        assert_eq!(described, typed, "{} {}", route.method, route.path);
+    }
 }
 
 #[test]
