@@ -72,6 +72,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
         status: CallStatus::PendingApproval,
         approval_id: None,
         reason: None,
+        code: None,
         edited: false,
         run_by: None,
         outcome: None,

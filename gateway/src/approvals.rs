@@ -47,6 +47,31 @@ fn public_base(config: &Config) -> String {
     base.trim_end_matches('/').to_owned()
 }
 
+/// Why an approval's call waits, on one line for Slack and mail: the rules that matched and
+/// those that failed to evaluate, with their reasons (a failed rule yields its decision or
+/// `on_error`, so it is part of why), or the policy's defaults when there are neither.
+pub fn rules_line(rules: &[&str], explanation: &Value) -> String {
+    let mut parts: Vec<String> = rules.iter().map(|r| (*r).to_owned()).collect();
+    for e in explanation
+        .get("errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("");
+        parts.push(format!(
+            "{} (failed to evaluate: {})",
+            text("rule"),
+            text("reason")
+        ));
+    }
+    if parts.is_empty() {
+        "the policy's defaults".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
 /// A finished call as `call.completed` events carry it.
 pub fn call_completed_event(call: &airlock_storage::CallRecord) -> Value {
     json!({

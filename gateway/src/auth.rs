@@ -5,7 +5,10 @@
 //! It never stores or logs a token, and it does not decide what a role may do: each route
 //! says which roles it admits. Refusals carry the `WWW-Authenticate` challenge of DESIGN §16.
 
+use std::sync::Arc;
+
 use airlock_storage::Principal;
+use arc_swap::ArcSwap;
 use hyper::HeaderMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -28,12 +31,14 @@ pub enum Need {
 
 pub use crate::identity::Role;
 
-/// The principals tokens stand for.
+/// The principals tokens stand for. Both the configured principals and the issuers are
+/// swapped whole by a reload (`crate::reconfigure`): a removed token is refused at once, a
+/// new one works at once, and a request already authenticated goes on as it was.
 pub struct Auth {
-    principals: Vec<(PrincipalConfig, Role)>,
+    principals: ArcSwap<Vec<(PrincipalConfig, Role)>>,
     /// The demo makes new tokens at every start; its 401 says so.
     demo: bool,
-    pub issuers: Issuers,
+    issuers: ArcSwap<Issuers>,
     /// The inbox's OIDC sign-ins under way.
     pub sign_ins: identity::oidc::SignIns,
 }
@@ -42,14 +47,25 @@ impl Auth {
     pub fn new(config: &Config) -> Result<Auth, String> {
         Ok(Auth {
             demo: config.banner.is_some(),
-            principals: config
-                .principals
-                .iter()
-                .filter_map(|p| Some((p.clone(), Role::parse(&p.role)?)))
-                .collect(),
-            issuers: Issuers::new(config)?,
+            principals: ArcSwap::from_pointee(principals_of(config)),
+            issuers: ArcSwap::from_pointee(Issuers::new(config)?),
             sign_ins: Default::default(),
         })
+    }
+
+    /// The issuers in force.
+    pub fn issuers(&self) -> Arc<Issuers> {
+        self.issuers.load_full()
+    }
+
+    /// Puts `config`'s principals in force, and its issuers when `issuers_changed` (an
+    /// issuer kept as it was keeps its keys and the tokens it verified).
+    pub fn replace(&self, config: &Config, issuers_changed: bool) -> Result<(), String> {
+        if issuers_changed {
+            self.issuers.store(Arc::new(Issuers::new(config)?));
+        }
+        self.principals.store(Arc::new(principals_of(config)));
+        Ok(())
     }
 
     /// The principal behind the request's bearer token. A refusal carries its challenge.
@@ -63,7 +79,7 @@ impl Auth {
         result.map_err(|mut e| {
             e.challenge = match e.code {
                 Code::AuthUnauthenticated | Code::AuthInvalidToken => {
-                    Some(challenge::unauthorized(&self.issuers, sent))
+                    Some(challenge::unauthorized(&self.issuers.load(), sent))
                 }
                 _ => e.challenge,
             };
@@ -92,15 +108,16 @@ impl Auth {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or_else(unauthenticated)?;
-        if !self.issuers.is_empty() {
+        let issuers = self.issuers.load_full();
+        if !issuers.is_empty() {
             let audience = match need {
                 Need::Mcp => Audience::Mcp,
                 _ => Audience::Api,
             };
-            if let Some(v) = self.issuers.authenticate(token, audience).await {
+            if let Some(v) = issuers.authenticate(token, audience).await {
                 let v = v?;
                 if need != Need::Any {
-                    v.has_required_scopes(&self.issuers)?;
+                    v.has_required_scopes(&issuers)?;
                 }
                 return Ok((v.principal, v.role));
             }
@@ -109,7 +126,8 @@ impl Auth {
         // INVARIANT: every configured hash is compared, match or not, in constant time, so
         // timing reveals neither which principal matched nor how much of a hash did.
         let mut found = None;
-        for (p, role) in &self.principals {
+        let principals = self.principals.load();
+        for (p, role) in principals.iter() {
             if bool::from(presented.as_bytes().ct_eq(p.token_sha256.as_bytes())) {
                 found = Some((p, *role));
             }
@@ -123,10 +141,20 @@ impl Auth {
     /// The configured principal `id`, for a session that names it (the inbox).
     pub fn principal(&self, id: &str) -> Option<(Principal, Role)> {
         self.principals
+            .load()
             .iter()
             .find(|(p, _)| p.id == id)
             .map(|(p, role)| (static_principal(p), *role))
     }
+}
+
+/// The configured principals of `config`, with their roles.
+fn principals_of(config: &Config) -> Vec<(PrincipalConfig, Role)> {
+    config
+        .principals
+        .iter()
+        .filter_map(|p| Some((p.clone(), Role::parse(&p.role)?)))
+        .collect()
 }
 
 /// The principal a configured static token stands for.
@@ -135,6 +163,7 @@ fn static_principal(p: &PrincipalConfig) -> Principal {
         id: p.id.clone(),
         role: p.role.clone(),
         groups: p.groups.clone(),
+        agents: p.agents.clone(),
         ..Default::default()
     }
 }

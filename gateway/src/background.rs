@@ -1,7 +1,8 @@
 //! The gateway's background work, started once by [`Gateway::spawn_tasks`]: the expiry timer
 //! (approvals, grants and suspended calls past their time, woken by the store's next deadline),
 //! the witness timer (other gateways' chain heads, DESIGN §17), other gateways' audit records
-//! told to this gateway's event streams, and the watch that reloads a policy read from disk.
+//! told to this gateway's event streams, and the watch that reloads a policy (and the config
+//! file's principals, issuers, webhooks and TLS files) read from disk.
 //!
 //! It holds nothing of its own: everything it touches is [`Gateway`]'s.
 
@@ -96,6 +97,27 @@ impl Gateway {
         }
     }
 
+    /// Keeps the principals' pending counts (`max_pending`) of the whole store, not only of
+    /// this gateway's own approvals: another gateway's record of a call approval opened, or
+    /// closed (decided for good, expired, cancelled while pending), counts here too.
+    fn count_remote(&self, kind: Kind, r: &Value, a: &airlock_storage::Approval) {
+        if a.kind != airlock_storage::ApprovalKind::Call {
+            return;
+        }
+        let status = r.get("status").and_then(Value::as_str);
+        match kind {
+            Kind::ApprovalRequested => self.approval_opened_elsewhere(&a.requester.id),
+            Kind::ApprovalDecided if status != Some("pending") => {
+                self.approval_closed(&a.requester.id)
+            }
+            Kind::ApprovalExpired => self.approval_closed(&a.requester.id),
+            Kind::CallCancelled if a.status == airlock_storage::ApprovalStatus::Cancelled => {
+                self.approval_closed(&a.requester.id)
+            }
+            _ => {}
+        }
+    }
+
     /// Tells this gateway's event streams of the approvals and calls in audit records
     /// `from..=to`, which another gateway appended: an approver's inbox on any gateway sees
     /// every approval.
@@ -118,7 +140,10 @@ impl Gateway {
         for r in records {
             let kind = match r.get("kind").and_then(Value::as_str).and_then(Kind::parse) {
                 Some(
-                    k @ (Kind::ApprovalRequested | Kind::ApprovalDecided | Kind::ApprovalExpired),
+                    k @ (Kind::ApprovalRequested
+                    | Kind::ApprovalDecided
+                    | Kind::ApprovalExpired
+                    | Kind::CallCancelled),
                 ) => k,
                 Some(Kind::CallCompleted | Kind::CallFailed) => Kind::CallCompleted,
                 _ => continue,
@@ -140,7 +165,13 @@ impl Gateway {
                     continue;
                 };
                 match self.store_op(move |s| s.approval(&id)).await {
-                    Ok(Some(a)) => self.approval_event(&a),
+                    Ok(Some(a)) => {
+                        self.count_remote(kind, &r, &a);
+                        if kind == Kind::CallCancelled {
+                            continue;
+                        }
+                        self.approval_event(&a)
+                    }
                     _ => continue,
                 }
             };
@@ -203,6 +234,8 @@ impl Gateway {
         if let PolicySource::Path(path) = &self.config.policy {
             watched.push(path.clone());
         }
+        // The config file too: its principals, issuers, webhooks and TLS files reload.
+        watched.extend(self.config.file.iter().cloned());
         if !watched.is_empty() {
             let gw = self.clone();
             let stamp = move || watched.iter().map(|p| stamp(p)).collect::<Vec<_>>();
@@ -217,6 +250,7 @@ impl Gateway {
                     let now = stamp();
                     if now != last {
                         last = now;
+                        crate::reconfigure::reload(&gw);
                         if let Ok(Reloaded { changed: true, .. }) = gw.reload("file change") {
                             crate::repolicy::pending(&gw).await;
                         }

@@ -106,6 +106,7 @@ pub fn status_for(code: Code) -> StatusCode {
             StatusCode::UNAUTHORIZED
         }
         AuthForbidden
+        | RequestAgentForbidden
         | AuthForbiddenOrigin
         | AuthForbiddenHost
         | AuthInsufficientScope
@@ -114,7 +115,8 @@ pub fn status_for(code: Code) -> StatusCode {
         | ApprovalExpired
         | ApprovalForbidden
         | ApprovalSelfApproval
-        | ApprovalEditDenied => StatusCode::FORBIDDEN,
+        | ApprovalEditDenied
+        | GrantRevoked => StatusCode::FORBIDDEN,
         ApprovalAlreadyDecided
         | ApprovalNotPending
         | CallInProgress
@@ -137,9 +139,10 @@ pub fn status_for(code: Code) -> StatusCode {
         | UpstreamInvalidResponse
         | CallInterrupted => StatusCode::BAD_GATEWAY,
         UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-        GatewayTooManyHeld | PrincipalRateLimited | PrincipalTooManyPending => {
-            StatusCode::TOO_MANY_REQUESTS
-        }
+        GatewayTooManyHeld
+        | PrincipalRateLimited
+        | PrincipalTooManyPending
+        | PrincipalTooManyHeld => StatusCode::TOO_MANY_REQUESTS,
         GatewayOverloaded
         | GatewayShuttingDown
         | StoreUnavailable

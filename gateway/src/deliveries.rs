@@ -32,7 +32,7 @@ pub async fn run(gw: Arc<Gateway>) {
     let mut ticks: u64 = 0;
     let lease_ms = gw
         .webhooks
-        .hooks
+        .hooks()
         .iter()
         .map(|h| h.timeout)
         .max()
@@ -185,7 +185,7 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
         return deliver_slack(gw, d).await;
     }
     let id = d.id.clone();
-    let Some(hook) = gw.webhooks.hook(&d.webhook).cloned() else {
+    let Some(hook) = gw.webhooks.hook(&d.webhook) else {
         let _ = gw
             .store_op(move |s| s.dead_letter(&id, "the webhook is no longer configured", now_ms()))
             .await;

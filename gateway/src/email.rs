@@ -100,11 +100,7 @@ fn compose(a: &Value) -> (String, String, String) {
         .as_array()
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let rules = if rules.is_empty() {
-        "the policy's defaults".to_owned()
-    } else {
-        rules.join(", ")
-    };
+    let rules = crate::approvals::rules_line(&rules, &a["explanation"]);
     let messages: Vec<&str> = a["explanation"]["messages"]
         .as_array()
         .map(|m| m.iter().filter_map(|m| m["message"].as_str()).collect())

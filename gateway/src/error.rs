@@ -25,6 +25,8 @@ airlock_policy::stable_names! {
         RequestInvalidArgs = "request.invalid_args",
         RequestInvalidTool = "request.invalid_tool",
         RequestInvalidContext = "request.invalid_context",
+        // `context.agent_id` names an agent the principal may not speak for (DESIGN §23).
+        RequestAgentForbidden = "request.agent_forbidden",
         RequestUnknownField = "request.unknown_field",
         RequestInvalidField = "request.invalid_field",
         RequestMissingField = "request.missing_field",
@@ -45,6 +47,8 @@ airlock_policy::stable_names! {
         AuthForbiddenHost = "auth.forbidden_host",
         PrincipalRateLimited = "principal.rate_limited",
         PrincipalTooManyPending = "principal.too_many_pending",
+        // One principal's share of the held requests is taken (DESIGN §23).
+        PrincipalTooManyHeld = "principal.too_many_held",
         // Routes.
         RouteNotFound = "route.not_found",
         RouteMethodNotAllowed = "route.method_not_allowed",
@@ -67,6 +71,8 @@ airlock_policy::stable_names! {
         // A grant chosen beyond the rule's maxima (DESIGN §22).
         ApprovalGrantTooWide = "approval.grant_too_wide",
         GrantNotFound = "grant.not_found",
+        // An approved call whose grant was revoked before it ran (DESIGN §23).
+        GrantRevoked = "grant.revoked",
         ApprovalInvalidState = "approval.invalid_state",
         // A request to `/slack/interactions` that is not Slack's (DESIGN §22).
         SlackSignatureInvalid = "slack.signature_invalid",
@@ -137,6 +143,7 @@ impl Code {
             Code::AuthIssuerUnavailable
                 | Code::PrincipalRateLimited
                 | Code::PrincipalTooManyPending
+                | Code::PrincipalTooManyHeld
                 | Code::CallInProgress
                 | Code::UpstreamUnavailable
                 | Code::GatewayOverloaded

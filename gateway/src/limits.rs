@@ -1,5 +1,6 @@
 //! Per-principal limits from `[[principals]]` and `[[issuers]]`: a request rate (a token
-//! bucket with a burst) and the most approvals a principal's calls may hold pending at once.
+//! bucket with a burst), the most approvals a principal's calls may hold pending at once, and
+//! its share of the requests held waiting for a decision (`server.max_held_per_principal`).
 //! An issuer's limits hold for each of its principals (`<issuer>:<sub>`) on its own, made
 //! when the principal is first seen.
 //!
@@ -9,7 +10,7 @@
 //! restart refills every bucket.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::config::{IssuerConfig, PrincipalConfig, Rate};
@@ -29,6 +30,9 @@ struct Pending {
     refusing: bool,
 }
 
+/// `("<issuer>:", rate, max_pending)`: an issuer's limits, for each of its principals.
+type IssuerLimit = (String, Option<Rate>, Option<usize>);
+
 /// What a limit refused: how long to wait, and whether this refusal starts a burst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Refusal {
@@ -37,10 +41,16 @@ pub struct Refusal {
 }
 
 pub struct PrincipalLimits {
-    buckets: HashMap<String, Mutex<Bucket>>,
+    /// Requests of each principal held waiting for a decision (and whether it is being
+    /// refused: a burst of refusals is audited once), and the most one may have
+    /// (`server.max_held_per_principal`).
+    held: Mutex<HashMap<String, (usize, bool)>>,
+    max_held: usize,
+    /// Swapped by a reload ([`PrincipalLimits::reconfigure`]); read on every request.
+    buckets: RwLock<HashMap<String, Mutex<Bucket>>>,
     pending: Mutex<HashMap<String, Pending>>,
     /// `("<issuer>:", rate, max_pending)` of each issuer with a limit.
-    issuers: Vec<(String, Option<Rate>, Option<usize>)>,
+    issuers: RwLock<Vec<IssuerLimit>>,
     /// The buckets of issuers' principals, made as they are first seen.
     issued: Mutex<HashMap<String, Bucket>>,
 }
@@ -79,22 +89,23 @@ impl PrincipalLimits {
     pub fn new(
         principals: &[PrincipalConfig],
         issuers: &[IssuerConfig],
+        max_held: usize,
         now: Instant,
     ) -> PrincipalLimits {
         PrincipalLimits {
-            issuers: issuers
-                .iter()
-                .filter(|i| i.rate.is_some() || i.max_pending.is_some())
-                .map(|i| (format!("{}:", i.id), i.rate, i.max_pending))
-                .collect(),
+            held: Mutex::new(HashMap::new()),
+            max_held,
+            issuers: RwLock::new(issuer_limits(issuers)),
             issued: Mutex::new(HashMap::new()),
-            buckets: principals
-                .iter()
-                .filter_map(|p| {
-                    let rate = p.rate?;
-                    Some((p.id.clone(), Mutex::new(Bucket::new(rate, now))))
-                })
-                .collect(),
+            buckets: RwLock::new(
+                principals
+                    .iter()
+                    .filter_map(|p| {
+                        let rate = p.rate?;
+                        Some((p.id.clone(), Mutex::new(Bucket::new(rate, now))))
+                    })
+                    .collect(),
+            ),
             pending: Mutex::new(
                 principals
                     .iter()
@@ -113,9 +124,60 @@ impl PrincipalLimits {
         }
     }
 
+    /// Puts a reloaded config's limits in force: a principal whose rate is unchanged keeps
+    /// its bucket, a new or changed one starts full, a removed one has none; pending
+    /// counts stay (those approvals are still open) under the new maxima.
+    pub fn reconfigure(
+        &self,
+        principals: &[PrincipalConfig],
+        issuers: &[IssuerConfig],
+        now: Instant,
+    ) {
+        {
+            let mut buckets = self.buckets.write().unwrap_or_else(|e| e.into_inner());
+            let mut old = std::mem::take(&mut *buckets);
+            for p in principals {
+                let Some(rate) = p.rate else { continue };
+                let bucket = match old.remove(&p.id) {
+                    Some(b) if b.lock().unwrap_or_else(|e| e.into_inner()).rate == rate => b,
+                    _ => Mutex::new(Bucket::new(rate, now)),
+                };
+                buckets.insert(p.id.clone(), bucket);
+            }
+        }
+        *self.issuers.write().unwrap_or_else(|e| e.into_inner()) = issuer_limits(issuers);
+        self.issued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        for c in principals {
+            p.entry(c.id.clone())
+                .or_insert(Pending {
+                    max: None,
+                    open: 0,
+                    refusing: false,
+                })
+                .max = c.max_pending;
+        }
+        let issuers = self.issuers.read().unwrap_or_else(|e| e.into_inner());
+        for (id, entry) in p.iter_mut() {
+            if let Some((_, _, max)) = issuers
+                .iter()
+                .find(|(pre, _, _)| id.starts_with(pre.as_str()))
+            {
+                entry.max = *max;
+            } else if !principals.iter().any(|c| &c.id == id) {
+                entry.max = None;
+            }
+        }
+    }
+
     /// The limits of the issuer whose principal `principal` is.
     fn issuer_of(&self, principal: &str) -> Option<(Option<Rate>, Option<usize>)> {
         self.issuers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
             .iter()
             .find(|(prefix, _, _)| principal.starts_with(prefix.as_str()))
             .map(|(_, rate, max)| (*rate, *max))
@@ -123,7 +185,12 @@ impl PrincipalLimits {
 
     /// Takes one token from `principal`'s bucket, or says how long until there is one.
     pub fn take(&self, principal: &str, now: Instant) -> Result<(), Refusal> {
-        if let Some(bucket) = self.buckets.get(principal) {
+        if let Some(bucket) = self
+            .buckets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(principal)
+        {
             return bucket.lock().unwrap_or_else(|e| e.into_inner()).take(now);
         }
         let Some((Some(rate), _)) = self.issuer_of(principal) else {
@@ -192,6 +259,19 @@ impl PrincipalLimits {
         Ok(entry.open)
     }
 
+    /// Counts one more pending approval of `principal` that is open already (another
+    /// gateway's), whatever its limit.
+    pub fn count_pending(&self, principal: &str) -> usize {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        match self.pending_of(&mut p, principal) {
+            Some(entry) => {
+                entry.open += 1;
+                entry.open
+            }
+            None => 0,
+        }
+    }
+
     /// One of `principal`'s pending approvals was closed (or never opened).
     pub fn release_pending(&self, principal: &str) -> usize {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
@@ -204,11 +284,49 @@ impl PrincipalLimits {
         }
     }
 
+    /// Takes one of `principal`'s held-request places, or refuses when its share is taken;
+    /// the caller gives it back with [`PrincipalLimits::release_held`].
+    pub fn hold(&self, principal: &str) -> Result<(), Refusal> {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let (n, refusing) = held.entry(principal.to_owned()).or_insert((0, false));
+        if *n >= self.max_held {
+            let first_of_burst = !*refusing;
+            *refusing = true;
+            return Err(Refusal {
+                retry_after: Duration::from_secs(1),
+                first_of_burst,
+            });
+        }
+        *n += 1;
+        *refusing = false;
+        Ok(())
+    }
+
+    /// One of `principal`'s held requests ended.
+    pub fn release_held(&self, principal: &str) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((n, _)) = held.get_mut(principal) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                held.remove(principal);
+            }
+        }
+    }
+
     /// Whether `principal` has a pending limit (its gauge is exported).
     pub fn has_pending_limit(&self, principal: &str) -> bool {
         let p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         p.get(principal).is_some_and(|e| e.max.is_some())
     }
+}
+
+/// `("<issuer>:", rate, max_pending)` of each issuer with a limit.
+fn issuer_limits(issuers: &[IssuerConfig]) -> Vec<IssuerLimit> {
+    issuers
+        .iter()
+        .filter(|i| i.rate.is_some() || i.max_pending.is_some())
+        .map(|i| (format!("{}:", i.id), i.rate, i.max_pending))
+        .collect()
 }
 
 #[cfg(test)]
@@ -224,13 +342,14 @@ mod tests {
             groups: vec![],
             rate: rate.map(|r| Rate::parse(r, None).unwrap()),
             max_pending,
+            agents: vec![],
         }
     }
 
     #[test]
     fn a_bucket_admits_its_burst_then_refills_at_its_rate() {
         let t0 = Instant::now();
-        let l = PrincipalLimits::new(&[principal("a", Some("10/s"), None)], &[], t0);
+        let l = PrincipalLimits::new(&[principal("a", Some("10/s"), None)], &[], 10, t0);
         for _ in 0..10 {
             l.take("a", t0).unwrap();
         }
@@ -256,7 +375,7 @@ mod tests {
 
     #[test]
     fn pending_reservations_stop_at_the_limit_and_come_back_on_release() {
-        let l = PrincipalLimits::new(&[principal("a", None, Some(2))], &[], Instant::now());
+        let l = PrincipalLimits::new(&[principal("a", None, Some(2))], &[], 10, Instant::now());
         assert_eq!(l.reserve_pending("a"), Ok(1));
         assert_eq!(l.reserve_pending("a"), Ok(2));
         assert!(l.reserve_pending("a").unwrap_err().first_of_burst);

@@ -2,8 +2,10 @@
 //! what was recorded of it (tool, canonical args, context, principal, classifier results, and
 //! the time it was decided), and compared with the decision it got. Fed the audit records one
 //! by one, oldest first (from a store or an export; [`crate::cli`] reads them), it gives a
-//! [`Report`]: a count for every recorded → replayed pair of decisions, and each call that
-//! would change, widening ones first.
+//! [`Report`]: a count for every recorded → replayed pair of decisions (and, for calls held
+//! for approval both times, how many the set would hold with looser or stricter settings: a
+//! widening is a widening whatever it widens), and each call that would change, widening ones
+//! first.
 //!
 //! A call is replayed as what it became: an approver's edit replaces its args, and a suspended
 //! call's resume is judged as the resume it was (with its `resume` data), beside the call.
@@ -18,7 +20,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use airlock_policy::cases::fixed_classifiers;
-use airlock_policy::{evaluate, DecisionKind, Input, PolicySet, ToolCall};
+use airlock_policy::{
+    evaluate, ApprovalSettings, Change, DecisionKind, Input, PolicySet, ToolCall,
+};
 use serde_json::{json, Value};
 
 use crate::clock::{rfc3339, to_system_time};
@@ -71,10 +75,13 @@ struct Recorded {
     resume: Option<Value>,
     at: u64,
     decision: DecisionKind,
+    /// The approval settings it was held with (records written before they were recorded
+    /// have none: only their decision is compared).
+    approval: Option<ApprovalSettings>,
     rules: Vec<String>,
 }
 
-/// A call whose replayed decision differs from the recorded one.
+/// A call whose replayed verdict differs from the recorded one.
 #[derive(Debug, Clone)]
 pub struct Changed {
     pub call_id: String,
@@ -86,6 +93,17 @@ pub struct Changed {
     pub replayed: DecisionKind,
     pub recorded_rules: Vec<String>,
     pub replayed_rules: Vec<String>,
+    /// How the verdict changed: another decision, or looser or stricter approval settings.
+    pub change: Change,
+    /// The approval settings that changed (`approvers`, `quorum`, `grant.uses`, …).
+    pub settings: Vec<&'static str>,
+}
+
+impl Changed {
+    /// Whether the replayed verdict lets the call go further.
+    pub fn widening(&self) -> bool {
+        widens(self.recorded, self.replayed) || self.change == Change::Looser
+    }
 }
 
 /// What a replay found.
@@ -99,6 +117,10 @@ pub struct Report {
     /// Calls by recorded and replayed decision: `[recorded][replayed]`, in the order allow,
     /// require_approval, deny.
     pub counts: [[u64; 3]; 3],
+    /// Calls held for approval both times, replayed with looser settings (a widening), and
+    /// with only stricter ones; not in `counts`.
+    pub looser: u64,
+    pub stricter: u64,
     pub not_replayable: BTreeMap<NotReplayable, u64>,
     /// Audit records pruned from the log (its `audit.pruned` records say how many): the calls
     /// among them cannot be replayed from this log.
@@ -123,11 +145,13 @@ fn kind_of(s: &str) -> Option<DecisionKind> {
 
 impl Report {
     pub fn replayed(&self) -> u64 {
-        self.counts.iter().flatten().sum()
+        self.counts.iter().flatten().sum::<u64>() + self.looser + self.stricter
     }
 
+    /// Calls whose replayed verdict lets them go further: a wider decision, or an approval
+    /// with looser settings.
     pub fn widening(&self) -> u64 {
-        let mut n = 0;
+        let mut n = self.looser;
         for (l, row) in self.counts.iter().enumerate() {
             for (r, count) in row.iter().enumerate() {
                 if widens(KINDS[l], KINDS[r]) {
@@ -139,17 +163,34 @@ impl Report {
     }
 
     /// The pairs seen, differing ones first (widening before narrowing), as
-    /// `(recorded, replayed, count)`.
-    pub fn transitions(&self) -> Vec<(DecisionKind, DecisionKind, u64)> {
+    /// `(recorded, replayed, settings, count)`: `settings` is `looser` or `stricter` for
+    /// calls held for approval both times whose settings changed.
+    pub fn transitions(&self) -> Vec<Transition> {
         let mut out = Vec::new();
         for (l, row) in self.counts.iter().enumerate() {
             for (r, &count) in row.iter().enumerate() {
                 if count > 0 {
-                    out.push((KINDS[l], KINDS[r], count));
+                    out.push(Transition {
+                        recorded: KINDS[l],
+                        replayed: KINDS[r],
+                        settings: None,
+                        count,
+                    });
                 }
             }
         }
-        out.sort_by_key(|(l, r, count)| (l == r, !widens(*l, *r), std::cmp::Reverse(*count)));
+        let held = DecisionKind::RequireApproval;
+        for (settings, count) in [("looser", self.looser), ("stricter", self.stricter)] {
+            if count > 0 {
+                out.push(Transition {
+                    recorded: held,
+                    replayed: held,
+                    settings: Some(settings),
+                    count,
+                });
+            }
+        }
+        out.sort_by_key(|t| (!t.changed(), !t.widening(), std::cmp::Reverse(t.count)));
         out
     }
 
@@ -163,17 +204,37 @@ impl Report {
             "widening": self.widening(),
             "pruned_records": self.pruned,
             "not_replayable": self.not_replayable.iter().map(|(k, v)| (k.as_str().to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
-            "transitions": self.transitions().iter().map(|(l, r, n)| json!({
-                "recorded": l.as_str(), "replayed": r.as_str(), "count": n,
-                "changed": l != r, "widening": widens(*l, *r),
+            "transitions": self.transitions().iter().map(|t| json!({
+                "recorded": t.recorded.as_str(), "replayed": t.replayed.as_str(), "count": t.count,
+                "settings": t.settings, "changed": t.changed(), "widening": t.widening(),
             })).collect::<Vec<_>>(),
             "changed": self.changed.iter().map(|c| json!({
                 "call_id": c.call_id, "what": c.what, "tool": c.tool, "at": rfc3339(c.at),
                 "recorded": c.recorded.as_str(), "replayed": c.replayed.as_str(),
-                "widening": widens(c.recorded, c.replayed),
+                "widening": c.widening(), "settings": c.settings,
                 "recorded_rules": c.recorded_rules, "replayed_rules": c.replayed_rules,
             })).collect::<Vec<_>>(),
         })
+    }
+}
+
+/// One row of the transition table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    pub recorded: DecisionKind,
+    pub replayed: DecisionKind,
+    /// `looser` or `stricter`: held for approval both times, with other settings.
+    pub settings: Option<&'static str>,
+    pub count: u64,
+}
+
+impl Transition {
+    pub fn changed(&self) -> bool {
+        self.recorded != self.replayed || self.settings.is_some()
+    }
+
+    pub fn widening(&self) -> bool {
+        widens(self.recorded, self.replayed) || self.settings == Some("looser")
     }
 }
 
@@ -252,7 +313,7 @@ impl Replayer {
             self.judge(c);
         }
         let changed = &mut self.report.changed;
-        changed.sort_by_key(|c| (!widens(c.recorded, c.replayed), c.at));
+        changed.sort_by_key(|c| (!c.widening(), c.at));
         self.report
     }
 
@@ -289,10 +350,20 @@ impl Replayer {
             },
         );
         let report = &mut self.report;
-        report.counts[index(c.decision)][index(decision.decision)] += 1;
+        let (change, settings) = Change::of(
+            (c.decision, c.approval.as_ref()),
+            (decision.decision, decision.approval.as_ref()),
+        );
+        match change {
+            Change::Looser => report.looser += 1,
+            Change::Stricter => report.stricter += 1,
+            Change::Same | Change::Decision => {
+                report.counts[index(c.decision)][index(decision.decision)] += 1
+            }
+        }
         report.first = Some(report.first.map_or(c.at, |f| f.min(c.at)));
         report.last = Some(report.last.map_or(c.at, |l| l.max(c.at)));
-        if decision.decision != c.decision && report.changed.len() < MAX_CHANGED {
+        if change != Change::Same && report.changed.len() < MAX_CHANGED {
             report.changed.push(Changed {
                 call_id: c.call_id,
                 what: c.what,
@@ -302,6 +373,8 @@ impl Replayer {
                 replayed: decision.decision,
                 recorded_rules: c.rules,
                 replayed_rules: decision.rules,
+                change,
+                settings,
             });
         }
     }
@@ -360,6 +433,9 @@ fn read(r: &Value, at: u64, resume: bool) -> Result<Recorded, NotReplayable> {
         },
         at,
         decision,
+        approval: r
+            .get("approval")
+            .and_then(|a| serde_json::from_value(a.clone()).ok()),
         rules,
     })
 }

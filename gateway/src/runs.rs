@@ -232,7 +232,10 @@ fn refusal(kind: Kind, record: &Value, call: &CallRecord) -> Option<(String, Str
             Code::CallExpired,
             "nobody resumed the suspended call in time; it has ended",
         ),
-        Kind::CallCancelled => says(Code::CallCancelled, "the call was cancelled"),
+        Kind::CallCancelled => {
+            let e = crate::pipeline::cancelled(call);
+            Some((e.code.as_str().to_owned(), e.message))
+        }
         _ => None,
     }
 }

@@ -1,8 +1,10 @@
 //! The shadow policy: a second policy set, named by `[server] shadow_policy`, that every call
 //! is evaluated by too, with the same inputs and the same classifier results, and whose
 //! decision never changes what happens to the call. This module holds the shadow set and what
-//! it has seen since it loaded: a count for every live → shadow pair of decisions, and the
-//! latest calls of each pair that differ (for `GET /v1/policy/shadow` and the inbox page).
+//! it has seen since it loaded: a count for every live → shadow pair of decisions (and, for
+//! calls both hold for approval, whether the shadow's settings are looser or stricter: a
+//! widening is a widening whatever it widens), and the latest calls of each pair that differ
+//! (for `GET /v1/policy/shadow` and the inbox page).
 //!
 //! It does not load files (the gateway's reload loads the live and the shadow set together),
 //! evaluate (the decide stage does, beside the live set), or write anything: a call's audit
@@ -12,7 +14,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use airlock_policy::{Decision, DecisionKind, PolicySet};
+use airlock_policy::{Change, Decision, DecisionKind, PolicySet};
 use arc_swap::ArcSwapOption;
 use serde_json::{json, Value};
 
@@ -42,6 +44,34 @@ pub fn widens(live: DecisionKind, shadow: DecisionKind) -> bool {
     index(shadow) < index(live)
 }
 
+/// The bucket of calls both sets hold for approval, the shadow set with looser settings
+/// (a widening: other or more approver groups, a smaller quorum, a longer ttl, a larger
+/// grant); and the one where they are only stricter. The nine decision pairs come first.
+const LOOSER: usize = 9;
+const STRICTER: usize = 10;
+const BUCKETS: usize = 11;
+
+/// How the shadow verdict differs from the live one: its bucket, and the approval settings
+/// that changed (for [`LOOSER`] and [`STRICTER`]).
+fn bucket(live: &Decision, shadow: &Decision) -> (usize, Change, Vec<&'static str>) {
+    let (change, settings) = Change::of(
+        (live.decision, live.approval.as_ref()),
+        (shadow.decision, shadow.approval.as_ref()),
+    );
+    let at = match change {
+        Change::Looser => LOOSER,
+        Change::Stricter => STRICTER,
+        Change::Same | Change::Decision => index(live.decision) * 3 + index(shadow.decision),
+    };
+    (at, change, settings)
+}
+
+/// Whether the shadow verdict differs from the live one in anything: the decision, or the
+/// approval settings.
+pub fn differs(live: &Decision, shadow: &Decision) -> bool {
+    bucket(live, shadow).1 != Change::Same
+}
+
 /// One call whose shadow decision differed, as the summary lists it.
 #[derive(Clone)]
 struct Sample {
@@ -51,14 +81,16 @@ struct Sample {
     at: u64,
     live_rules: Vec<String>,
     shadow_rules: Vec<String>,
+    /// The approval settings the shadow set changed.
+    settings: Vec<&'static str>,
 }
 
 /// What the shadow set has seen since it loaded.
 struct Seen {
     version: String,
     since: u64,
-    counts: [AtomicU64; 9],
-    latest: Mutex<[VecDeque<Sample>; 9]>,
+    counts: [AtomicU64; BUCKETS],
+    latest: Mutex<[VecDeque<Sample>; BUCKETS]>,
 }
 
 impl Seen {
@@ -113,9 +145,9 @@ impl Shadow {
         let Some(seen) = self.seen.load_full() else {
             return;
         };
-        let pair = index(live.decision) * 3 + index(shadow.decision);
+        let (pair, change, settings) = bucket(live, shadow);
         seen.counts[pair].fetch_add(1, Ordering::Relaxed);
-        if live.decision == shadow.decision {
+        if change == Change::Same {
             return;
         }
         let mut latest = seen.latest.lock().unwrap_or_else(|e| e.into_inner());
@@ -130,6 +162,7 @@ impl Shadow {
             at,
             live_rules: live.rules.clone(),
             shadow_rules: shadow.rules.clone(),
+            settings,
         });
     }
 
@@ -148,42 +181,51 @@ impl Shadow {
             };
         };
         let latest = seen.latest.lock().unwrap_or_else(|e| e.into_inner());
-        let mut pairs = Vec::new();
+        let mut transitions = Vec::new();
         let mut total = 0;
-        for (l, live) in KINDS.iter().enumerate() {
-            for (s, shadow) in KINDS.iter().enumerate() {
-                let count = seen.counts[l * 3 + s].load(Ordering::Relaxed);
-                total += count;
-                if count == 0 {
-                    continue;
-                }
-                let calls: Vec<ShadowCall> = latest[l * 3 + s]
-                    .iter()
-                    .map(|c| ShadowCall {
-                        call_id: c.call_id.clone(),
-                        tool: c.tool.clone(),
-                        principal: c.principal.clone(),
-                        at: Time::of(c.at),
-                        live_rules: c.live_rules.clone(),
-                        shadow_rules: c.shadow_rules.clone(),
-                    })
-                    .collect();
-                pairs.push((*live, *shadow, count, calls));
+        for (at, list) in latest.iter().enumerate() {
+            let count = seen.counts[at].load(Ordering::Relaxed);
+            total += count;
+            if count == 0 {
+                continue;
             }
-        }
-        // Differing first, widening before narrowing, then the most seen.
-        pairs.sort_by_key(|(l, s, count, _)| (l == s, !widens(*l, *s), std::cmp::Reverse(*count)));
-        let transitions = pairs
-            .into_iter()
-            .map(|(l, s, count, calls)| Transition {
+            let (l, s, settings) = match at {
+                LOOSER => (
+                    DecisionKind::RequireApproval,
+                    DecisionKind::RequireApproval,
+                    Some("looser"),
+                ),
+                STRICTER => (
+                    DecisionKind::RequireApproval,
+                    DecisionKind::RequireApproval,
+                    Some("stricter"),
+                ),
+                _ => (KINDS[at / 3], KINDS[at % 3], None),
+            };
+            let calls: Vec<ShadowCall> = list
+                .iter()
+                .map(|c| ShadowCall {
+                    call_id: c.call_id.clone(),
+                    tool: c.tool.clone(),
+                    principal: c.principal.clone(),
+                    at: Time::of(c.at),
+                    live_rules: c.live_rules.clone(),
+                    shadow_rules: c.shadow_rules.clone(),
+                    settings: c.settings.iter().map(|s| (*s).to_owned()).collect(),
+                })
+                .collect();
+            transitions.push(Transition {
                 live: l.as_str(),
                 shadow: s.as_str(),
-                changed: l != s,
-                widening: widens(l, s),
+                changed: l != s || settings.is_some(),
+                widening: widens(l, s) || at == LOOSER,
+                settings,
                 count,
                 calls,
-            })
-            .collect();
+            });
+        }
+        // Differing first, widening before narrowing, then the most seen.
+        transitions.sort_by_key(|t| (!t.changed, !t.widening, std::cmp::Reverse(t.count)));
         ShadowSummary {
             configured: true,
             live_version: live_version.to_owned(),
@@ -195,14 +237,26 @@ impl Shadow {
     }
 }
 
-/// What a call's audit record says of the shadow decision (only when it differs).
-pub fn record(shadow: &Decision) -> Value {
-    json!({
+/// What a call's audit record says of the shadow verdict (only when it differs): its
+/// decision, rules, errors, version, and for an approval its settings and the ones it
+/// loosens or tightens.
+pub fn record(live: &Decision, shadow: &Decision) -> Value {
+    let (_, change, settings) = bucket(live, shadow);
+    let mut v = json!({
         "decision": shadow.decision.as_str(),
         "rules": shadow.rules,
         "errors": shadow.errors,
         "policy_version": shadow.policy_version,
-    })
+    });
+    if let Some(a) = &shadow.approval {
+        v["approval"] = serde_json::to_value(a).unwrap_or_default();
+    }
+    match change {
+        Change::Looser => v["looser"] = json!(settings),
+        Change::Stricter => v["stricter"] = json!(settings),
+        Change::Same | Change::Decision => {}
+    }
+    v
 }
 
 #[cfg(test)]

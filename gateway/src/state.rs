@@ -111,6 +111,11 @@ pub struct Gateway {
     /// The audit records other gateways on the same database appended, by seq range: the
     /// approvals and calls in them are told on this gateway's event streams too.
     pub(crate) remote_audit: Mutex<Option<RemoteAudit>>,
+    /// `[server] tls`: the certificate served, read again on reload.
+    pub tls: Option<Arc<crate::tls::Certs>>,
+    /// The config as last applied (at start, then by each reload that read the file): what a
+    /// reload compares the file with to name what changed (`crate::reconfigure`).
+    pub applied: Mutex<Config>,
 }
 
 /// How long the expiry timer sleeps at most before it looks at the next deadline again.
@@ -190,6 +195,10 @@ fn load_sets(
 impl Gateway {
     /// Opens the store and loads the policy; a bad policy at start-up is fatal.
     pub fn open(config: Config, shutdown: CancellationToken) -> Result<Arc<Gateway>, String> {
+        let tls = match &config.tls {
+            Some((cert, key)) => Some(crate::tls::Certs::load(cert, key)?),
+            None => None,
+        };
         let classifiers = Classifiers::new(&config.classifiers, config.classifier_cache_ttl)?;
         let (policy, shadow_set) = load_sets(&config, &classifiers.names()).map_err(|r| {
             let which = if r.set == "shadow" { "shadow " } else { "" };
@@ -229,6 +238,8 @@ impl Gateway {
             schemas: Default::default(),
             deadlines,
             remote_audit: Mutex::new(Some(remote_rx)),
+            tls,
+            applied: Mutex::new(config.clone()),
             config,
         };
         let version = gw.policy.load().version().to_owned();
@@ -275,6 +286,14 @@ impl Gateway {
         self.metrics.approvals.pending_approvals.inc();
         principal_pending_gauge(&self.metrics, &self.limits, requester, n);
         Ok(())
+    }
+
+    /// Another gateway opened an approval of `requester`: counted here too, past its limit or
+    /// not (it is open already).
+    pub fn approval_opened_elsewhere(&self, requester: &str) {
+        let n = self.limits.count_pending(requester);
+        self.metrics.approvals.pending_approvals.inc();
+        principal_pending_gauge(&self.metrics, &self.limits, requester, n);
     }
 
     /// An approval of `requester` left `pending` (decided, expired, cancelled), or was never
@@ -444,6 +463,7 @@ fn pending_at_start(
     let limits = PrincipalLimits::new(
         &config.principals,
         &config.issuers,
+        config.max_held_per_principal,
         std::time::Instant::now(),
     );
     let mut by_principal: HashMap<String, usize> = HashMap::new();

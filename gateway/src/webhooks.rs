@@ -17,7 +17,8 @@ use crate::clock::{now_ms, rfc3339};
 use crate::config::WebhookConfig;
 
 pub struct Webhooks {
-    pub hooks: Vec<WebhookConfig>,
+    /// Swapped whole by a reload (`crate::reconfigure`): new secrets sign from then on.
+    hooks: arc_swap::ArcSwap<Vec<WebhookConfig>>,
     /// JSON pointers into args redacted in payloads, as in the audit log.
     redact: Vec<String>,
     pub(crate) client: reqwest::Client,
@@ -38,16 +39,26 @@ impl Webhooks {
             .build()
             .map_err(|e| format!("cannot build the webhook client: {e}"))?;
         Ok(Webhooks {
-            hooks,
+            hooks: arc_swap::ArcSwap::from_pointee(hooks),
             redact,
             client,
             wake: Notify::new(),
         })
     }
 
+    /// The webhooks in force.
+    pub fn hooks(&self) -> std::sync::Arc<Vec<WebhookConfig>> {
+        self.hooks.load_full()
+    }
+
+    /// Puts `hooks` in force: their URLs, events and secrets sign and go out from now on.
+    pub fn replace(&self, hooks: Vec<WebhookConfig>) {
+        self.hooks.store(std::sync::Arc::new(hooks));
+    }
+
     /// Whether any webhook subscribes to `kind`.
     pub fn wants(&self, kind: Kind) -> bool {
-        self.hooks.iter().any(|h| h.events.contains(&kind))
+        self.hooks.load().iter().any(|h| h.events.contains(&kind))
     }
 
     /// One delivery per webhook that subscribes to `kind`, with the configured pointers
@@ -55,6 +66,7 @@ impl Webhooks {
     pub fn deliveries_for(&self, kind: Kind, data: &Value) -> Vec<NewDelivery> {
         let data = &self.redacted(data);
         self.hooks
+            .load()
             .iter()
             .filter(|h| h.events.contains(&kind))
             .map(|h| NewDelivery {
@@ -77,7 +89,7 @@ impl Webhooks {
         data
     }
 
-    pub(crate) fn hook(&self, id: &str) -> Option<&WebhookConfig> {
-        self.hooks.iter().find(|h| h.id == id)
+    pub(crate) fn hook(&self, id: &str) -> Option<WebhookConfig> {
+        self.hooks.load().iter().find(|h| h.id == id).cloned()
     }
 }

@@ -3,7 +3,8 @@
 //! It binds only the variables the applicable rules read, runs only the rules whose tool
 //! globs admit the call, and combines: deny > require_approval > allow, no match falls to the
 //! default, agent and tool flags raise allow to require_approval, and a rule that fails (or
-//! whose classifier failed) yields `on_error`, which is never allow. Rule order cannot change
+//! whose classifier failed) yields the stricter of its own decision and `on_error`, which is
+//! never allow. Rule order cannot change
 //! the result: matches are combined with `max`, and explanations are sorted.
 //!
 //! Every evaluation runs under the set's budget of steps (`crate::budget`), all rules
@@ -82,8 +83,12 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
                     rule: rule.id.clone(),
                     reason,
                 });
-                // INVARIANT: an error never yields allow, whatever the caller put in on_error.
-                on_error.max(DecisionKind::RequireApproval)
+                // INVARIANT: an error yields the stricter of the rule's own decision and
+                // on_error, and never allow: a deny rule that errors (or runs out) denies, so
+                // no args can turn a deny into an approval request.
+                on_error
+                    .max(rule.decision)
+                    .max(DecisionKind::RequireApproval)
             }
         };
         decision = decision.max(Some(yielded));

@@ -42,7 +42,7 @@ pub use expression::{evaluate_expression, ExpressionError};
 pub use glob::Glob;
 pub use load::{Defaults, Location, PolicySet, Rule, Source};
 pub use model::{
-    ApprovalSettings, ClassifierOutcome, ClassifierResult, Decision, DecisionKind, GrantScope,
-    GrantSettings, Input, RuleError, RuleMessage,
+    ApprovalSettings, Change, ClassifierOutcome, ClassifierResult, Decision, DecisionKind,
+    GrantScope, GrantSettings, Input, RuleError, RuleMessage,
 };
 pub use near::{edit_distance, nearest};

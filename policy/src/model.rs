@@ -45,26 +45,26 @@ pub enum GrantScope {
 /// What an approval grants: `uses` calls with the approved fingerprint within `ttl`, and the
 /// most an approver may give instead when approving (`max_*`, never below the value itself:
 /// left out, nothing widens).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantSettings {
     pub uses: u32,
-    #[serde(serialize_with = "ser_duration")]
+    #[serde(serialize_with = "ser_duration", deserialize_with = "de_duration")]
     pub ttl: Duration,
     pub scope: GrantScope,
     pub max_uses: u32,
-    #[serde(serialize_with = "ser_duration")]
+    #[serde(serialize_with = "ser_duration", deserialize_with = "de_duration")]
     pub max_ttl: Duration,
     pub max_scope: GrantScope,
 }
 
 /// Who may approve, how many, and for how long, once a call needs approval.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalSettings {
     /// Approver groups allowed to decide; empty means any approver.
     pub approvers: BTreeSet<String>,
     /// Distinct approvals needed.
     pub quorum: u32,
-    #[serde(serialize_with = "ser_duration")]
+    #[serde(serialize_with = "ser_duration", deserialize_with = "de_duration")]
     pub approval_ttl: Duration,
     pub grant: GrantSettings,
 }
@@ -91,6 +91,87 @@ impl ApprovalSettings {
             },
         }
     }
+}
+
+impl ApprovalSettings {
+    /// The settings `other` loosens compared with `self` (DESIGN §23: a widening is a
+    /// widening whatever it widens): approver groups beyond these (or any approver where
+    /// these name groups), a smaller quorum, a longer approval ttl, a grant of more uses, a
+    /// longer ttl or a wider scope, and larger grant maxima.
+    pub fn loosened_in(&self, other: &ApprovalSettings) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let groups_beyond = if other.approvers.is_empty() {
+            !self.approvers.is_empty()
+        } else {
+            !self.approvers.is_empty() && !other.approvers.is_subset(&self.approvers)
+        };
+        let (a, b) = (&self.grant, &other.grant);
+        for (loosens, name) in [
+            (groups_beyond, "approvers"),
+            (other.quorum < self.quorum, "quorum"),
+            (other.approval_ttl > self.approval_ttl, "approval_ttl"),
+            (b.uses > a.uses, "grant.uses"),
+            (b.ttl > a.ttl, "grant.ttl"),
+            (b.scope > a.scope, "grant.scope"),
+            (b.max_uses > a.max_uses, "grant.max_uses"),
+            (b.max_ttl > a.max_ttl, "grant.max_ttl"),
+            (b.max_scope > a.max_scope, "grant.max_scope"),
+        ] {
+            if loosens {
+                out.push(name);
+            }
+        }
+        out
+    }
+
+    /// The settings `other` tightens compared with `self`: [`ApprovalSettings::loosened_in`]
+    /// the other way round.
+    pub fn tightened_in(&self, other: &ApprovalSettings) -> Vec<&'static str> {
+        other.loosened_in(self)
+    }
+}
+
+/// How a verdict changed between two decisions of the same call (a live set and a shadow
+/// set, or a recorded decision and its replay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Change {
+    /// The same decision, and the same approval settings.
+    Same,
+    /// Another decision.
+    Decision,
+    /// Both require approval, and the other's settings are looser (a widening).
+    Looser,
+    /// Both require approval, and the other's settings are only stricter.
+    Stricter,
+}
+
+impl Change {
+    /// How `other` changes `this`: `(decision, approval settings)` of each.
+    pub fn of(
+        this: (DecisionKind, Option<&ApprovalSettings>),
+        other: (DecisionKind, Option<&ApprovalSettings>),
+    ) -> (Change, Vec<&'static str>) {
+        if this.0 != other.0 {
+            return (Change::Decision, Vec::new());
+        }
+        let (Some(a), Some(b)) = (this.1, other.1) else {
+            return (Change::Same, Vec::new());
+        };
+        let looser = a.loosened_in(b);
+        if !looser.is_empty() {
+            return (Change::Looser, looser);
+        }
+        let stricter = a.tightened_in(b);
+        if !stricter.is_empty() {
+            return (Change::Stricter, stricter);
+        }
+        (Change::Same, Vec::new())
+    }
+}
+
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    crate::duration::parse_duration(&text).map_err(serde::de::Error::custom)
 }
 
 fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -294,3 +294,37 @@ fn every_shipped_set_decides_the_worst_args_within_its_budget_and_fails_closed()
         }
     }
 }
+
+/// The attack of padding: a path followed by a million `/` makes a deny rule run out of its
+/// budget; it must still deny, whatever `on_error` says.
+#[test]
+fn a_deny_rule_that_runs_out_denies_whatever_on_error_says() {
+    let set = load(
+        r#"version = 1
+[defaults]
+decision = "allow"
+on_error = "require_approval"
+
+[[rules]]
+id = "no-shadow"
+when = 'args.path.replace("//", "/").startsWith("/etc/shadow") || args.path.split("/").exists(p, p == "shadow")'
+decision = "deny"
+
+[[rules]]
+id = "big"
+when = 'args.path.split("/").size() > 1000'
+decision = "require_approval"
+"#,
+    );
+    let padded = json!({ "path": format!("/etc/shadow{}", "/".repeat(1_000_000)) });
+    let d = decide(&set, "fs.read", &padded);
+    assert!(
+        d.errors.iter().any(|e| e.rule == "no-shadow"),
+        "the deny rule must have run out: {:?}",
+        d.errors
+    );
+    assert_eq!(d.decision, DecisionKind::Deny);
+    // An erroring require_approval rule still asks for approval (on_error), never allows.
+    let small = decide(&set, "fs.read", &json!({ "path": "/tmp/x" }));
+    assert_eq!(small.decision, DecisionKind::Allow);
+}

@@ -290,7 +290,12 @@ fn reference(spec: &SetSpec, tool: &str, agent: &str) -> Expected {
             1 => continue,
             _ => {
                 errors.insert(format!("r{i}"));
-                spec.on_error
+                // The stricter of the rule's own decision and on_error.
+                if r.decision == DecisionKind::Deny {
+                    DecisionKind::Deny
+                } else {
+                    spec.on_error
+                }
             }
         };
         if yielded == DecisionKind::RequireApproval {

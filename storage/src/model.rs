@@ -34,6 +34,11 @@ pub struct Principal {
     /// token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<Value>,
+    /// The agents this principal may name in `context.agent_id` (globs; DESIGN's
+    /// identity-bound context), from its config; empty means only its own id. Config, not
+    /// identity: never stored with a record.
+    #[serde(skip)]
+    pub agents: Vec<String>,
 }
 
 impl Principal {
@@ -474,6 +479,10 @@ pub struct CallRecord {
     /// Set when an approver's reason is part of the answer (declines).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The stable code of what ended a cancelled call when nobody cancelled it by hand:
+    /// `grant.revoked` for an approved call whose grant was revoked before it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
     /// True when an approver edited the args: `args` and `fingerprint` are the edited ones.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub edited: bool,

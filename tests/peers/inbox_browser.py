@@ -367,9 +367,14 @@ def main():
                 s, b = api("POST", "/v1/calls", "token-agent1", {
                     "tool": "db.query",
                     "args": {"sql": p, p: p, "nested": [p, {"k": p}]},
-                    "context": {"run_id": p, "thread_id": p, "tool_call_id": p, "agent_id": p, "labels": {"x": p}},
+                    "context": {"run_id": p, "thread_id": p, "tool_call_id": p, "labels": {"x": p}},
                 }, prefer="respond-async")
                 assert s == 202, (s, b)
+                # agent_id is bound to the caller: a hostile one is refused before any page.
+                s, b = api("POST", "/v1/calls", "token-agent1", {
+                    "tool": "db.query", "args": {"sql": p}, "context": {"agent_id": p},
+                }, prefer="respond-async")
+                assert s == 403 and b["error"]["code"] == "request.agent_forbidden", (s, b)
             sign_in(d, "dba1")
             wait_rows(d, len(payloads))
             ok = [no_xss(d)]

@@ -7,7 +7,8 @@ this process, and how many `wait`s were cancelled), `crash` (exits the process m
 `slow` (sleeps), `wait` (sleeps without blocking; counts a cancel), `deploy` (asks its client
 "which environment?" by form elicitation mid-call, and deploys there), `ask_model` (asks its
 client's model to answer a prompt: sampling), `grow` (adds a tool named NAME and says the
-tool list changed), `weather` (a typed result, so it declares an `outputSchema`). A resource and a
+tool list changed), `weather` (a typed result, so it declares an `outputSchema`), `read_file`
+(an input schema that forbids extra keys). A resource and a
 prompt exercise the pass-through methods.
 """
 
@@ -18,7 +19,7 @@ import anyio
 import sys
 import time
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -43,6 +44,20 @@ class Weather(BaseModel):
 def weather(city: str) -> Weather:
     """A typed result: the tool declares an outputSchema its answers follow."""
     return Weather(city=city, celsius=21.5)
+
+
+class ReadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str
+
+
+@server.tool()
+def read_file(req: ReadRequest) -> dict:
+    """A strict input schema: `req` takes `path` and nothing else (additionalProperties
+    false), so an injected extra parameter is refused before it gets here."""
+    calls["n"] += 1
+    calls["log"].append({"read": req.path})
+    return {"path": req.path}
 
 
 @server.tool()

@@ -35,21 +35,21 @@ id = "down"
 tools = ["cdown.*"]
 classifier = "down"
 when = 'classifier.down.score > 0.5'
-decision = "deny"
+decision = "allow"
 
 [[rules]]
 id = "slow"
 tools = ["cslow.*"]
 classifier = "slow"
 when = 'classifier.slow.score > 0.5'
-decision = "deny"
+decision = "allow"
 
 [[rules]]
 id = "junk"
 tools = ["cjunk.*"]
 classifier = "junk"
 when = 'classifier.junk.score > 0.5'
-decision = "deny"
+decision = "allow"
 "#;
 
 fn config(backend: &Backend) -> String {

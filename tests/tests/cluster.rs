@@ -180,6 +180,16 @@ fn a_grant_use_is_spent_once_across_gateways() {
             statuses.iter().all(|s| [200, 202].contains(s)),
             "round {round}: {statuses:?}"
         );
+        // The round's losers wait for approvals nobody will give: an admin declines them all
+        // at once on one gateway (each agent may have 100 pending, counted on every gateway).
+        let (s, b) = gws[round as usize % 3].req(
+            "POST",
+            "/v1/approvals/decline",
+            Some("admin"),
+            Some(r#"{"principal":"agent1","reason":"the round is over"}"#),
+            None,
+        );
+        assert_eq!(s, 200, "{b}");
     }
     verify(&db.url);
 }

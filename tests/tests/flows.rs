@@ -795,10 +795,12 @@ fn beyond_max_held_a_call_that_would_wait_gets_429_and_nothing_is_held() {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Another agent, so the gateway's limit is what refuses, not agent1's own share
+        // (`max_held_per_principal`, a tenth of `max_held` and at least 1).
         let resp = gw
             .client
             .post(format!("{}/v1/calls", gw.base))
-            .bearer_auth("token-agent1")
+            .bearer_auth("token-agent2")
             .header("prefer", "wait=3")
             .body(json!({"tool": "db.query", "args": {"sql": "select 21"}}).to_string())
             .send()

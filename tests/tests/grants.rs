@@ -253,8 +253,11 @@ fn the_inbox_offers_the_choice_the_policy_allows_and_revokes() {
     assert!(r["phone_width"].as_u64().unwrap() <= 375, "{r}");
     let (_, list) = gw.req("GET", "/v1/grants", Some("dba1"), None, None);
     assert_eq!(list["grants"], json!([]));
-    // The approved call itself runs once; an identical one after it is held again.
-    assert_eq!(gw.resume("agent1", b["call_id"].as_str().unwrap()).0, 200);
+    // Revocation is whole: the approved call that had not run is refused too, and an
+    // identical one after it is held again.
+    let (s, r) = gw.resume("agent1", b["call_id"].as_str().unwrap());
+    assert_eq!((s, code(&r)), (403, "grant.revoked"), "{r}");
+    assert_eq!(backend.count(), 0);
     assert_eq!(call_in(&gw, "run-a", args).0, 202);
 }
 

@@ -1509,3 +1509,65 @@ fn every_mcp_refusal_is_audited_with_its_code_and_front_in_both_revisions() {
     }
     assert!(upstream_log(&gw, "up").is_empty());
 }
+
+#[test]
+fn args_must_fit_the_pinned_input_schema_and_nothing_else_reaches_the_upstream() {
+    let up = Upstream::start();
+    let gw = mcp_gateway(&up, "5s");
+    for mode in MODES {
+        let r = call(
+            &gw,
+            "agent1",
+            mode,
+            "up.read_file",
+            json!({"req": {"path": "/tmp/x"}}),
+        );
+        assert_eq!(r["result"]["isError"], false, "{mode}: {r}");
+        // An injected extra parameter, and a wrong type: a tool result the model can read
+        // and correct (MCP: input validation errors are tool execution errors).
+        let r = call(
+            &gw,
+            "agent1",
+            mode,
+            "up.read_file",
+            json!({"req": {"path": "/tmp/x", "include_secrets": true}}),
+        );
+        assert_eq!(r["result"]["isError"], true, "{mode}: {r}");
+        assert_eq!(error_code(&r), "request.invalid_args", "{mode}: {r}");
+        let r = call(&gw, "agent1", mode, "up.echo", json!({"n": "many"}));
+        assert_eq!(error_code(&r), "request.invalid_args", "{mode}: {r}");
+    }
+    // The JSON API refuses the same, naming the pointer and the keyword.
+    let (s, b) = gw.call(
+        "agent1",
+        "up.read_file",
+        json!({"req": {"path": "/tmp/x", "bogus": 1}}),
+        None,
+    );
+    assert_eq!((s, code(&b)), (400, "request.invalid_args"), "{b}");
+    assert_eq!(b["error"]["details"]["pointer"], "/req");
+    assert_eq!(b["error"]["details"]["keyword"], "additionalProperties");
+    // Only the two good reads reached the upstream.
+    let reads = upstream_log(&gw, "up")
+        .iter()
+        .filter(|l| l.get("read").is_some())
+        .count();
+    assert_eq!(reads, 2);
+    // `validate_args = false` turns it off for a server whose schemas are wrong.
+    drop(gw);
+    let mut s = mcp_base_config("5s");
+    s.push_str(&format!(
+        "[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\nvalidate_args = false\n",
+        up.port
+    ));
+    let gw = Gateway::start_with(&s, MCP_POLICY);
+    gw.wait_reached(Duration::from_secs(20));
+    let r = call(
+        &gw,
+        "agent1",
+        "legacy",
+        "up.echo",
+        json!({"n": 5, "extra": 1}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+}

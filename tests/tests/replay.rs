@@ -373,3 +373,83 @@ fn replay_gives_the_same_table_from_fjall_postgres_and_an_export() {
         "{text}"
     );
 }
+
+/// A widening is a widening whatever it widens: a candidate that keeps every decision but
+/// moves the approvers, or raises what an approver may grant, fails `--fail-on-widening`.
+#[test]
+fn a_candidate_that_only_moves_approvers_or_raises_maxima_is_widening() {
+    let backend = Backend::start();
+    let mut gw = Gateway::start(&backend);
+    for i in 0..5 {
+        gw.call_async("agent1", "db.query", json!({"sql": format!("select {i}")}));
+    }
+    gw.kill9();
+    let dir = gw.dir.path().to_owned();
+    let data = dir.join("data");
+    let d = data.to_str().unwrap();
+    let candidate = |text: String| {
+        let c = tempfile::tempdir().unwrap();
+        std::fs::write(c.path().join("policy.toml"), text).unwrap();
+        c
+    };
+    let moved = candidate(POLICY.replace(
+        "decision = \"require_approval\"\napprovers = [\"dba\"]",
+        "decision = \"require_approval\"\napprovers = [\"ops\"]",
+    ));
+    let raised = candidate(POLICY.replace(
+        "decision = \"require_approval\"\napprovers = [\"dba\"]",
+        "decision = \"require_approval\"\napprovers = [\"dba\"]\ngrant = { uses = 1, ttl = \"10m\", scope = \"run\", max_uses = 1000, max_ttl = \"30d\", max_scope = \"principal\" }",
+    ));
+    let stricter = candidate(POLICY.replace(
+        "decision = \"require_approval\"\napprovers = [\"dba\"]",
+        "decision = \"require_approval\"\napprovers = [\"dba\"]\nquorum = 2",
+    ));
+    for (set, looser, settings) in [
+        (&moved, true, json!(["approvers"])),
+        (
+            &raised,
+            true,
+            json!(["grant.max_uses", "grant.max_ttl", "grant.max_scope"]),
+        ),
+        (&stricter, false, json!(["quorum"])),
+    ] {
+        let p = set.path().to_str().unwrap();
+        let (code, out) = replay(&[
+            "--policy",
+            p,
+            "--data-dir",
+            d,
+            "--fail-on-widening",
+            "--json",
+        ]);
+        assert_eq!(code, if looser { 1 } else { 0 }, "{out}");
+        let v: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        assert_eq!(v["widening"], if looser { 5 } else { 0 }, "{v}");
+        let first = &v["transitions"][0];
+        assert_eq!(
+            (&first["recorded"], &first["replayed"], &first["count"]),
+            (
+                &json!("require_approval"),
+                &json!("require_approval"),
+                &json!(5)
+            ),
+            "{v}"
+        );
+        assert_eq!(
+            first["settings"],
+            if looser { "looser" } else { "stricter" },
+            "{v}"
+        );
+        assert_eq!(v["changed"][0]["settings"], settings, "{v}");
+        // The text report names the settings too.
+        let (_, text) = replay(&["--policy", p, "--data-dir", d]);
+        assert!(
+            text.contains(&format!(
+                "{} settings: {}",
+                if looser { "looser" } else { "stricter" },
+                settings[0].as_str().unwrap()
+            )),
+            "{text}"
+        );
+    }
+}

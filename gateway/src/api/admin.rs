@@ -208,11 +208,49 @@ impl PolicyDecision {
     }
 }
 
-/// The version of the policy now in force.
+/// The version of the policy now in force, and what the reload took from the config file.
 #[derive(Debug, Serialize, JsonSchema)]
-#[schemars(example = PolicyVersion { version: "sha256:0f3a…".into() })]
+#[schemars(example = PolicyVersion::example())]
 pub(crate) struct PolicyVersion {
     pub version: String,
+    pub config: ConfigReload,
+}
+
+/// What a reload took from the config file: the parts put in force, and those that changed
+/// but need a restart (their running values stay).
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ConfigReload {
+    /// Of `principals`, `issuers`, `webhooks`, `server.tls`: those that changed and are in
+    /// force now.
+    pub reloaded: Vec<String>,
+    /// Config keys that changed and take effect only after a restart.
+    pub restart_needed: Vec<String>,
+    /// Why the config file could not be applied (nothing of it changed then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ConfigReload {
+    pub(crate) fn of(r: crate::reconfigure::Reconfigured) -> ConfigReload {
+        ConfigReload {
+            reloaded: r.reloaded.iter().map(|s| (*s).to_owned()).collect(),
+            restart_needed: r.restart_needed.iter().map(|s| (*s).to_owned()).collect(),
+            error: r.error,
+        }
+    }
+}
+
+impl PolicyVersion {
+    fn example() -> PolicyVersion {
+        PolicyVersion {
+            version: "sha256:0f3a…".into(),
+            config: ConfigReload {
+                reloaded: vec!["principals".into()],
+                restart_needed: vec!["server.listen".into()],
+                error: None,
+            },
+        }
+    }
 }
 
 /// What the shadow set would have decided differently since it loaded.
@@ -245,6 +283,7 @@ impl ShadowSummary {
                 shadow: "allow",
                 changed: true,
                 widening: true,
+                settings: None,
                 count: 1,
                 calls: vec![ShadowCall {
                     call_id: "c-1".into(),
@@ -253,6 +292,7 @@ impl ShadowSummary {
                     at: Time::of(1_767_225_060_000),
                     live_rules: vec!["no-drops".into()],
                     shadow_rules: vec![],
+                    settings: vec![],
                 }],
             }]),
         }
@@ -267,9 +307,14 @@ pub(crate) struct Transition {
     #[schemars(with = "DecisionName")]
     pub shadow: &'static str,
     pub changed: bool,
-    /// The shadow decision lets the call go further: deny → allow, deny → require_approval,
-    /// require_approval → allow.
+    /// The shadow verdict lets the call go further: deny → allow, deny → require_approval,
+    /// require_approval → allow, or an approval with looser settings.
     pub widening: bool,
+    /// For calls both sets hold for approval: `looser` (other or more approver groups, a
+    /// smaller quorum, a longer ttl, a larger grant or larger grant maxima) or `stricter`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>")]
+    pub settings: Option<&'static str>,
     pub count: u64,
     /// The latest calls of a pair that differs (at most 20), newest first.
     pub calls: Vec<ShadowCall>,
@@ -283,6 +328,10 @@ pub(crate) struct ShadowCall {
     pub at: Time,
     pub live_rules: Vec<String>,
     pub shadow_rules: Vec<String>,
+    /// The approval settings the shadow set changed (`approvers`, `quorum`,
+    /// `approval_ttl`, `grant.uses`, …), for a call both sets hold for approval.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<String>,
 }
 
 /// Every MCP upstream tool with its pin state.

@@ -272,6 +272,10 @@ pub(crate) struct RunApproveRequest {
     pub reason: Option<String>,
     #[serde(default)]
     pub tool_call_id: Option<String>,
+    /// The principal whose run it is, when several principals use the run id (else `409
+    /// call.ambiguous` names them).
+    #[serde(default)]
+    pub principal: Option<String>,
 }
 
 /// Declining every pending call of a run (or of one tool call in it).
@@ -282,6 +286,22 @@ pub(crate) struct RunDeclineRequest {
     pub reason: Option<String>,
     #[serde(default)]
     pub tool_call_id: Option<String>,
+    /// The principal whose run it is, when several principals use the run id (else `409
+    /// call.ambiguous` names them).
+    #[serde(default)]
+    pub principal: Option<String>,
+}
+
+/// Declining every pending approval of one principal at once (an admin's).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeclinePrincipalRequest {
+    /// The requesting principal whose pending approvals are declined.
+    #[schemars(length(min = 1))]
+    pub principal: String,
+    /// Fed back to the agent for each call.
+    #[schemars(required, length(min = 1))]
+    pub reason: Option<String>,
 }
 
 /// Each pending approval of the run, decided on its own.

@@ -132,7 +132,7 @@ pub fn approvals_table(list: &[Value]) -> String {
                 a.get("quorum").and_then(Value::as_u64).unwrap_or(1)
             ),
             s("expires_at"),
-            rules_text(a.get("rules"), ","),
+            rules_or_errors(a, ","),
             args_text(a),
         ]);
     }
@@ -150,6 +150,31 @@ pub fn rules_text(rules: Option<&Value>, sep: &str) -> String {
     } else {
         names.join(sep)
     }
+}
+
+/// The rules of an approval, or, when none matched and rules failed to evaluate, those rules
+/// named as failed (a failed rule is why the call waits, not the defaults).
+fn rules_or_errors(a: &Value, sep: &str) -> String {
+    let failed = rule_errors(a);
+    let matched = a.get("rules").and_then(Value::as_array);
+    if matched.is_none_or(|m| m.is_empty()) && !failed.is_empty() {
+        let names: Vec<&str> = failed.iter().map(|(r, _)| r.as_str()).collect();
+        return format!("(failed: {})", names.join(sep));
+    }
+    rules_text(a.get("rules"), sep)
+}
+
+/// The rules that failed to evaluate for an approval, with their reasons.
+fn rule_errors(a: &Value) -> Vec<(String, String)> {
+    a.pointer("/explanation/errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            (text("rule"), text("reason"))
+        })
+        .collect()
 }
 
 /// An approval's args on one line, as canonical JSON cut to 60 characters (a review's: the
@@ -203,7 +228,7 @@ pub fn approval_details(a: &Value) -> String {
         ("args", s("/args")),
         ("fingerprint", s("/fingerprint")),
         ("requester", s("/requester/principal")),
-        ("rules", rules_text(a.get("rules"), ", ")),
+        ("rules", rules_or_errors(a, ", ")),
         (
             "approvers",
             format!(
@@ -217,6 +242,9 @@ pub fn approval_details(a: &Value) -> String {
     ];
     if a.get("kind").and_then(Value::as_str) == Some("tool_definition") {
         return review_details(a);
+    }
+    for (rule, reason) in rule_errors(a) {
+        rows.push(("error", format!("{rule} failed to evaluate: {reason}")));
     }
     if let Some(messages) = a.pointer("/explanation/messages").and_then(Value::as_array) {
         for m in messages {

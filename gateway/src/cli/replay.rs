@@ -14,7 +14,6 @@ use super::bad_input;
 use super::store::{open_store, StoreAt};
 use crate::error::Code;
 use crate::replay::{Replayer, Report};
-use crate::shadow::widens;
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
@@ -188,16 +187,25 @@ fn print_report(r: &Report) {
         say!("not replayable: {n} ({})", why.words());
     }
     say!("");
-    say!("{:<18} {:<18} {:>8}", "recorded", "replayed", "calls");
-    for (l, s, n) in r.transitions() {
-        let tag = if widens(l, s) {
+    say!("{:<18} {:<28} {:>8}", "recorded", "replayed", "calls");
+    for t in r.transitions() {
+        let tag = if t.widening() {
             "  widening"
-        } else if l != s {
+        } else if t.changed() {
             "  narrowing"
         } else {
             ""
         };
-        say!("{:<18} {:<18} {:>8}{tag}", l.as_str(), s.as_str(), n);
+        let replayed = match t.settings {
+            Some(s) => format!("{} ({s})", t.replayed.as_str()),
+            None => t.replayed.as_str().to_owned(),
+        };
+        say!(
+            "{:<18} {:<28} {:>8}{tag}",
+            t.recorded.as_str(),
+            replayed,
+            t.count
+        );
     }
     if r.changed.is_empty() {
         say!("");
@@ -221,8 +229,17 @@ fn print_report(r: &Report) {
             .collect();
         let mut rules = gone.iter().map(|g| format!("-{g}")).collect::<Vec<_>>();
         rules.extend(new.iter().map(|n| format!("+{n}")));
+        let settings = if c.settings.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "  {} settings: {}",
+                if c.widening() { "looser" } else { "stricter" },
+                c.settings.join(", ")
+            )
+        };
         say!(
-            "  {} {} {}{} {} → {}  rules: {}",
+            "  {} {} {}{} {} → {}  rules: {}{settings}",
             c.call_id,
             crate::clock::rfc3339(c.at),
             c.tool,

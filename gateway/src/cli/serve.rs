@@ -36,7 +36,10 @@ fn configured(args: ServeArgs) -> Result<Config, u8> {
     };
     if let Some(listen) = &args.listen {
         match listen.parse() {
-            Ok(addr) => config.listen = addr,
+            Ok(addr) => {
+                config.listen = addr;
+                config.overridden.push("server.listen");
+            }
             Err(_) => {
                 return Err(bad_input(
                     "config.invalid",
@@ -47,6 +50,7 @@ fn configured(args: ServeArgs) -> Result<Config, u8> {
     }
     if let Some(dir) = args.data_dir {
         config.data_dir = dir;
+        config.overridden.push("server.data_dir");
     }
     // A policy that does not load is bad input like a bad config: every problem listed, exit
     // 2, before anything starts.

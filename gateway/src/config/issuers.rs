@@ -34,6 +34,9 @@ pub struct IssuerConfig {
     pub rate: Option<Rate>,
     pub max_pending: Option<usize>,
     pub jwks_ttl: Duration,
+    /// The agents its principals may name in `context.agent_id` (globs); empty: only
+    /// their own ids.
+    pub agents: Vec<String>,
 }
 
 /// `[inbox.oidc]`: "Sign in with <issuer>" in the inbox.
@@ -82,17 +85,12 @@ pub(super) fn validate(
             None if r.burst.is_some() => return Err(err(key("burst"), "a burst needs a `rate`")),
             None => None,
         };
-        if r.max_pending == Some(0) {
-            return Err(err(
-                key("max_pending"),
-                "must be at least 1 (leave it out for no limit)",
-            ));
-        }
         let jwks_ttl = duration(
             &key("jwks_ttl"),
             r.jwks_ttl.as_deref(),
             Duration::from_secs(600),
         )?;
+        let agents = super::principals::agent_globs(&key("agents"), r.agents)?;
         issuers.push(IssuerConfig {
             id: r.id,
             issuer: r.issuer,
@@ -105,8 +103,9 @@ pub(super) fn validate(
             claims: r.claims,
             ca: r.ca.map(resolve),
             rate,
-            max_pending: r.max_pending,
+            max_pending: super::principals::max_pending(r.max_pending),
             jwks_ttl,
+            agents,
         });
     }
     if let Some(p) = principals.iter().find(|p| p.id.contains(':')) {

@@ -60,6 +60,9 @@ pub struct McpServerConfig {
     pub reviewers: Vec<String>,
     /// How often its lists are read again (besides when it says one changed).
     pub refresh: Duration,
+    /// Whether a call's args are checked against the tool's pinned `inputSchema` (DESIGN
+    /// §23); off only for a server whose schemas are wrong.
+    pub validate_args: bool,
 }
 
 /// Each MCP upstream, checked: a unique name, exactly one transport with what it takes.
@@ -107,6 +110,7 @@ pub(super) fn validate(raw: Vec<RawMcpServer>) -> Result<Vec<McpServerConfig>, C
             trust_first: m.trust_first.unwrap_or(true),
             reviewers: m.reviewers,
             refresh,
+            validate_args: m.validate_args.unwrap_or(true),
         });
     }
     Ok(mcp_servers)

@@ -86,6 +86,8 @@ pub struct Config {
     pub max_header_bytes: usize,
     /// Held requests at once; beyond it a call that would wait gets 429.
     pub max_held: usize,
+    /// Held requests of one principal at once; beyond it `429 principal.too_many_held`.
+    pub max_held_per_principal: usize,
     /// Requests in flight at once; beyond it 503.
     pub max_in_flight: usize,
     pub tls: Option<(PathBuf, PathBuf)>,
@@ -127,6 +129,12 @@ pub struct Config {
     /// `[slack]`: approvals posted to the approver groups' channels, decided by a click
     /// (DESIGN §22).
     pub slack: Option<SlackConfig>,
+    /// The file it was read from, read again on reload (principals, issuers, webhooks, TLS
+    /// files); none for the demo.
+    pub file: Option<PathBuf>,
+    /// The keys the command line set over the file's (`--listen`, `--data-dir`): a reload
+    /// keeps them.
+    pub overridden: Vec<&'static str>,
 }
 
 /// A `Host` value's name, lower-case, without its port (`[::1]:8080` → `[::1]`).
@@ -195,7 +203,7 @@ impl Config {
         let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
         let server = server::validate(raw.server, &resolve)?;
         let principals = principals::validate(raw.principals)?;
-        let tools = tools::validate(raw.tools)?;
+        let tools = tools::validate(raw.tools, &resolve)?;
         let classifiers = classifiers::validate(raw.classifiers)?;
         let webhooks = webhooks::validate(raw.webhooks, &principals)?;
         for (i, p) in raw.audit.redact.iter().enumerate() {
@@ -224,6 +232,7 @@ impl Config {
             policy_budget: server.policy_budget,
             max_header_bytes: server.max_header_bytes,
             max_held: server.max_held,
+            max_held_per_principal: server.max_held_per_principal,
             max_in_flight: server.max_in_flight,
             tls: server.tls,
             upstream_ca: server.upstream_ca,
@@ -247,6 +256,8 @@ impl Config {
             email,
             slack,
             banner: None,
+            file: file.map(Path::to_path_buf),
+            overridden: Vec::new(),
         })
     }
 
@@ -262,7 +273,8 @@ impl Config {
             token_sha256: hash(t),
             groups: groups.iter().map(|g| g.to_string()).collect(),
             rate: None,
-            max_pending: None,
+            max_pending: Some(principals::DEFAULT_MAX_PENDING),
+            agents: vec![],
         };
         let tools = BUILTINS
             .iter()
@@ -271,6 +283,7 @@ impl Config {
                     pattern: Glob::new(name).ok()?,
                     upstream: Upstream::Builtin((*name).into()),
                     timeout: Duration::from_secs(5),
+                    schema: None,
                 })
             })
             .collect();
@@ -297,6 +310,7 @@ impl Config {
             policy_budget: airlock_policy::DEFAULT_BUDGET,
             max_header_bytes: 16 << 10,
             max_held: 10_000,
+            max_held_per_principal: 1_000,
             max_in_flight: 4096,
             tls: None,
             upstream_ca: None,
@@ -329,6 +343,8 @@ impl Config {
             inbox_oidc: None,
             email: None,
             slack: None,
+            file: None,
+            overridden: Vec::new(),
         }
     }
 
@@ -417,7 +433,7 @@ mod tests {
             ("[server]\nmax_connections = 0\n", "server.max_connections"),
             ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nrate = \"fast\"\n", "principals[0].rate"),
             ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nburst = 3\n", "principals[0].burst"),
-            ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmax_pending = 0\n", "principals[0].max_pending"),
+            ("[[principals]]\nid = \"a\"\nrole = \"agent\"\ntoken_sha256 = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nagents = [\"a b\"]\n", "principals[0].agents"),
             ("[store]\nkind = \"sqlite\"\n", "store.kind"),
             ("[store]\nkind = \"postgres\"\n", "store.url"),
             ("[store]\nkind = \"postgres\"\nurl = \"env:AIRLOCK_TEST_UNSET_VAR\"\n", "store.url"),

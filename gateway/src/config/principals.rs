@@ -1,4 +1,5 @@
-//! `[[principals]]`: who a bearer token stands for, its role, groups, rate and pending limit.
+//! `[[principals]]`: who a bearer token stands for, its role, groups, the agents it may name,
+//! its rate and pending limit.
 
 use std::time::Duration;
 
@@ -15,8 +16,10 @@ pub struct PrincipalConfig {
     pub groups: Vec<String>,
     /// Requests this principal may make (a token bucket); none means no limit.
     pub rate: Option<Rate>,
-    /// Pending approvals this principal's calls may hold open at once.
+    /// Pending approvals this principal's calls may hold open at once (none: no limit).
     pub max_pending: Option<usize>,
+    /// The agents it may name in `context.agent_id` (globs); empty: only its own id.
+    pub agents: Vec<String>,
 }
 
 /// A token bucket: `count` requests per `per`, and at most `burst` at once.
@@ -85,20 +88,37 @@ pub(super) fn validate(raw: Vec<RawPrincipal>) -> Result<Vec<PrincipalConfig>, C
             }
             None => None,
         };
-        if p.max_pending == Some(0) {
-            return Err(err(
-                format!("{key}.max_pending"),
-                "must be at least 1 (leave it out for no limit)",
-            ));
-        }
+        let agents = agent_globs(&format!("{key}.agents"), p.agents)?;
         principals.push(PrincipalConfig {
             id: p.id,
             role: p.role,
             token_sha256: hash,
             groups: p.groups,
             rate,
-            max_pending: p.max_pending,
+            max_pending: max_pending(p.max_pending),
+            agents,
         });
     }
     Ok(principals)
+}
+
+/// The pending approvals a principal may hold open (DESIGN §23): 100 unless its config says,
+/// and `0` for no limit.
+pub(super) fn max_pending(configured: Option<usize>) -> Option<usize> {
+    match configured {
+        None => Some(DEFAULT_MAX_PENDING),
+        Some(0) => None,
+        Some(n) => Some(n),
+    }
+}
+
+/// What `max_pending` is when the config does not say.
+pub const DEFAULT_MAX_PENDING: usize = 100;
+
+/// `agents = ["support-bot", "billing-*"]`: each a glob over agent ids.
+pub(super) fn agent_globs(key: &str, agents: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    for a in &agents {
+        airlock_policy::Glob::new(a).map_err(|m| err(key.to_owned(), m))?;
+    }
+    Ok(agents)
 }

@@ -61,6 +61,7 @@ pub(super) struct RawMcpServer {
     #[serde(default)]
     pub(super) reviewers: Vec<String>,
     pub(super) refresh: Option<String>,
+    pub(super) validate_args: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -101,6 +102,7 @@ pub(super) struct RawServer {
     pub(super) policy_budget: Option<u64>,
     pub(super) max_header_bytes: Option<usize>,
     pub(super) max_held: Option<usize>,
+    pub(super) max_held_per_principal: Option<usize>,
     pub(super) max_in_flight: Option<usize>,
     pub(super) tls: Option<RawTls>,
     pub(super) upstream_ca: Option<PathBuf>,
@@ -139,6 +141,8 @@ pub(super) struct RawPrincipal {
     pub(super) rate: Option<String>,
     pub(super) burst: Option<u32>,
     pub(super) max_pending: Option<usize>,
+    #[serde(default)]
+    pub(super) agents: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -147,6 +151,7 @@ pub(super) struct RawTool {
     pub(super) name: String,
     pub(super) upstream: String,
     pub(super) timeout: Option<String>,
+    pub(super) schema: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -176,6 +181,8 @@ pub(super) struct RawIssuer {
     pub(super) burst: Option<u32>,
     pub(super) max_pending: Option<usize>,
     pub(super) jwks_ttl: Option<String>,
+    #[serde(default)]
+    pub(super) agents: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]

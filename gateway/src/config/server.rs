@@ -51,6 +51,7 @@ pub(super) struct Server {
     pub(super) policy_budget: u64,
     pub(super) max_header_bytes: usize,
     pub(super) max_held: usize,
+    pub(super) max_held_per_principal: usize,
     pub(super) max_in_flight: usize,
     pub(super) tls: Option<(PathBuf, PathBuf)>,
     pub(super) upstream_ca: Option<PathBuf>,
@@ -70,6 +71,15 @@ pub(super) fn validate(
     resolve: &dyn Fn(PathBuf) -> PathBuf,
 ) -> Result<Server, ConfigError> {
     let listen = listen_address(s.listen.as_deref())?;
+    let max_held = s.max_held.unwrap_or(10_000);
+    // One principal's share of the held requests (DESIGN §23): a tenth by default.
+    let max_held_per_principal = s.max_held_per_principal.unwrap_or((max_held / 10).max(1));
+    if max_held_per_principal == 0 {
+        return Err(err(
+            "server.max_held_per_principal",
+            "must be at least 1 (a principal whose calls may never wait cannot be approved)",
+        ));
+    }
     let hold_timeout = duration(
         "server.hold_timeout",
         s.hold_timeout.as_deref(),
@@ -128,7 +138,8 @@ pub(super) fn validate(
         max_body_bytes: s.max_body_bytes.unwrap_or(1 << 20),
         policy_budget,
         max_header_bytes: s.max_header_bytes.unwrap_or(16 << 10),
-        max_held: s.max_held.unwrap_or(10_000),
+        max_held,
+        max_held_per_principal,
         max_in_flight: s.max_in_flight.unwrap_or(4096),
         tls: s.tls.map(|t| (resolve(t.cert), resolve(t.key))),
         upstream_ca: s.upstream_ca.map(resolve),

@@ -210,6 +210,7 @@ mod tests {
                 groups: vec!["dba".into()],
                 rate: None,
                 max_pending: None,
+                agents: vec![],
             })
             .collect()
     }

@@ -1,8 +1,12 @@
-//! `[[tools]]`: which backend serves a tool name pattern, and how long it may take.
+//! `[[tools]]`: which backend serves a tool name pattern, how long it may take, and the
+//! schema its args must fit.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_policy::Glob;
+use serde_json::Value;
 
 use super::raw::RawTool;
 use super::target::{Target, BUILTINS};
@@ -22,10 +26,16 @@ pub struct ToolRoute {
     pub pattern: Glob,
     pub upstream: Upstream,
     pub timeout: Duration,
+    /// The JSON Schema (2020-12) its calls' args must fit (`schema = "file.json"`), read and
+    /// checked to compile when the config loads.
+    pub schema: Option<Arc<Value>>,
 }
 
 /// Each route, checked: a valid pattern, an http(s) URL or a known built-in, a timeout.
-pub(super) fn validate(raw: Vec<RawTool>) -> Result<Vec<ToolRoute>, ConfigError> {
+pub(super) fn validate(
+    raw: Vec<RawTool>,
+    resolve: &dyn Fn(PathBuf) -> PathBuf,
+) -> Result<Vec<ToolRoute>, ConfigError> {
     let mut tools = Vec::new();
     for (i, t) in raw.into_iter().enumerate() {
         let key = format!("tools[{i}]");
@@ -56,11 +66,39 @@ pub(super) fn validate(raw: Vec<RawTool>) -> Result<Vec<ToolRoute>, ConfigError>
             t.timeout.as_deref(),
             Duration::from_secs(30),
         )?;
+        let schema = match t.schema {
+            None => None,
+            Some(path) => Some(Arc::new(schema(&format!("{key}.schema"), &resolve(path))?)),
+        };
         tools.push(ToolRoute {
             pattern,
             upstream,
             timeout,
+            schema,
         });
     }
     Ok(tools)
+}
+
+/// A tool's `schema` file: JSON, and a JSON Schema 2020-12 that compiles.
+fn schema(key: &str, path: &std::path::Path) -> Result<Value, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        err(
+            key.to_owned(),
+            format!("cannot read `{}`: {e}", path.display()),
+        )
+    })?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| {
+        err(
+            key.to_owned(),
+            format!("`{}` is not JSON: {e}", path.display()),
+        )
+    })?;
+    crate::schemas::check_schema(&value).map_err(|e| {
+        err(
+            key.to_owned(),
+            format!("`{}` is not a JSON Schema 2020-12: {e}", path.display()),
+        )
+    })?;
+    Ok(value)
 }

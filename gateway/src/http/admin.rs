@@ -94,6 +94,7 @@ pub(super) fn shadow(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
 pub(super) async fn reload(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let Ctx { gw, role, .. } = cx;
     require(role, &[Role::Admin])?;
+    let config = crate::reconfigure::reload(gw);
     match gw.reload("api") {
         Ok(reloaded) => {
             if reloaded.changed {
@@ -101,6 +102,7 @@ pub(super) async fn reload(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
             }
             let version = api::PolicyVersion {
                 version: reloaded.version,
+                config: api::ConfigReload::of(config),
             };
             Ok(json_response(StatusCode::OK, &version))
         }
@@ -116,7 +118,7 @@ pub(super) async fn webhooks(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let Ctx { gw, role, .. } = cx;
     require(role, &[Role::Admin])?;
     let mut list = Vec::new();
-    for h in &gw.webhooks.hooks {
+    for h in gw.webhooks.hooks().iter() {
         let id = h.id.clone();
         let disabled = gw.store_op(move |s| s.webhook_disabled(&id)).await?;
         list.push(api::Webhook {
@@ -244,7 +246,7 @@ pub(super) async fn audit(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
 }
 
 fn webhook_exists(gw: &Gateway, id: &str) -> Result<(), ApiError> {
-    if gw.webhooks.hooks.iter().any(|h| h.id == id) {
+    if gw.webhooks.hooks().iter().any(|h| h.id == id) {
         Ok(())
     } else {
         Err(ApiError::new(

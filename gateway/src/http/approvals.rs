@@ -4,9 +4,8 @@
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use serde_json::Value;
 
-use airlock_storage::{ApprovalFilter, ApprovalStatus};
+use airlock_storage::{Approval, ApprovalFilter, ApprovalStatus};
 
 use crate::api;
 use crate::auth::{require, Role};
@@ -24,7 +23,8 @@ pub(super) async fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
         gw, role, query, ..
     } = cx;
     require(role, &[Role::Approver, Role::Admin])?;
-    let status = match query_param(query, "status").filter(|s| !s.is_empty()) {
+    // An empty `status=` is no status: the document says the value is one of the enum's.
+    let status = match query_param(query, "status") {
         Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
             ApiError::new(
                 Code::RequestInvalidField,
@@ -113,60 +113,75 @@ pub(super) async fn decide_run(
     } = cx;
     deciders_only(role)?;
     let body = body_json(req, limit).await?;
-    let (reason, tool_call_id) = if approve {
+    let (reason, tool_call_id, requester) = if approve {
         let b: api::RunApproveRequest = api::parse(body)?;
-        (b.reason, b.tool_call_id)
+        (b.reason, b.tool_call_id, b.principal)
     } else {
         let b: api::RunDeclineRequest = api::parse(body)?;
-        (Some(decline_reason(b.reason)?), b.tool_call_id)
+        (Some(decline_reason(b.reason)?), b.tool_call_id, b.principal)
     };
-    let filter = ApprovalFilter {
-        status: Some(ApprovalStatus::Pending),
-        run_id: Some(decode_component(run_id)),
-        ..Default::default()
-    };
-    let (pending, _) = gw
-        .store_op(move |s| s.list_approvals(&filter, None, 500))
-        .await?;
-    let targets: Vec<_> = pending
-        .into_iter()
-        .filter(|a| {
-            tool_call_id
-                .as_deref()
-                .is_none_or(|t| a.context.get("tool_call_id").and_then(Value::as_str) == Some(t))
-        })
-        .collect();
-    if targets.is_empty() {
-        return Err(ApiError::new(
-            Code::ApprovalNotFound,
-            "no pending approval matches this run",
-        ));
-    }
+    let targets = pipeline::run_pending(
+        gw,
+        &decode_component(run_id),
+        requester.as_deref(),
+        tool_call_id.as_deref(),
+    )
+    .await?;
     let mut results = Vec::new();
     for a in targets {
         let decided = pipeline::decide(gw, &a.id, &principal, approve, reason.clone(), None).await;
-        results.push(match decided {
-            Ok(a) => api::RunDecision {
-                approval_id: a.id,
-                call_id: a.call_id,
-                status: Some(a.status.as_str().to_owned()),
-                error: None,
-            },
-            Err(e) => api::RunDecision {
-                approval_id: a.id,
-                call_id: a.call_id,
-                status: None,
-                error: Some(api::RunDecisionError {
-                    code: e.code,
-                    message: e.message,
-                }),
-            },
-        });
+        results.push(run_decision((a, decided)));
     }
     Ok(json_response(
         StatusCode::OK,
         &api::RunDecisions { results },
     ))
+}
+
+/// `POST /v1/approvals/decline` (admin): every pending approval of one principal declined
+/// with the reason, each on its own.
+pub(super) async fn decline_principal(
+    cx: Ctx<'_>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let Ctx {
+        gw,
+        principal,
+        role,
+        limit,
+        ..
+    } = cx;
+    require(role, &[Role::Admin])?;
+    let b: api::DeclinePrincipalRequest = api::parse(body_json(req, limit).await?)?;
+    let reason = decline_reason(b.reason)?;
+    let results = pipeline::decline_all(gw, &principal, &b.principal, &reason).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &api::RunDecisions {
+            results: results.into_iter().map(run_decision).collect(),
+        },
+    ))
+}
+
+/// One approval's result in a decision of many.
+fn run_decision((a, decided): (Approval, Result<Approval, ApiError>)) -> api::RunDecision {
+    match decided {
+        Ok(d) => api::RunDecision {
+            approval_id: d.id,
+            call_id: d.call_id,
+            status: Some(d.status.as_str().to_owned()),
+            error: None,
+        },
+        Err(e) => api::RunDecision {
+            approval_id: a.id,
+            call_id: a.call_id,
+            status: None,
+            error: Some(api::RunDecisionError {
+                code: e.code,
+                message: e.message,
+            }),
+        },
+    }
 }
 
 /// `GET /v1/events`.

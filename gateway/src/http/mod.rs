@@ -141,7 +141,7 @@ fn lookup<'p>(
     path: &'p str,
     query: &str,
 ) -> Result<(&'static routes::Route, Vec<&'p str>), ApiError> {
-    let (route, params) = match routes::find(method, path, !gw.auth.issuers.is_empty()) {
+    let (route, params) = match routes::find(method, path, !gw.auth.issuers().is_empty()) {
         Lookup::Route(r, params) => (r, params),
         Lookup::WrongMethod(allow) => {
             let mut e = ApiError::new(
@@ -195,6 +195,7 @@ async fn dispatch(
         Op::Decline => approvals::decide(cx, id, false, req).await,
         Op::ApproveRun => approvals::decide_run(cx, id, true, req).await,
         Op::DeclineRun => approvals::decide_run(cx, id, false, req).await,
+        Op::DeclinePrincipal => approvals::decline_principal(cx, req).await,
         Op::Events => approvals::events(cx),
         Op::GetPolicy => admin::policy(cx),
         Op::GetShadow => admin::shadow(cx),
@@ -253,7 +254,7 @@ fn open_route(gw: &Gateway, op: Op) -> Response<Body> {
         Op::ProtectedResource | Op::ProtectedResourceMcp => {
             let mut r = json_response(
                 StatusCode::OK,
-                &crate::identity::challenge::metadata(&gw.auth.issuers),
+                &crate::identity::challenge::metadata(&gw.auth.issuers()),
             );
             r.headers_mut().insert(
                 hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN,

@@ -38,6 +38,7 @@ pub(crate) enum Op {
     Decline,
     ApproveRun,
     DeclineRun,
+    DeclinePrincipal,
     Events,
     GetPolicy,
     EvaluatePolicy,
@@ -225,6 +226,14 @@ pub(crate) const ROUTES: &[Route] = &[
     route(Method::GET, "/v1/approvals", Op::ListApprovals, Token)
         .query(&["status", "tool", "run_id", "principal", "cursor", "limit"])
         .answers(&[(200, TypeOf::of::<api::ApprovalPage>())]),
+    route(
+        Method::POST,
+        "/v1/approvals/decline",
+        Op::DeclinePrincipal,
+        Token,
+    )
+    .body(TypeOf::of::<api::DeclinePrincipalRequest>(), true)
+    .answers(&[(200, TypeOf::of::<api::RunDecisions>())]),
     route(Method::GET, "/v1/approvals/{id}", Op::GetApproval, Token)
         .answers(&[(200, TypeOf::of::<api::Approval>())]),
     route(

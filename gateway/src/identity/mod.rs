@@ -435,6 +435,7 @@ impl Issuer {
                 actor: act.map(|a| format!("{}:{a}", c.id)),
                 claims: kept,
                 auth: Some(auth),
+                agents: c.agents.clone(),
             },
             role: role_enum,
             scopes,

@@ -317,16 +317,9 @@ async fn decide_run(
     if !approve && reason.is_none() {
         return page(StatusCode::BAD_REQUEST, pages::refusal(&missing_reason()));
     }
-    let filter = ApprovalFilter {
-        status: Some(ApprovalStatus::Pending),
-        run_id: Some(run.clone()),
-        ..Default::default()
-    };
-    let pending = match gw
-        .store_op(move |s| s.list_approvals(&filter, None, 500))
-        .await
-    {
-        Ok((list, _)) => list,
+    let requester = urlencoded::get(form, "principal").filter(|p| !p.is_empty());
+    let pending = match crate::pipeline::run_pending(gw, &run, requester, None).await {
+        Ok(list) => list,
         Err(e) => return refusal_page(&e),
     };
     let mut results = Vec::new();

@@ -22,7 +22,7 @@ use crate::urlencoded;
 const COOKIE: &str = "airlock_oidc";
 
 fn redirect_uri(gw: &Gateway) -> String {
-    format!("{}/inbox/oidc/callback", gw.auth.issuers.public_url())
+    format!("{}/inbox/oidc/callback", gw.auth.issuers().public_url())
 }
 
 fn failed(text: &str) -> Response<Body> {
@@ -63,7 +63,7 @@ pub async fn start(gw: &Arc<Gateway>, query: &str) -> Response<Body> {
         .filter(|n| n.starts_with("/inbox/") && !n.starts_with("//"))
         .unwrap_or("/inbox/")
         .to_owned();
-    let Some(issuer) = gw.auth.issuers.by_id(&config.issuer) else {
+    let Some(issuer) = gw.auth.issuers().by_id(&config.issuer).cloned() else {
         return failed("The configured issuer is not known.");
     };
     let endpoint = match issuer.keys.endpoints().await {
@@ -121,7 +121,7 @@ async fn finish_sign_in(gw: &Arc<Gateway>, headers: &HeaderMap, query: &str) -> 
     let Some(config) = gw.config.inbox_oidc.as_ref() else {
         return failed("This inbox has no sign-in with an identity provider.");
     };
-    let Some(issuer) = gw.auth.issuers.by_id(&config.issuer) else {
+    let Some(issuer) = gw.auth.issuers().by_id(&config.issuer).cloned() else {
         return failed("The configured issuer is not known.");
     };
     let q = urlencoded::pairs(query);
@@ -150,7 +150,7 @@ async fn finish_sign_in(gw: &Arc<Gateway>, headers: &HeaderMap, query: &str) -> 
     let Some(code) = urlencoded::get(&q, "code").filter(|c| !c.is_empty()) else {
         return failed("The identity provider sent no code.");
     };
-    let verified = match finish(issuer, config, &redirect_uri(gw), code, &pending).await {
+    let verified = match finish(&issuer, config, &redirect_uri(gw), code, &pending).await {
         Ok(v) => v,
         Err(e) => {
             tracing::warn!(issuer = %config.issuer, "sign-in refused: {e}");

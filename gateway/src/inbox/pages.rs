@@ -405,9 +405,28 @@ fn why_held(a: &Approval) -> Markup {
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
+    let errors: Vec<(String, String)> = a
+        .explanation
+        .get("errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            (text("rule"), text("reason"))
+        })
+        .collect();
     html! {
         h2 { "Why it was held" }
+        @if a.rules.is_empty() && errors.is_empty() {
+            p { "No rule matched: the policy's default decision." }
+        }
         ul.rules {
+            @for (rule, reason) in &errors {
+                li.error {
+                    code { (rule) } " failed to evaluate: " (reason)
+                }
+            }
             @for r in &a.rules {
                 li {
                     code { (r) }
@@ -457,10 +476,11 @@ fn decide_section(a: &Approval, who: &Who, pretty: &str) -> Markup {
             }
             @if let Some(run) = run {
                 details.run {
-                    summary { "Decide every pending call of run " code { (run) } }
+                    summary { "Decide every pending call of run " code { (run) } " of " code { (a.requester.id) } }
                     form method="post" action="/inbox/runs/decide" {
                         input type="hidden" name="csrf" value=(who.csrf);
                         input type="hidden" name="run_id" value=(run);
+                        input type="hidden" name="principal" value=(a.requester.id);
                         label for="run-reason" { "Reason (required to decline)" }
                         input #run-reason name="reason";
                         button.approve type="submit" name="verb" value="approve" { "Approve the run" }

@@ -167,7 +167,7 @@ pub(super) async fn session_of(gw: &Arc<Gateway>, headers: &HeaderMap) -> Option
     let (principal, role) = match v.get("identity") {
         Some(identity) => {
             let p: Principal = serde_json::from_value(identity.clone()).ok()?;
-            gw.auth.issuers.by_id(p.issuer.as_deref()?)?;
+            gw.auth.issuers().by_id(p.issuer.as_deref()?)?;
             let role = Role::parse(&p.role)?;
             (p, role)
         }

@@ -60,7 +60,7 @@ pub fn shadow(who: &Who, summary: &ShadowSummary) -> Markup {
                         @for t in transitions {
                             tr class={ @if t.widening { "widening" } @else if t.changed { "narrowing" } @else { "same" } } {
                                 td { (decision(t.live)) }
-                                td { (decision(t.shadow)) }
+                                td { (decision(t.shadow)) @if let Some(s) = t.settings { " (" (s) " settings)" } }
                                 td { (t.count) }
                                 td.wide {
                                     @if t.widening { span.badge.status-declined { "widening" } }
@@ -73,6 +73,7 @@ pub fn shadow(who: &Who, summary: &ShadowSummary) -> Markup {
                 @for t in transitions.iter().filter(|t| t.changed) {
                     h2 {
                         (t.live) " → " (t.shadow)
+                        @if let Some(s) = t.settings { ", " (s) " settings" }
                         @if t.widening { " (widening)" }
                     }
                     table.shadow-calls {
@@ -86,7 +87,10 @@ pub fn shadow(who: &Who, summary: &ShadowSummary) -> Markup {
                                     td.wide { (c.principal) }
                                     td.wide { (c.at.0) }
                                     td { (strs(&c.live_rules)) }
-                                    td { (strs(&c.shadow_rules)) }
+                                    td {
+                                        (strs(&c.shadow_rules))
+                                        @if !c.settings.is_empty() { br; "settings: " (c.settings.join(", ")) }
+                                    }
                                 }
                             }
                         }

@@ -430,7 +430,6 @@ async fn intake(
     let meta = p.get("_meta");
     let text = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str);
     let mut context = Map::new();
-    context.insert("agent_id".into(), Value::String(principal.id.clone()));
     if let Some(r) = text("airlock/run_id") {
         context.insert("run_id".into(), Value::String(r.into()));
     }
@@ -450,12 +449,14 @@ async fn intake(
                 wire::INVALID_PARAMS,
                 "`name` is required",
             )),
-            // The tool exists but cannot be called now: a result the model reads.
+            // The tool exists but cannot be called now, or its arguments do not fit its input
+            // schema (MCP: input validation errors are tool execution errors, so the model
+            // can correct them): a result the model reads.
             Some(tool)
                 if matches!(
                     e.code,
                     Code::ToolDefinitionChanged | Code::UpstreamUnavailable
-                ) =>
+                ) || crate::schemas::is_schema_refusal(&e) =>
             {
                 Refused::Tool(tool.to_owned(), e)
             }

@@ -3,8 +3,10 @@
 //! - [`in_flight`]: a permit under `server.max_in_flight`, or `503 gateway.overloaded`;
 //! - [`authenticate`]: the bearer token names a principal and its role, and the principal's
 //!   request rate admits it (`429 principal.rate_limited`, audited once per burst);
-//! - [`intake`]: a call's strict parse and fingerprint (`airlock_policy`) and its route; any
-//!   refusal there is recorded by [`reject`] as `call.rejected` with its code and front.
+//! - [`intake`]: a call's strict parse and fingerprint (`airlock_policy`), its
+//!   `context.agent_id` bound to the principal ([`bind_agent`]), its route, and its args
+//!   against the tool's input schema (`crate::schemas`); any refusal there is recorded by
+//!   [`reject`] as `call.rejected` with its code and front.
 //!
 //! Identity providers plug in at [`authenticate`]. What a role may do is each route's own
 //! business (`crate::auth::require`), not admission's.
@@ -19,6 +21,7 @@ use tokio::sync::SemaphorePermit;
 
 use super::Front;
 use crate::auth::{Need, Role};
+use crate::backends::mcp::McpTool;
 use crate::backends::Route;
 use crate::clock::now_ms;
 use crate::error::{ApiError, Code};
@@ -124,6 +127,10 @@ pub(crate) async fn principal_refused(
         Code::PrincipalRateLimited => {
             format!("`{principal}` is over its request rate; retry in {retry}s")
         }
+        Code::PrincipalTooManyHeld => format!(
+            "`{principal}` has as many calls held waiting for a decision as it may; retry in \
+             {retry}s, or send `Prefer: respond-async`"
+        ),
         _ => format!(
             "`{principal}` has as many pending approvals as it may; wait for decisions (retry in {retry}s)"
         ),
@@ -170,15 +177,22 @@ pub async fn intake(
             (parsed, Some(tool))
         }
     };
-    let routed = match parsed {
+    let routed = match parsed.and_then(|call| bind_agent(principal, call)) {
         Err(e) => Err(e),
         Ok(call) => match gw.route(&call.tool) {
             // An MCP tool whose definition waits for review, or whose upstream was never
             // reached, is refused here (DESIGN §20).
             Some(Route::Mcp(t)) => crate::pins::admit(gw, t, &call.tool, false)
                 .await
+                .and_then(|t| mcp_args_fit(gw, &t, &call))
                 .map(|_| call),
-            Some(Route::Http(_)) => Ok(call),
+            Some(Route::Http(r)) => match &r.schema {
+                Some(schema) => gw
+                    .schemas
+                    .check_args(&call.tool, schema, schema, &call.args)
+                    .map(|_| call),
+                None => Ok(call),
+            },
             None => Err(unknown_tool(gw, &call.tool)),
         },
     };
@@ -186,6 +200,59 @@ pub async fn intake(
         reject(gw, principal, e.code, front, tool).await;
     }
     routed
+}
+
+/// Whether a call's args fit its MCP tool's pinned `inputSchema` (DESIGN §23), unless its
+/// server says `validate_args = false`. A tool with no definition or no `inputSchema` has
+/// nothing to check against.
+fn mcp_args_fit(gw: &Gateway, tool: &McpTool, call: &ToolCall) -> Result<(), ApiError> {
+    if !tool.server.config.validate_args {
+        return Ok(());
+    }
+    let Some(definition) = &tool.definition else {
+        return Ok(());
+    };
+    let Some(schema) = definition.get("inputSchema") else {
+        return Ok(());
+    };
+    gw.schemas
+        .check_args(&call.tool, definition, schema, &call.args)
+}
+
+/// Binds `context.agent_id` to the principal (DESIGN §23): absent, it is the principal's own
+/// id; present, it must be that id or match one of the principal's `agents` globs, or the call
+/// is refused `403 request.agent_forbidden`. So `[agents."X"]` flags and rules that read
+/// `context.agent_id` bind the agents they name, whatever the caller writes.
+pub fn bind_agent(principal: &Principal, mut call: ToolCall) -> Result<ToolCall, ApiError> {
+    let Some(context) = call.context.as_object_mut() else {
+        return Ok(call);
+    };
+    match context.get("agent_id").and_then(Value::as_str) {
+        None => {
+            context.insert("agent_id".into(), Value::String(principal.id.clone()));
+            Ok(call)
+        }
+        Some(agent) if may_name(principal, agent) => Ok(call),
+        Some(agent) => Err(ApiError::new(
+            Code::RequestAgentForbidden,
+            format!(
+                "`{}` may not call as agent `{agent}`: a principal names only its own id or \
+                 the agents its config lists (`agents`)",
+                principal.id
+            ),
+        )
+        .with_details(json!({"agent_id": agent, "principal": principal.id}))),
+    }
+}
+
+/// Whether `principal` may speak for `agent`.
+fn may_name(principal: &Principal, agent: &str) -> bool {
+    agent == principal.id
+        || principal
+            .agents
+            .iter()
+            .filter_map(|g| airlock_policy::Glob::new(g).ok())
+            .any(|g| g.matches(agent))
 }
 
 /// Records a refused call: counted as `rejected` with its code, and audited as

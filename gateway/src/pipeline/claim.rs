@@ -74,6 +74,19 @@ pub(super) async fn execute(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outco
     forward::run(gw, call, None, guard).await
 }
 
+/// The refusal of a cancelled call: `grant.revoked` when its grant was revoked before it
+/// ran, else `call.cancelled`.
+pub(crate) fn cancelled(call: &CallRecord) -> ApiError {
+    match call.code.as_deref() {
+        Some("grant.revoked") => ApiError::new(
+            Code::GrantRevoked,
+            "the approval's grant was revoked before the call ran; it will not run",
+        )
+        .with_details(json!({"call_id": call.call_id, "approval_id": call.approval_id})),
+        _ => ApiError::new(Code::CallCancelled, "the call was cancelled"),
+    }
+}
+
 /// Answers for a call in whatever state it is in, executing it when it may run.
 pub(super) async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outcome, ApiError> {
     match call.status {
@@ -119,6 +132,6 @@ pub(super) async fn respond(gw: &Arc<Gateway>, call: CallRecord) -> Result<Outco
             Code::ApprovalExpired,
             "nobody approved the call in time; it is denied",
         )),
-        CallStatus::Cancelled => Err(ApiError::new(Code::CallCancelled, "the call was cancelled")),
+        CallStatus::Cancelled => Err(cancelled(&call)),
     }
 }

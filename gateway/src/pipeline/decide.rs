@@ -42,9 +42,12 @@ impl Decided {
         if let Some(shadow) = self
             .shadow
             .as_ref()
-            .filter(|s| s.decision != self.decision.decision)
+            .filter(|s| crate::shadow::differs(&self.decision, s))
         {
-            e.insert("shadow".into(), crate::shadow::record(shadow));
+            e.insert(
+                "shadow".into(),
+                crate::shadow::record(&self.decision, shadow),
+            );
         }
         e
     }
@@ -67,6 +70,7 @@ impl Decided {
             },
             approval_id: None,
             reason: None,
+            code: None,
             edited: false,
             run_by: None,
             outcome: None,
@@ -219,6 +223,13 @@ pub(super) fn explanation(
     }));
     if !classifiers.is_empty() {
         e.insert("classifiers".into(), classifiers_json(classifiers));
+    }
+    // The settings an approval was asked with, so replay can tell a looser verdict.
+    if let Some(a) = &d.approval {
+        e.insert(
+            "approval".into(),
+            serde_json::to_value(a).unwrap_or_default(),
+        );
     }
     e
 }

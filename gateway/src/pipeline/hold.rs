@@ -69,11 +69,11 @@ pub(super) async fn open(
     scope_key: String,
     hold: Hold,
 ) -> Result<Outcome, ApiError> {
+    let (call, principal) = (&d.call, &d.principal);
     let permit = match hold {
-        Hold::Wait(w) if !w.is_zero() => Some(gw.held.try_acquire().map_err(|_| too_many_held())?),
+        Hold::Wait(w) if !w.is_zero() => Some(held(gw, principal).await?),
         _ => None,
     };
-    let (call, principal) = (&d.call, &d.principal);
     let expl = d.explanation();
     let approval = approval_of(&d, &settings, scope_key, &expl);
     // The principal's `max_pending` is checked and counted in one step; grants were not
@@ -141,7 +141,7 @@ pub async fn call_outcome(
     let _permit = if wait.is_zero() {
         None
     } else {
-        Some(gw.held.try_acquire().map_err(|_| too_many_held())?)
+        Some(held(gw, principal).await?)
     };
     call_outcome_after_wait(gw, call_id, wait).await
 }
@@ -260,6 +260,42 @@ pub async fn cancel(
     gw.metrics.call(&call.decision, "cancelled");
     tracing::info!(call_id = %call.call_id, by = %principal.id, "call cancelled");
     Ok(call)
+}
+
+/// A place for one held request: the principal's share first (`429
+/// principal.too_many_held`, audited once per burst), then the gateway's (`429
+/// gateway.too_many_held`), so one agent cannot take every place. Both are given back when
+/// it is dropped.
+pub(crate) struct HeldPlace<'a> {
+    _global: tokio::sync::SemaphorePermit<'a>,
+    gw: &'a Gateway,
+    principal: String,
+}
+
+impl Drop for HeldPlace<'_> {
+    fn drop(&mut self) {
+        self.gw.limits.release_held(&self.principal);
+    }
+}
+
+pub(crate) async fn held<'a>(
+    gw: &'a Arc<Gateway>,
+    principal: &Principal,
+) -> Result<HeldPlace<'a>, ApiError> {
+    if let Err(refusal) = gw.limits.hold(&principal.id) {
+        return Err(principal_refused(gw, principal, Code::PrincipalTooManyHeld, refusal).await);
+    }
+    match gw.held.try_acquire() {
+        Ok(permit) => Ok(HeldPlace {
+            _global: permit,
+            gw,
+            principal: principal.id.clone(),
+        }),
+        Err(_) => {
+            gw.limits.release_held(&principal.id);
+            Err(too_many_held())
+        }
+    }
 }
 
 pub(super) fn too_many_held() -> ApiError {

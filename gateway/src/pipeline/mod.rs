@@ -27,12 +27,13 @@ pub mod suspend;
 mod verdict;
 
 pub use admit::{intake, Raw};
+pub(crate) use claim::cancelled;
 pub(crate) use hold::wait_while;
 pub use hold::{call_outcome, cancel};
 pub use outcome::{
     call_not_found, question_of, tool_call_id, Completed, Outcome, Pending, Suspended,
 };
-pub use verdict::{decide, decide_granting};
+pub use verdict::{decide, decide_granting, decline_all, run_pending};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -27,6 +27,91 @@ pub async fn decide(
     decide_granting(gw, approval_id, by, approve, reason, edited_args, None).await
 }
 
+/// The pending approvals a run decision reaches (DESIGN §23): those of run `run_id` (narrowed
+/// to one tool call by `tool_call_id`) of one principal. A run is a principal's own: when the
+/// run id is used by several principals and the decider named none, `409 call.ambiguous`
+/// lists them, so one agent can never slip its calls into another's run decision. None is
+/// `404 approval.not_found`. Up to 500.
+pub async fn run_pending(
+    gw: &Arc<Gateway>,
+    run_id: &str,
+    principal: Option<&str>,
+    tool_call_id: Option<&str>,
+) -> Result<Vec<Approval>, ApiError> {
+    let filter = airlock_storage::ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        run_id: Some(run_id.to_owned()),
+        ..Default::default()
+    };
+    let (pending, _) = gw
+        .store_op(move |s| s.list_approvals(&filter, None, 500))
+        .await?;
+    let targets: Vec<Approval> = pending
+        .into_iter()
+        .filter(|a| {
+            tool_call_id
+                .is_none_or(|t| a.context.get("tool_call_id").and_then(Value::as_str) == Some(t))
+        })
+        .filter(|a| principal.is_none_or(|p| a.requester.id == p))
+        .collect();
+    let mut principals: Vec<&str> = targets.iter().map(|a| a.requester.id.as_str()).collect();
+    principals.sort_unstable();
+    principals.dedup();
+    if principals.len() > 1 {
+        return Err(ApiError::new(
+            Code::CallAmbiguous,
+            format!(
+                "run `{run_id}` has pending calls of {} principals ({}): a run is one \
+                 principal's; name it with `principal`",
+                principals.len(),
+                principals.join(", ")
+            ),
+        )
+        .with_details(json!({"run_id": run_id, "principals": principals})));
+    }
+    if targets.is_empty() {
+        return Err(ApiError::new(
+            Code::ApprovalNotFound,
+            "no pending approval matches this run",
+        ));
+    }
+    Ok(targets)
+}
+
+/// Declines every pending call approval of `requester` with `reason`, as `by` (an admin; the
+/// caller checks): an agent flooding its approvers is stopped in one step (DESIGN §23). Each
+/// is decided on its own, as one decline would be; each approval with what it got.
+pub async fn decline_all(
+    gw: &Arc<Gateway>,
+    by: &Principal,
+    requester: &str,
+    reason: &str,
+) -> Result<Vec<(Approval, Result<Approval, ApiError>)>, ApiError> {
+    let mut out = Vec::new();
+    loop {
+        let filter = airlock_storage::ApprovalFilter {
+            status: Some(ApprovalStatus::Pending),
+            principal: Some(requester.to_owned()),
+            ..Default::default()
+        };
+        let (pending, _) = gw
+            .store_op(move |s| s.list_approvals(&filter, None, 500))
+            .await?;
+        let pending: Vec<Approval> = pending
+            .into_iter()
+            .filter(|a| a.kind == ApprovalKind::Call)
+            .filter(|a| !out.iter().any(|(o, _): &(Approval, _)| o.id == a.id))
+            .collect();
+        if pending.is_empty() {
+            return Ok(out);
+        }
+        for a in pending {
+            let decided = decide(gw, &a.id, by, false, Some(reason.to_owned()), None).await;
+            out.push((a, decided));
+        }
+    }
+}
+
 /// An approver's edit of a held call's args: the edited call, as its requester's call, must
 /// not be denied by policy. The args and fingerprint that are approved instead.
 async fn edit(

@@ -34,24 +34,6 @@ use threads::Servers;
 /// How long in-flight requests get to finish after shutdown starts.
 const DRAIN: Duration = Duration::from_secs(10);
 
-fn tls_acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsAcceptor, String> {
-    let read = |p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| format!("server.tls: cannot read {}: {e}", p.display()))
-    };
-    let certs = rustls_pemfile::certs(&mut read(cert)?.as_slice())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("server.tls.cert: {e}"))?;
-    let key = rustls_pemfile::private_key(&mut read(key)?.as_slice())
-        .map_err(|e| format!("server.tls.key: {e}"))?
-        .ok_or("server.tls.key: no private key in the file")?;
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("server.tls: {e}"))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
 /// A gateway whose store is open and whose policy has loaded, ready to serve: what
 /// `airlock serve` waits for before it prints anything that claims success.
 pub struct Prepared {
@@ -60,12 +42,8 @@ pub struct Prepared {
     tls: Option<TlsAcceptor>,
 }
 
-/// Reads the TLS keys, loads the policy and opens the store (taking its lock).
+/// Reads the TLS keys (`crate::tls`), loads the policy and opens the store (taking its lock).
 pub async fn prepare(config: Config) -> Result<Prepared, String> {
-    let tls = match &config.tls {
-        Some((cert, key)) => Some(tls_acceptor(cert, key)?),
-        None => None,
-    };
     let gw = tokio::task::spawn_blocking(move || Gateway::open(config, CancellationToken::new()))
         .await
         .map_err(|e| e.to_string())??;
@@ -81,6 +59,7 @@ pub async fn prepare(config: Config) -> Result<Prepared, String> {
         .store_op(move |s| s.secret("mcp.request_state", fresh, crate::clock::now_ms()))
         .await
         .map_err(|e| e.message)?;
+    let tls = gw.tls.as_ref().map(crate::tls::Certs::acceptor);
     Ok(Prepared {
         gw,
         mcp: Arc::new(McpFront::new(key)),
@@ -178,7 +157,7 @@ fn start_background(gw: &Arc<Gateway>, shutdown: &CancellationToken) {
     tokio::spawn(crate::pins::refresh_loop(gw.clone()));
     // Each issuer's keys are fetched at start, so the first token waits for no fetch; an
     // issuer that cannot be reached is no reason not to serve (its tokens get 503 until it is).
-    for issuer in &gw.auth.issuers.list {
+    for issuer in &gw.auth.issuers().list {
         let issuer = issuer.clone();
         tokio::spawn(async move {
             let _ = issuer.keys.refresh(true).await;
@@ -337,6 +316,7 @@ async fn reload_on_sighup(gw: Arc<Gateway>, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = hup.recv() => {
+                crate::reconfigure::reload(&gw);
                 if let Ok(crate::state::Reloaded { changed: true, .. }) = gw.reload("SIGHUP") {
                     crate::repolicy::pending(&gw).await;
                 }

@@ -151,11 +151,8 @@ pub fn message(a: &Approval, args: &Value, inbox: &str, now: Millis) -> Value {
     let status = a.status.as_str();
     let requester = &a.requester.id;
     let mut blocks = vec![json!({"type": "header", "text": plain(&headline(a), 150)})];
-    let rules = if a.rules.is_empty() {
-        "the policy's defaults".to_owned()
-    } else {
-        a.rules.join(", ")
-    };
+    let names: Vec<&str> = a.rules.iter().map(String::as_str).collect();
+    let rules = crate::approvals::rules_line(&names, &a.explanation);
     let approvals = a.approvals_counted();
     blocks.push(json!({"type": "section", "fields": [
         plain(&format!("Requested by\n{requester}"), 2000),

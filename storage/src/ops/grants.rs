@@ -11,7 +11,7 @@ use crate::writer::Tx;
 use crate::Store;
 
 use super::calls::mark_executing;
-use super::{create_call, fields, get, put};
+use super::{create_call, fields, get, load_call, put};
 
 /// Spends one use of the grant at (`fingerprint`, `scope_key`) if it has one left and has not
 /// expired at `now`; returns the grant as it is after spending.
@@ -112,10 +112,12 @@ impl Store {
         Ok(out)
     }
 
-    /// Revokes the grant approval `approval_id` made: its uses left are gone at once (a
-    /// call spending one at the same moment either got it first or gets nothing). Who may
-    /// revoke is the caller's to check. Audited `grant.revoked`; `grant.not_found` when it
-    /// has no grant left.
+    /// Revokes the grant approval `approval_id` made, whole (DESIGN §23): its uses left are
+    /// gone at once (a call spending one at the same moment either got it first or gets
+    /// nothing), and its approved call, if it has not started, is cancelled with the code
+    /// `grant.revoked`, so neither it nor an identical call waiting on it runs. Who may revoke
+    /// is the caller's to check. Audited `grant.revoked` (and `call.cancelled` for the call);
+    /// `grant.not_found` when it has neither uses left nor a call still to run.
     pub fn revoke_grant(
         &self,
         approval_id: &str,
@@ -124,18 +126,48 @@ impl Store {
     ) -> Result<Grant, StoreError> {
         let approval_id = approval_id.to_owned();
         let by = by.clone();
+        let redact_ptrs = self.redact.clone();
         self.writer.submit(move |tx| {
             let a: crate::model::Approval = get(tx, Ks::Approvals, approval_id.as_bytes())?
                 .ok_or_else(|| StoreError::GrantNotFound(approval_id.clone()))?;
             let gk = keys::grant_key(a.effective_fingerprint(), &a.grant.scope_key);
-            let grant = get::<Grant>(tx, Ks::Grants, &gk)?
-                .filter(|g| g.approval_id == a.id && g.uses_left > 0 && now < g.expires_at)
-                .ok_or_else(|| StoreError::GrantNotFound(approval_id.clone()))?;
-            tx.delete(Ks::Grants, gk.clone());
-            tx.delete(
-                Ks::Expiry,
-                keys::expiry_key(grant.expires_at, EXPIRE_GRANT, &gk),
-            );
+            let live = get::<Grant>(tx, Ks::Grants, &gk)?
+                .filter(|g| g.approval_id == a.id && g.uses_left > 0 && now < g.expires_at);
+            // The approved call's own use: reserved for it until it starts or its time runs
+            // out (`run_by`).
+            let unrun = load_call(tx, &a.call_id)?.filter(|c| {
+                c.status == CallStatus::Approved && c.run_by.is_some_and(|by| now < by)
+            });
+            let grant = match (live, &unrun) {
+                (Some(g), _) => {
+                    tx.delete(Ks::Grants, gk.clone());
+                    tx.delete(
+                        Ks::Expiry,
+                        keys::expiry_key(g.expires_at, EXPIRE_GRANT, &gk),
+                    );
+                    g
+                }
+                (None, Some(call)) => Grant {
+                    fingerprint: call.fingerprint.clone(),
+                    scope_key: a.grant.scope_key.clone(),
+                    approval_id: a.id.clone(),
+                    uses_left: 0,
+                    expires_at: call.run_by.unwrap_or(now),
+                },
+                (None, None) => return Err(StoreError::GrantNotFound(approval_id.clone())),
+            };
+            if let Some(mut call) = unrun {
+                call.status = CallStatus::Cancelled;
+                call.code = Some("grant.revoked".into());
+                call.updated_at = now;
+                let mut f = Self::call_fields(&redact_ptrs, &call);
+                f.insert("by".into(), Value::from(by.id.clone()));
+                f.insert("auth".into(), by.auth_record());
+                f.insert("approval_id".into(), json!(call.approval_id));
+                f.insert("code".into(), json!("grant.revoked"));
+                tx.audit(now, Kind::CallCancelled, f);
+                put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
+            }
             tx.audit(
                 now,
                 Kind::GrantRevoked,

@@ -228,6 +228,8 @@ fn deny(
     f.insert("status".into(), Value::from(a.status.as_str()));
     f.insert("rules".into(), json!(rules));
     f.insert("policy_version".into(), Value::from(policy_version));
+    // The code the held caller is answered with, so the record says why as the caller heard it.
+    f.insert("code".into(), Value::from("policy.denied"));
     tx.audit(now, Kind::ApprovalDecided, f);
     put(tx, Ks::Calls, call.call_id.as_bytes(), &call)?;
     Ok(())

@@ -142,6 +142,7 @@ pub fn call(
         },
         approval_id: None,
         reason: None,
+        code: None,
         edited: false,
         run_by: None,
         outcome: None,

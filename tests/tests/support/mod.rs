@@ -389,6 +389,11 @@ impl Gateway {
         self.child.take().unwrap().wait().unwrap()
     }
 
+    /// Rewrites `airlock.toml` (read again on SIGHUP and reload).
+    pub fn write_config(&self, text: &str) {
+        std::fs::write(&self.config, text).unwrap();
+    }
+
     pub fn write_policy(&self, text: &str) {
         std::fs::write(self.dir.path().join("policy/policy.toml"), text).unwrap();
     }

@@ -224,13 +224,14 @@ fn wait_param() -> Value {
 }
 
 /// The codes of reading a call's outcome: what the policy, the approvers and the backend said.
-const OUTCOME: [Code; 15] = [
+const OUTCOME: [Code; 16] = [
     Code::ToolDefinitionChanged,
     Code::CallNotFound,
     Code::PolicyDenied,
     Code::ApprovalDeclined,
     Code::ApprovalExpired,
     Code::CallCancelled,
+    Code::GrantRevoked,
     Code::CallExpired,
     Code::CallInProgress,
     Code::CallInterrupted,
@@ -367,6 +368,7 @@ fn operation(op: Op) -> Operation {
         | Op::Decline
         | Op::ApproveRun
         | Op::DeclineRun
+        | Op::DeclinePrincipal
         | Op::Events
         | Op::ListGrants
         | Op::RevokeGrant
@@ -510,14 +512,14 @@ fn agent_operation(op: Op) -> Operation {
             ..o("createCall", "agents", "Make a tool call",
                 "Through the whole pipeline: parse, fingerprint, policy, approval, backend (DESIGN §6). Roles: agent, admin.",
                 &[Code::RequestInvalidArgs, Code::RequestInvalidTool, Code::RequestInvalidContext,
-                  Code::ToolUnknown, Code::ToolDefinitionChanged, Code::PolicyDenied, Code::PolicyUnavailable, Code::ApprovalDeclined,
-                  Code::ApprovalExpired, Code::CallCancelled, Code::CallInterrupted,
+                  Code::RequestAgentForbidden, Code::ToolUnknown, Code::ToolDefinitionChanged, Code::PolicyDenied, Code::PolicyUnavailable, Code::ApprovalDeclined,
+                  Code::ApprovalExpired, Code::CallCancelled, Code::GrantRevoked, Code::CallInterrupted,
                   // An identical call that joined another's (DESIGN §10) answers with that
                   // call's state: executing, or expired.
                   Code::CallInProgress, Code::CallExpired,
                   Code::CallFingerprintMismatch, Code::UpstreamUnavailable, Code::UpstreamTimeout,
                   Code::UpstreamTooLarge, Code::UpstreamInvalidSuspend, Code::UpstreamInvalidResponse,
-                  Code::PrincipalTooManyPending, Code::GatewayTooManyHeld, Code::GatewayShuttingDown,
+                  Code::PrincipalTooManyPending, Code::PrincipalTooManyHeld, Code::GatewayTooManyHeld, Code::GatewayShuttingDown,
                   Code::StoreCorrupt])
         },
         Op::ListCalls => Operation {
@@ -535,7 +537,7 @@ fn agent_operation(op: Op) -> Operation {
             ],
             ..o("getCall", "agents", "A call's outcome",
                 "Waits up to `wait` seconds for it; runs an approved call at most once. Roles: agent (its own), admin.",
-                &[&OUTCOME[..], &[Code::RequestInvalidField]].concat())
+                &[&OUTCOME[..], &[Code::RequestInvalidField, Code::PrincipalTooManyHeld, Code::GatewayTooManyHeld]].concat())
         },
         Op::ResumeCall => Operation {
             params: vec![wait_param()],
@@ -545,7 +547,7 @@ fn agent_operation(op: Op) -> Operation {
             ],
             ..o("resumeCall", "agents", "Resume a call",
                 "With `resume_data`, a suspended call continues; without, the outcome of an approved call, executed at most once.",
-                &[&OUTCOME[..], &RESUME[..]].concat())
+                &[&OUTCOME[..], &RESUME[..], &[Code::PrincipalTooManyHeld, Code::GatewayTooManyHeld]].concat())
         },
         Op::CancelCall => Operation {
             ok: vec![json_ok(200, "Cancelled.")],
@@ -641,9 +643,15 @@ fn approver_operation(op: Op) -> Operation {
                 if op == Op::ApproveRun { "approveRun" } else { "declineRun" },
                 "approvers",
                 if op == Op::ApproveRun { "Approve a run's pending calls" } else { "Decline a run's pending calls" },
-                "Mastra's approveToolCall / declineToolCall by run (DESIGN §6).",
-                &[Code::ApprovalForbidden, Code::ApprovalNotFound, Code::RequestMissingReason, Code::RequestInvalidField],
+                "Mastra's approveToolCall / declineToolCall by run. A run is one principal's: when several principals use the run id, name one with `principal` (else `409 call.ambiguous` lists them).",
+                &[Code::ApprovalForbidden, Code::ApprovalNotFound, Code::RequestMissingReason, Code::RequestInvalidField, Code::CallAmbiguous],
             )
+        },
+        Op::DeclinePrincipal => Operation {
+            ok: vec![json_ok(200, "Each pending approval of the principal, declined on its own.")],
+            ..o("declinePrincipal", "approvers", "Decline every pending call of a principal",
+                "An agent flooding its approvers is stopped in one step: every pending approval its calls opened is declined with the reason, which each waiting call is told. Role: admin.",
+                &[Code::AuthForbidden, Code::RequestMissingReason, Code::RequestInvalidField])
         },
         Op::Events => Operation {
             ok: vec![(200, "text/event-stream", Shape::Text, "`approval.requested`, `approval.decided`, `approval.expired`, `call.completed`.")],

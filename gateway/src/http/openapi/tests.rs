@@ -191,6 +191,7 @@ fn every_json_answer_of_every_route_has_examples_that_validate_against_its_deriv
         rate: None,
         max_pending: None,
         jwks_ttl: std::time::Duration::from_secs(300),
+        agents: vec![],
     });
     let doc = document(&config);
     let mut checked = 0;
