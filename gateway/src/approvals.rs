@@ -34,6 +34,11 @@ pub fn inbox_link(config: &Config, approval_id: &str) -> String {
     format!("{}/inbox/approvals/{approval_id}", public_base(config))
 }
 
+/// The inbox's list of pending approvals.
+pub fn inbox_home(config: &Config) -> String {
+    format!("{}/inbox/", public_base(config))
+}
+
 /// The inbox page where a suspended call's resume form is (DESIGN §11).
 pub fn resume_link(config: &Config, call_id: &str) -> String {
     format!("{}/inbox/calls/{call_id}", public_base(config))

@@ -48,6 +48,49 @@ impl Gateway {
         }
     }
 
+    /// Sends the summaries of principals' approvals held back beyond ten a minute
+    /// (`crate::notices`) once their minute is over: audited `approval.summary`, and announced
+    /// to the webhooks, mail and Slack channels that hear of approvals.
+    async fn summaries(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.shutdown.cancelled() => break,
+            }
+            for s in self.notices.due(now_ms()) {
+                let mut data = s.data;
+                let links: Vec<Value> = data["approval_ids"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(|id| Value::from(crate::approvals::inbox_link(&self.config, id)))
+                    .collect();
+                data["links"] = Value::Array(links);
+                tracing::info!(
+                    principal = data["principal"].as_str().unwrap_or(""),
+                    count = data["count"].as_u64().unwrap_or(0),
+                    groups = ?s.groups,
+                    "approvals beyond ten a minute notified as one summary"
+                );
+                let record = crate::state::audit_fields(data.clone());
+                let now = now_ms();
+                if let Err(e) = self
+                    .store_op(move |st| st.append_audit(Kind::ApprovalSummary, record, now))
+                    .await
+                {
+                    tracing::error!(
+                        code = e.code.as_str(),
+                        "cannot audit a summary: {}",
+                        e.message
+                    );
+                }
+                self.announce(Kind::ApprovalSummary, data).await;
+            }
+        }
+    }
+
     /// The expiry timer: sleeps until the store's next deadline and ends what is due then.
     /// A new deadline wakes it through [`Gateway::deadlines`]; it also looks again every
     /// [`DEADLINE_BACKSTOP`], in case a wake-up was missed or the wall clock jumped. A store
@@ -100,8 +143,11 @@ impl Gateway {
     /// Keeps the principals' pending counts (`max_pending`) of the whole store, not only of
     /// this gateway's own approvals: another gateway's record of a call approval opened, or
     /// closed (decided for good, expired, cancelled while pending), counts here too.
-    fn count_remote(&self, kind: Kind, r: &Value, a: &airlock_storage::Approval) {
-        if a.kind != airlock_storage::ApprovalKind::Call {
+    async fn count_remote(self: &Arc<Self>, kind: Kind, r: &Value, a: &airlock_storage::Approval) {
+        if a.kind == airlock_storage::ApprovalKind::ToolDefinition {
+            // A review opened or decided on another gateway: this one's pin, and so its
+            // lists, follow at once (not at the next list refresh).
+            crate::pins::reviewed(self, a).await;
             return;
         }
         let status = r.get("status").and_then(Value::as_str);
@@ -120,7 +166,7 @@ impl Gateway {
 
     /// Tells this gateway's event streams of the approvals and calls in audit records
     /// `from..=to`, which another gateway appended: an approver's inbox on any gateway sees
-    /// every approval.
+    /// every approval. The pending counts and the tools' pins follow them too.
     async fn tell_remote(self: &Arc<Self>, chain: String, from: u64, to: u64) {
         let to = to.min(from.saturating_add(10_000));
         let records = match self
@@ -149,6 +195,10 @@ impl Gateway {
                 _ => continue,
             };
             let data = if kind == Kind::CallCompleted {
+                // Nobody listening: no event to build.
+                if self.events.receiver_count() == 0 {
+                    continue;
+                }
                 let Some(id) = r.get("call_id").and_then(Value::as_str).map(str::to_owned) else {
                     continue;
                 };
@@ -166,7 +216,7 @@ impl Gateway {
                 };
                 match self.store_op(move |s| s.approval(&id)).await {
                     Ok(Some(a)) => {
-                        self.count_remote(kind, &r, &a);
+                        self.count_remote(kind, &r, &a).await;
                         if kind == Kind::CallCancelled {
                             continue;
                         }
@@ -199,14 +249,14 @@ impl Gateway {
                         },
                         _ = gw.shutdown.cancelled() => break,
                     };
-                    // Nobody listening: nothing to read or build.
-                    if gw.events.receiver_count() > 0 {
-                        gw.tell_remote(chain, from, to).await;
-                    }
+                    // Read even with nobody listening: the pending counts and the tools' pins
+                    // follow what other gateways did.
+                    gw.tell_remote(chain, from, to).await;
                 }
             });
         }
         tokio::spawn(self.clone().expiry_timer());
+        tokio::spawn(self.clone().summaries());
         if let StoreKind::Postgres {
             witness_interval, ..
         } = &self.config.store

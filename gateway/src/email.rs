@@ -42,7 +42,7 @@ pub const RETRIES: [Duration; 6] = [
 /// groups (`"*"` when any approver may decide). `data` is the approval as events carry it,
 /// already redacted.
 pub fn deliveries_for(email: &EmailConfig, kind: Kind, data: &Value) -> Vec<NewDelivery> {
-    if kind != Kind::ApprovalRequested {
+    if !matches!(kind, Kind::ApprovalRequested | Kind::ApprovalSummary) {
         return Vec::new();
     }
     let groups: Vec<&str> = data["approvers"]
@@ -65,7 +65,11 @@ pub fn deliveries_for(email: &EmailConfig, kind: Kind, data: &Value) -> Vec<NewD
     };
     to.sort_unstable();
     to.dedup();
-    let (subject, text, html) = compose(data);
+    let (subject, text, html) = if kind == Kind::ApprovalSummary {
+        compose_summary(data)
+    } else {
+        compose(data)
+    };
     to.into_iter()
         .map(|addr| NewDelivery {
             webhook: format!("{TARGET}{addr}"),
@@ -82,6 +86,47 @@ fn line(s: &str) -> String {
         .map(|c| if c.is_control() { ' ' } else { c })
         .take(200)
         .collect()
+}
+
+/// The subject, text and HTML of a summary (`approval.summary`): a principal's approvals
+/// beyond ten a minute, each named with its inbox page.
+fn compose_summary(s: &Value) -> (String, String, String) {
+    let principal = line(s["principal"].as_str().unwrap_or(""));
+    let count = s["count"].as_u64().unwrap_or(0);
+    let since = line(s["since"].as_str().unwrap_or(""));
+    let links: Vec<(String, String)> = s["approval_ids"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .zip(
+            s["links"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str),
+        )
+        .map(|(id, link)| (line(id), line(link)))
+        .collect();
+    let subject = format!("[airlock] {count} more approvals requested by {principal}");
+    let what = format!(
+        "{principal} asked for {count} more approvals since {since}: more than ten a minute, so they are sent as one summary."
+    );
+    let text = format!(
+        "{what}\n\n{}\nEach waits in the inbox; to decide, open it and sign in. An admin can decline every pending call of {principal} at once.\n\nThis mail decides nothing by itself.\n",
+        links
+            .iter()
+            .map(|(id, link)| format!("{id}: {link}\n"))
+            .collect::<String>()
+    );
+    let html = html! {
+        p { (what) }
+        ul { @for (id, link) in &links { li { a href=(link) { (id) } } } }
+        p { "Each waits in the inbox; to decide, open it and sign in. An admin can decline every pending call of " (principal) " at once." }
+        p { small { "This mail decides nothing by itself." } }
+    }
+    .into_string();
+    (subject, text, html)
 }
 
 /// The subject, text and HTML of an approval's mail.

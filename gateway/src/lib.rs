@@ -34,6 +34,7 @@ pub(crate) mod lanes;
 pub(crate) mod limits;
 pub(crate) mod mcp;
 pub(crate) mod metrics;
+pub(crate) mod notices;
 pub(crate) mod pins;
 pub(crate) mod pipeline;
 pub(crate) mod reconfigure;

@@ -19,7 +19,7 @@ use crate::backends::mcp::pins::{Gate, Trust};
 use crate::backends::mcp::{Listed, McpTool, Server, LEGACY, MODERN};
 use crate::clock::now_ms;
 use crate::config::PinMode;
-use crate::error::ApiError;
+use crate::error::{ApiError, Code};
 use crate::state::Gateway;
 
 /// How long a review stays open; expired, the tool stays refused and the next list that
@@ -67,31 +67,85 @@ pub async fn refresh_loop(gw: Arc<Gateway>) {
         .await;
 }
 
+/// What the store is told of a listed tool of `s`.
+fn seen(s: &Server, listed: &Listed) -> PinSeen {
+    let name = listed
+        .definition
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let mut definition = (*listed.definition).clone();
+    if let Some(o) = definition.as_object_mut() {
+        o.remove("_meta");
+    }
+    PinSeen {
+        server: s.config.name.clone(),
+        visible: format!("{}{name}", s.config.prefix),
+        tool: name,
+        definition,
+        fingerprint: listed.fingerprint.clone(),
+        trust_first: s.config.trust_first,
+        reviewers: s.config.reviewers.iter().cloned().collect::<BTreeSet<_>>(),
+        review_ttl_ms: REVIEW_TTL.as_millis() as u64,
+    }
+}
+
+/// `POST /v1/tools/{name}/review` (an admin's): opens a review of the tool's current
+/// definition (one a reviewer declined is reviewed again). `tool.unknown` for a name no
+/// upstream lists; `400 approval.invalid_state` when the current definition is the pinned
+/// one, or the server pins nothing. The review open for that definition, if one is.
+pub async fn reopen(gw: &Arc<Gateway>, visible: &str) -> Result<Approval, ApiError> {
+    let unknown = || {
+        ApiError::new(
+            Code::ToolUnknown,
+            format!("no MCP upstream lists a tool `{visible}`"),
+        )
+    };
+    let (s, listed) = gw
+        .backends
+        .mcp
+        .servers
+        .iter()
+        .find_map(|s| {
+            let name = visible.strip_prefix(s.config.prefix.as_str())?;
+            Some((s.clone(), s.listed(name)?))
+        })
+        .ok_or_else(unknown)?;
+    if s.config.pin == PinMode::Off {
+        return Err(ApiError::new(
+            Code::ApprovalInvalidState,
+            format!(
+                "MCP server `{}` pins nothing (`pin = \"off\"`): there is no review",
+                s.config.name
+            ),
+        ));
+    }
+    let seen = seen(&s, &listed);
+    let (server, tool) = (seen.server.clone(), seen.tool.clone());
+    let now = now_ms();
+    let review = gw
+        .store_op(move |st| st.reopen_tool_review(seen, now))
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                Code::ApprovalInvalidState,
+                format!("`{visible}` lists its pinned definition: there is nothing to review"),
+            )
+        })?;
+    reload(gw, &server, &tool).await;
+    if review.created_at == now {
+        opened(gw, &s, &review).await;
+    }
+    Ok(review)
+}
+
 /// Tells the store of every listed tool of `s` whose definition is not the pinned one (or
 /// not judged yet), keeps the pins it answers, and announces the reviews it opened. A store
 /// that fails leaves those tools held (under `enforce`); the next refresh tries again.
 pub async fn settle(gw: &Arc<Gateway>, s: &Arc<Server>) {
     for listed in s.unsettled() {
-        let name = listed
-            .definition
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let mut definition = (*listed.definition).clone();
-        if let Some(o) = definition.as_object_mut() {
-            o.remove("_meta");
-        }
-        let seen = PinSeen {
-            server: s.config.name.clone(),
-            visible: format!("{}{name}", s.config.prefix),
-            tool: name,
-            definition,
-            fingerprint: listed.fingerprint.clone(),
-            trust_first: s.config.trust_first,
-            reviewers: s.config.reviewers.iter().cloned().collect::<BTreeSet<_>>(),
-            review_ttl_ms: REVIEW_TTL.as_millis() as u64,
-        };
+        let seen = seen(s, &listed);
         let now = now_ms();
         match gw.store_op(move |st| st.see_tool(seen, now)).await {
             Ok(seen) => {
@@ -140,8 +194,49 @@ pub async fn reviewed(gw: &Arc<Gateway>, a: &Approval) {
     reload(gw, &server, &tool).await;
 }
 
-/// Reads one pin from the store again and keeps it.
-async fn reload(gw: &Arc<Gateway>, server: &str, tool: &str) -> Option<ToolPin> {
+/// How often a gateway on a shared store reads every pin again: a review decided on another
+/// gateway reaches this one's lists within this long.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
+/// On a store shared by several gateways (PostgreSQL), reads the pins every [`FOLLOW_EVERY`]
+/// and keeps those another gateway changed (a review opened or decided there), so this
+/// gateway's lists and calls follow at once, not at its next list refresh. One read of the
+/// few pins' keys; nothing on fjall, where every decision is this gateway's own.
+pub async fn follow_store(gw: Arc<Gateway>) {
+    if !matches!(gw.config.store, crate::config::StoreKind::Postgres { .. })
+        || gw.backends.mcp.servers.is_empty()
+    {
+        return;
+    }
+    let mut tick = tokio::time::interval(FOLLOW_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = gw.shutdown.cancelled() => return,
+        }
+        let Ok(pins) = gw.store_op(|s| s.tool_pins()).await else {
+            continue;
+        };
+        for pin in pins {
+            let Some(s) = gw
+                .backends
+                .mcp
+                .servers
+                .iter()
+                .find(|s| s.config.name == pin.server && s.config.pin != PinMode::Off)
+            else {
+                continue;
+            };
+            if s.pins().get(&pin.tool) != Some(&pin) {
+                s.set_pin(pin);
+            }
+        }
+    }
+}
+
+/// Reads one pin from the store again and keeps it: a review decided (or opened) on
+/// another gateway reaches this one's lists as soon as its record is told here.
+pub(crate) async fn reload(gw: &Arc<Gateway>, server: &str, tool: &str) -> Option<ToolPin> {
     let s = gw
         .backends
         .mcp

@@ -35,6 +35,7 @@ pub const MAX_CHANGED: usize = 1000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum NotReplayable {
     Redacted,
+    Elided,
     NoRole,
     Unparsable,
     Definition,
@@ -44,6 +45,7 @@ impl NotReplayable {
     pub fn as_str(self) -> &'static str {
         match self {
             NotReplayable::Redacted => "redacted",
+            NotReplayable::Elided => "elided",
             NotReplayable::NoRole => "no_role",
             NotReplayable::Unparsable => "unparsable",
             NotReplayable::Definition => "definition",
@@ -54,6 +56,9 @@ impl NotReplayable {
     pub fn words(self) -> &'static str {
         match self {
             NotReplayable::Redacted => "args or resume data with a redacted field",
+            NotReplayable::Elided => {
+                "a denied call whose args were too big to keep (only their fingerprint and size are)"
+            }
             NotReplayable::NoRole => "recorded without the principal's role and groups",
             NotReplayable::Unparsable => "args that do not parse",
             NotReplayable::Definition => {
@@ -396,6 +401,9 @@ fn read(r: &Value, at: u64, resume: bool) -> Result<Recorded, NotReplayable> {
     let Some(role) = r.get("role").and_then(Value::as_str) else {
         return Err(NotReplayable::NoRole);
     };
+    if r.get("args_elided").is_some() {
+        return Err(NotReplayable::Elided);
+    }
     let decision = r
         .get("decision")
         .and_then(Value::as_str)

@@ -111,6 +111,9 @@ pub struct Gateway {
     /// The audit records other gateways on the same database appended, by seq range: the
     /// approvals and calls in them are told on this gateway's event streams too.
     pub(crate) remote_audit: Mutex<Option<RemoteAudit>>,
+    /// How many of each principal's approvals were notified this minute, and those held back
+    /// for the minute's summary.
+    pub notices: crate::notices::Notices,
     /// `[server] tls`: the certificate served, read again on reload.
     pub tls: Option<Arc<crate::tls::Certs>>,
     /// The config as last applied (at start, then by each reload that read the file): what a
@@ -238,6 +241,7 @@ impl Gateway {
             schemas: Default::default(),
             deadlines,
             remote_audit: Mutex::new(Some(remote_rx)),
+            notices: Default::default(),
             tls,
             applied: Mutex::new(config.clone()),
             config,

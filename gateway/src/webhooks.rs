@@ -31,6 +31,13 @@ pub fn payload(kind: &str, data: &Value) -> String {
     json!({"type": kind, "timestamp": rfc3339(now_ms()), "data": data}).to_string()
 }
 
+/// Whether webhook `h` hears of `kind`: a summary of approvals goes to the webhooks that hear
+/// of approvals being requested too, in place of the ones it sums up.
+fn hears(h: &WebhookConfig, kind: Kind) -> bool {
+    h.events.contains(&kind)
+        || (kind == Kind::ApprovalSummary && h.events.contains(&Kind::ApprovalRequested))
+}
+
 impl Webhooks {
     pub fn new(hooks: Vec<WebhookConfig>, redact: Vec<String>) -> Result<Webhooks, String> {
         let client = reqwest::Client::builder()
@@ -58,7 +65,7 @@ impl Webhooks {
 
     /// Whether any webhook subscribes to `kind`.
     pub fn wants(&self, kind: Kind) -> bool {
-        self.hooks.load().iter().any(|h| h.events.contains(&kind))
+        self.hooks.load().iter().any(|h| hears(h, kind))
     }
 
     /// One delivery per webhook that subscribes to `kind`, with the configured pointers
@@ -68,7 +75,7 @@ impl Webhooks {
         self.hooks
             .load()
             .iter()
-            .filter(|h| h.events.contains(&kind))
+            .filter(|h| hears(h, kind))
             .map(|h| NewDelivery {
                 webhook: h.id.clone(),
                 event: kind.as_str().to_owned(),

@@ -122,8 +122,9 @@ fn bytes_scanned_by_string_functions_and_regexes_count() {
     // the one field read (6 steps).
     assert_eq!(d.steps, 20_012);
     assert_eq!(d.decision, DecisionKind::Deny);
+    // Out of budget, a deny rule denies (the stricter of its decision and on_error).
     let d = decide(&set, "t", &json!({"s": "a".repeat(600_000)}));
-    assert_eq!(d.decision, DecisionKind::RequireApproval);
+    assert_eq!(d.decision, DecisionKind::Deny);
     assert_eq!(d.errors[0].reason, "evaluation budget exceeded");
 }
 
@@ -138,7 +139,7 @@ fn loops_over_computed_strings_pay_for_what_they_read() {
     args["a"] = json!("x".repeat(100_000));
     args["b"] = json!("y".repeat(100_000));
     let d = decide(&set, "t", &args);
-    assert_eq!(d.decision, DecisionKind::RequireApproval);
+    assert_eq!(d.decision, DecisionKind::Deny);
     assert_eq!(d.errors[0].reason, "evaluation budget exceeded");
 }
 
@@ -162,12 +163,13 @@ fn a_secret_key_at_the_end_of_a_large_object_is_still_denied() {
     assert!(d.rules.contains(&"deny-credentials-in-args".to_owned()));
     assert!(d.steps <= set.budget());
 
-    // Beyond what the budget pays for, the call is never allowed.
+    // Beyond what the budget pays for, the deny rule still denies: padding never turns it
+    // into an approval request.
     for i in 5_000..150_000 {
         args.insert(format!("k{i:06}"), json!(i));
     }
     let d = decide(&set, "crm.customer.get", &Value::Object(args));
-    assert_eq!(d.decision, DecisionKind::RequireApproval);
+    assert_eq!(d.decision, DecisionKind::Deny);
     // `args` is too big to bind whole: the rule that reads it whole runs out; the one that
     // reads only `args.items` is bound just that field, and decides.
     let errors: Vec<&str> = d.errors.iter().map(|e| e.rule.as_str()).collect();

@@ -305,6 +305,11 @@ fn airlock(set: &PolicySet, v: &Value, now: SystemTime) -> Value {
             definition,
         },
     );
+    // The rule denies when its condition is true; one that errors denies too (the stricter of
+    // its decision and on_error), so an error is read from `errors`, not from the decision.
+    if !d.errors.is_empty() {
+        return json!("error");
+    }
     match d.decision {
         DecisionKind::Deny => json!(true),
         DecisionKind::Allow => json!(false),

@@ -38,6 +38,8 @@ airlock_policy::stable_names! {
         ApprovalDecided = "approval.decided",
         ApprovalExpired = "approval.expired",
         ApprovalTightened = "approval.tightened",
+        // A principal's approvals beyond ten a minute, notified as one summary (DESIGN §23).
+        ApprovalSummary = "approval.summary",
         GrantConsumed = "grant.consumed",
         GrantExpired = "grant.expired",
         GrantRevoked = "grant.revoked",

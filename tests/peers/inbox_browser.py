@@ -620,6 +620,33 @@ def main():
             note = d.find_element(By.CSS_SELECTOR, "p.ok").text
             out(scopes=scopes, checked=checked, decided=decided, listed=listed, note=note,
                 phone_width=phone_width)
+        elif SCENARIO == "errors":
+            # A call held because its approval rule ran out of its budget (the gateway's test
+            # made it): "why it was held" names the rule and the reason, at 1280 and 375. Then
+            # an admin declines every pending call of that agent from the page.
+            sign_in(d, "dba1")
+            open_first_row(d)
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "ul.rules")))
+            why = d.find_element(By.CSS_SELECTOR, "ul.rules").text
+            shot(d, "inbox-rule-error")
+            d.set_window_size(375, 812)
+            time.sleep(0.2)
+            phone_width = d.execute_script("return document.documentElement.scrollWidth")
+            shot(d, "inbox-rule-error-phone")
+            d.set_window_size(1280, 900)
+            offered_to_approver = len(d.find_elements(By.CSS_SELECTOR, "details.flood"))
+            d.find_element(By.CSS_SELECTOR, "form[action='/inbox/logout'] button").click()
+            sign_in(d, "admin")
+            open_first_row(d)
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "details.flood")))
+            d.find_element(By.CSS_SELECTOR, "details.flood summary").click()
+            d.find_element(By.ID, "flood-reason").send_keys("this agent floods its approvers")
+            d.find_element(By.CSS_SELECTOR, "form[action='/inbox/principals/decline'] button.decline").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p[role=status]")))
+            declined = d.find_element(By.CSS_SELECTOR, "main").text
+            shot(d, "inbox-declined-all")
+            out(why=why, phone_width=phone_width, offered_to_approver=offered_to_approver,
+                declined=declined)
         elif SCENARIO == "mail":
             # The link of an approval mail (the gateway's test read it from the mail the SMTP
             # server received): opened with no session it asks to sign in, and only then does

@@ -227,7 +227,20 @@ approvers = ["dba"]
         Some("respond-async"),
     );
     assert_eq!((s, code(&b)), (403, "policy.denied"), "{b}");
+    assert_eq!(
+        b["error"]["details"]["errors"][0]["rule"], "no-shadow",
+        "{b}"
+    );
     assert_eq!(backend.count(), 0);
+    // The padding is not kept in the audit log, only its fingerprint and size.
+    let decided = audit(&gw, "call.decided");
+    let denied = decided.iter().find(|r| r["decision"] == "deny").unwrap();
+    assert_eq!(
+        denied["args_elided"]["bytes"],
+        padded.len() + 11,
+        "{denied}"
+    );
+    assert_eq!(denied["args"], json!({}));
     // An approval rule that errors still holds the call, and every place an approver looks
     // names the failed rule and why.
     let sql = "x ".repeat(400_000);
@@ -582,4 +595,72 @@ fn a_renewed_tls_certificate_is_served_after_a_reload() {
         "new connections get the renewed one"
     );
     assert!(!healthz(&trusting(&first_ca)));
+}
+
+/// The inbox in headless Chromium: a call held because its approval rule ran out of its
+/// budget shows the rule and why under "why it was held" (at 1280 and 375 px), and an admin
+/// declines every pending call of the agent from the page in one step.
+#[test]
+fn the_inbox_says_which_rule_failed_and_an_admin_declines_a_flood() {
+    let backend = Backend::start();
+    let config =
+        config_text(&backend, "").replace("max_body_bytes = 65536", "max_body_bytes = 2000000");
+    let policy = r#"
+version = 1
+
+[defaults]
+decision = "allow"
+on_error = "require_approval"
+
+[[rules]]
+id = "slow-check"
+tools = ["db.*"]
+when = 'args.sql.split(" ").all(w, w.size() < 1000)'
+decision = "require_approval"
+approvers = ["dba"]
+"#;
+    let gw = Gateway::start_with(&config, policy);
+    let (s, b) = post(
+        &gw,
+        "agent1",
+        json!({"tool": "db.query", "args": {"sql": "x ".repeat(400_000)}}),
+        Some("respond-async"),
+    );
+    assert_eq!(s, 202, "{b}");
+    for i in 0..3 {
+        let (s, _) = post(
+            &gw,
+            "agent1",
+            json!({"tool": "db.query", "args": {"sql": format!("{}{i}", "y ".repeat(400_000))}}),
+            Some("respond-async"),
+        );
+        assert_eq!(s, 202);
+    }
+    let r = browser_scenario(&gw.base, "errors");
+    let why = r["why"].as_str().unwrap();
+    assert!(
+        why.contains("slow-check failed to evaluate: evaluation budget exceeded"),
+        "{r}"
+    );
+    assert!(r["phone_width"].as_u64().unwrap() <= 375, "{r}");
+    assert_eq!(
+        r["offered_to_approver"], 0,
+        "only admins are offered it: {r}"
+    );
+    assert!(
+        r["declined"]
+            .as_str()
+            .unwrap()
+            .contains("4 declined or tried"),
+        "{r}"
+    );
+    let (_, page) = gw.req(
+        "GET",
+        "/v1/approvals?status=pending",
+        Some("admin"),
+        None,
+        None,
+    );
+    assert_eq!(page["approvals"], json!([]));
+    assert_eq!(backend.count(), 0);
 }

@@ -276,3 +276,143 @@ fn a_mail_server_down_for_a_while_gets_the_mail_once_and_bad_config_is_named() {
         assert!(!out.status.success() && err.contains(key), "{key}: {err}");
     }
 }
+
+/// One agent cannot drown its approvers: 30 approvals in a few seconds are notified one by one
+/// up to ten, and the other twenty as one summary when the minute is over, on each channel
+/// (a webhook, mail, Slack), while every one of the 30 is listed at once.
+#[test]
+fn beyond_ten_a_minute_approvals_are_notified_as_one_summary_per_channel() {
+    use support::slack::{slack_table, Slack, SLACK_ENV, USERS};
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certs(dir.path(), "smtp");
+    let inbox = dir.path().join("mail");
+    std::fs::create_dir_all(&inbox).unwrap();
+    let server = smtp(&inbox, &cert, &key, 0);
+    let receiver = Receiver::start("ok");
+    let backend = Backend::start();
+    let port = free_port();
+    let slack = Slack::start(port);
+    let config = format!(
+        "{}{}[[webhooks]]\nid = \"approvers\"\nurl = \"http://127.0.0.1:{}/hook\"\nsecret = \"{SECRET}\"\nevents = [\"approval.requested\"]\n",
+        config(&backend, port, server.port, &ca),
+        slack_table(slack.port, USERS),
+        receiver.port
+    );
+    let gw = Gateway::start_env(&config, POLICY, port, "warn", &SLACK_ENV);
+    let started = Instant::now();
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        ids.push(
+            gw.call_async("agent1", "db.query", json!({"sql": format!("select {i}")}))
+                .1,
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let (_, page) = gw.req(
+        "GET",
+        "/v1/approvals?status=pending&limit=100",
+        Some("dba1"),
+        None,
+        None,
+    );
+    assert_eq!(
+        page["approvals"].as_array().unwrap().len(),
+        30,
+        "all listed at once"
+    );
+    // The minute ends: one summary per channel.
+    let hooks = receiver.wait_for(11, Duration::from_secs(90));
+    let kinds: Vec<&str> = hooks
+        .iter()
+        .map(|r| r["body"]["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "approval.requested").count(),
+        10,
+        "{kinds:?}"
+    );
+    let summary = hooks
+        .iter()
+        .find(|r| r["body"]["type"] == "approval.summary")
+        .unwrap_or_else(|| panic!("{kinds:?}"));
+    let data = &summary["body"]["data"];
+    assert_eq!(data["principal"], "agent1");
+    assert_eq!(data["count"], 20);
+    let summed: Vec<&str> = data["approval_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        summed,
+        ids[10..].iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert!(data["since"].as_str().unwrap().ends_with('Z'), "{data}");
+    // Mail: ten approvals and the summary, each to the dba group's two addresses.
+    let got = wait_mails(&gw, &inbox, 22, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(500));
+    let got_now = mails(&inbox);
+    assert_eq!(got_now.len(), 22, "{got:?}");
+    let summaries: Vec<_> = got_now
+        .iter()
+        .filter(|(_, m)| m["subject"] == "[airlock] 20 more approvals requested by agent1")
+        .collect();
+    assert_eq!(summaries.len(), 2);
+    let text = summaries[0].1["text"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "http://127.0.0.1:{port}/inbox/approvals/{}",
+            ids[29]
+        )),
+        "{text}"
+    );
+    // Slack: ten messages of their own and one summary in the dba channel.
+    let start = Instant::now();
+    let posted = loop {
+        let messages: Vec<Value> = slack.get("messages").as_array().unwrap().clone();
+        if messages.len() >= 11 || start.elapsed() > Duration::from_secs(20) {
+            break messages;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(posted.len(), 11, "{posted:?}");
+    let summary_posts: Vec<&Value> = posted
+        .iter()
+        .filter(|m| {
+            m.to_string()
+                .contains("20 more approvals requested by agent1")
+        })
+        .collect();
+    assert_eq!(summary_posts.len(), 1, "{posted:?}");
+    assert_eq!(summary_posts[0]["channel"], "C0DBA", "{posted:?}");
+    // Deciding them all updates only the ten messages there are; nothing is left to retry.
+    let (s, b) = gw.req(
+        "POST",
+        "/v1/approvals/decline",
+        Some("admin"),
+        Some(r#"{"principal":"agent1","reason":"flood"}"#),
+        None,
+    );
+    assert_eq!(
+        (s, b["results"].as_array().unwrap().len()),
+        (200, 30),
+        "{b}"
+    );
+    let start = Instant::now();
+    loop {
+        let messages = slack.get("messages");
+        let updated = messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["versions"].as_array().unwrap().len() > 1)
+            .count();
+        if updated == 10 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "{messages}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(slack.get("messages").as_array().unwrap().len(), 11);
+}

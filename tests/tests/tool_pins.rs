@@ -300,9 +300,10 @@ fn a_changed_definition_is_held_until_a_reviewer_approves_it_and_declined_stays_
     let (s, b) = deploy(&gw);
     assert_eq!((s, code(&b)), (409, "tool.definition_changed"), "{b}");
     assert_eq!(b["error"]["details"]["declined"], true, "{b}");
-    assert!(listed(&gw)["ops.deploy"]["inputSchema"]["properties"]
-        .get("token")
-        .is_none());
+    assert!(
+        !listed(&gw).contains_key("ops.deploy"),
+        "a declined tool is not offered to clients"
+    );
     std::thread::sleep(Duration::from_millis(2500));
     assert!(pending_review(&gw, "ops.deploy").is_none());
     assert_eq!(reviews(&gw, "ops.deploy").len(), 2);
@@ -602,4 +603,163 @@ fn the_review_page_shows_a_hostile_definition_as_text_at_1280_and_375() {
     );
     assert!(r["decided"].as_str().unwrap().contains("approved"), "{r:?}");
     assert!(description(&gw, "ops.deploy").unwrap().contains("id_rsa"));
+}
+
+/// Reviews as documented: an admin outside `reviewers` decides a review; a declined tool is
+/// left out of lists; the upstream serving the pinned definition again, then the declined one,
+/// opens a new review; and an admin can open one for the current definition at will.
+#[test]
+fn admins_review_a_declined_tool_is_hidden_and_a_review_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let stage = dir.path().join("stage");
+    set_stage(&stage, "v1");
+    let up = Upstream::peer("changing_upstream.py", &[stage.to_str().unwrap()]);
+    let config = format!(
+        "{}{}",
+        mcp_base_config("2s"),
+        server("ops", &up, "reviewers = [\"dba\"]")
+    );
+    let gw = Gateway::start_with(&config, PIN_POLICY);
+    assert_eq!(deploy(&gw).0, 200);
+    // An admin in none of the reviewer groups approves a review.
+    set_stage(&stage, "poisoned");
+    let id = review_opens(&gw, "ops.deploy")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (s, b) = decide(&gw, "admin", &id, true);
+    assert_eq!((s, b["status"].as_str()), (200, Some("approved")), "{b}");
+    // Declined: refused and not listed.
+    set_stage(&stage, "schema");
+    let id = review_opens(&gw, "ops.deploy")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(decide(&gw, "admin", &id, false).0, 200);
+    wait_until("the declined tool to leave the list", || {
+        !listed(&gw).contains_key("ops.deploy")
+    });
+    let (s, b) = deploy(&gw);
+    assert_eq!((s, code(&b)), (409, "tool.definition_changed"), "{b}");
+    // The upstream serves the pinned definition again: listed and called again...
+    set_stage(&stage, "poisoned");
+    wait_until("the pinned definition to be served again", || {
+        deploy(&gw).0 == 200
+    });
+    assert!(listed(&gw).contains_key("ops.deploy"));
+    // ...and then the declined one again: that is a new change, and a new review opens.
+    set_stage(&stage, "schema");
+    let reopened = review_opens(&gw, "ops.deploy");
+    assert_ne!(reopened["id"], id.as_str());
+    assert_eq!(reviews(&gw, "ops.deploy").len(), 3);
+    let (s, _) = decide(&gw, "dba1", reopened["id"].as_str().unwrap(), false);
+    assert_eq!(s, 200);
+    // An admin opens a review of the current (declined) definition at will; nobody else may.
+    let (s, b) = gw.req(
+        "POST",
+        "/v1/tools/ops.deploy/review",
+        Some("dba1"),
+        None,
+        None,
+    );
+    assert_eq!((s, code(&b)), (403, "auth.forbidden"), "{b}");
+    let (s, b) = gw.req(
+        "POST",
+        "/v1/tools/ops.deploy/review",
+        Some("admin"),
+        None,
+        None,
+    );
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(b["kind"], "tool_definition");
+    assert_eq!(b["status"], "pending");
+    let again = b["id"].as_str().unwrap().to_owned();
+    let (s, b) = gw.req(
+        "POST",
+        "/v1/tools/ops.deploy/review",
+        Some("admin"),
+        None,
+        None,
+    );
+    assert_eq!(
+        (s, b["id"].as_str()),
+        (200, Some(again.as_str())),
+        "the open one: {b}"
+    );
+    assert_eq!(decide(&gw, "dba2", &again, true).0, 200);
+    assert_eq!(deploy(&gw).0, 200);
+    let (s, b) = gw.req(
+        "POST",
+        "/v1/tools/ops.deploy/review",
+        Some("admin"),
+        None,
+        None,
+    );
+    assert_eq!(
+        (s, code(&b)),
+        (400, "approval.invalid_state"),
+        "nothing to review: {b}"
+    );
+    let (s, b) = gw.req(
+        "POST",
+        "/v1/tools/ops.nothing/review",
+        Some("admin"),
+        None,
+        None,
+    );
+    assert_eq!((s, code(&b)), (404, "tool.unknown"), "{b}");
+}
+
+/// A review decided on one of three gateways reaches the others' lists within a second (each
+/// gateway reads the pins of the shared store every second, not only at its next list
+/// refresh, which is 30 s here).
+#[test]
+fn a_repin_reaches_every_gateways_list_within_a_second() {
+    let db = support::pg::Database::fresh();
+    let dir = tempfile::tempdir().unwrap();
+    let stage = dir.path().join("stage");
+    set_stage(&stage, "v1");
+    let up = Upstream::peer("changing_upstream.py", &[stage.to_str().unwrap()]);
+    let mut gws: Vec<Gateway> = ["gw-a", "gw-b", "gw-c"]
+        .iter()
+        .map(|name| {
+            let config = format!(
+                "{}{}[store]\nkind = \"postgres\"\nurl = \"{}\"\ninstance = \"{name}\"\n",
+                mcp_base_config("2s"),
+                server("ops", &up, "").replace("refresh = \"1s\"", "refresh = \"30s\""),
+                db.url
+            );
+            Gateway::start_with(&config, PIN_POLICY)
+        })
+        .collect();
+    // v1 is pinned; the gateways restart after the upstream changed, so each sees the change
+    // at start (their next refresh is 30 s away).
+    for gw in &mut gws {
+        gw.kill9();
+    }
+    set_stage(&stage, "poisoned");
+    for gw in &mut gws {
+        gw.spawn();
+    }
+    for gw in &gws {
+        assert_eq!(deploy(gw).0, 409);
+    }
+    let id = review_opens(&gws[0], "ops.deploy")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (s, b) = decide(&gws[1], "admin", &id, true);
+    assert_eq!(s, 200, "{b}");
+    let decided = Instant::now();
+    for (i, gw) in gws.iter().enumerate() {
+        while !description(gw, "ops.deploy").is_some_and(|d| d.contains("id_rsa")) {
+            assert!(
+                decided.elapsed() < Duration::from_secs(1),
+                "gateway {i} still lists {:?} a second after the review was decided",
+                description(gw, "ops.deploy")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert_eq!(deploy(&gws[0]).0, 200);
 }

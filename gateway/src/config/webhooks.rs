@@ -10,8 +10,9 @@ use super::raw::RawWebhook;
 use super::{duration, err, secret, ConfigError};
 
 /// The events a webhook can receive.
-pub const EVENTS: [Kind; 4] = [
+pub const EVENTS: [Kind; 5] = [
     Kind::ApprovalRequested,
+    Kind::ApprovalSummary,
     Kind::ApprovalDecided,
     Kind::ApprovalExpired,
     Kind::CallCompleted,

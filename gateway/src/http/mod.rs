@@ -205,6 +205,7 @@ async fn dispatch(
         Op::ReloadPolicy => admin::reload(cx).await,
         Op::ListTools => tools::list(cx),
         Op::GetTool => tools::get(cx, id),
+        Op::ReviewTool => tools::review(cx, id).await,
         Op::ListWebhooks => admin::webhooks(cx).await,
         Op::EnableWebhook => admin::enable_webhook(cx, id).await,
         Op::TestWebhook => admin::test_webhook(cx, id).await,

@@ -48,6 +48,7 @@ pub(crate) enum Op {
     RevokeGrant,
     ListTools,
     GetTool,
+    ReviewTool,
     ListWebhooks,
     EnableWebhook,
     TestWebhook,
@@ -275,6 +276,13 @@ pub(crate) const ROUTES: &[Route] = &[
         .answers(&[(200, TypeOf::of::<api::Tools>())]),
     route(Method::GET, "/v1/tools/{name}", Op::GetTool, Token)
         .answers(&[(200, TypeOf::of::<api::Tool>())]),
+    route(
+        Method::POST,
+        "/v1/tools/{name}/review",
+        Op::ReviewTool,
+        Token,
+    )
+    .answers(&[(200, TypeOf::of::<api::Approval>())]),
     route(Method::GET, "/v1/webhooks", Op::ListWebhooks, Token)
         .answers(&[(200, TypeOf::of::<api::Webhooks>())]),
     route(
@@ -310,16 +318,24 @@ pub(crate) enum Lookup<'p> {
 }
 
 /// Looks a request up. `with_issuers` says whether the [`Access::OpenWithIssuers`] routes exist.
+/// A path that a route names literally (`/v1/approvals/decline`) is that route's alone: it is
+/// never read as a template's parameter (`/v1/approvals/{id}`), whatever the method.
 pub(crate) fn find<'p>(method: &Method, path: &'p str, with_issuers: bool) -> Lookup<'p> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     let mut allowed: Vec<&str> = Vec::new();
-    for r in ROUTES {
-        if r.access == OpenWithIssuers && !with_issuers {
-            continue;
-        }
+    let routes = || {
+        ROUTES
+            .iter()
+            .filter(|r| r.access != OpenWithIssuers || with_issuers)
+    };
+    let literal = routes().any(|r| matches(r.path, &segments).is_some_and(|p| p.is_empty()));
+    for r in routes() {
         let Some(params) = matches(r.path, &segments) else {
             continue;
         };
+        if literal && !params.is_empty() {
+            continue;
+        }
         if r.method == *method {
             return Lookup::Route(r, params);
         }

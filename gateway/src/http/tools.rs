@@ -1,5 +1,6 @@
 //! `GET /v1/tools` and `GET /v1/tools/{name}`: the MCP upstreams' tools with their pin state
-//! (DESIGN §20), for approvers and admins. Views only: the pins are [`crate::pins`]'.
+//! (DESIGN §20), for approvers and admins; `POST /v1/tools/{name}/review` (admins) opens a
+//! review of a tool's current definition. The pins are [`crate::pins`]'.
 
 use hyper::{Response, StatusCode};
 
@@ -30,4 +31,15 @@ pub(super) fn get(cx: Ctx<'_>, name: &str) -> Result<Response<Body>, ApiError> {
                 format!("no MCP upstream lists a tool `{name}`"),
             )
         })
+}
+
+/// `POST /v1/tools/{name}/review` (admin): a review of the tool's current definition.
+pub(super) async fn review(cx: Ctx<'_>, name: &str) -> Result<Response<Body>, ApiError> {
+    require(cx.role, &[Role::Admin])?;
+    let name = crate::urlencoded::decode_percent(name);
+    let review = crate::pins::reopen(cx.gw, &name).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &crate::api::Approval::of(&review),
+    ))
 }

@@ -223,6 +223,7 @@ async fn post(
             }
         }
         ["inbox", "runs", "decide"] => decide_run(gw, session, form, reason).await,
+        ["inbox", "principals", "decline"] => decline_principal(gw, session, form, reason).await,
         _ => page(
             StatusCode::NOT_FOUND,
             pages::message("Not found", "There is no such action in the inbox."),
@@ -332,6 +333,39 @@ async fn decide_run(
     page(
         StatusCode::OK,
         pages::run_result(&session_view(session), &run, &results),
+    )
+}
+
+/// An admin declines every pending call approval of one principal at once (an agent flooding
+/// its approvers); the page lists what each got.
+async fn decline_principal(
+    gw: &Arc<Gateway>,
+    session: &Session,
+    form: &[(String, String)],
+    reason: Option<String>,
+) -> Response<Body> {
+    if !session.principal.is_admin() {
+        return refusal_page(&ApiError::new(
+            Code::AuthForbidden,
+            "only an admin declines every pending call of a principal",
+        ));
+    }
+    let Some(reason) = reason else {
+        return page(StatusCode::BAD_REQUEST, pages::refusal(&missing_reason()));
+    };
+    let requester = urlencoded::get(form, "principal").unwrap_or("").to_owned();
+    let results =
+        match crate::pipeline::decline_all(gw, &session.principal, &requester, &reason).await {
+            Ok(r) => r,
+            Err(e) => return refusal_page(&e),
+        };
+    let results: Vec<(String, String, Option<ApiError>)> = results
+        .into_iter()
+        .map(|(a, r)| (a.id, a.tool, r.err()))
+        .collect();
+    page(
+        StatusCode::OK,
+        pages::principal_declined(&session_view(session), &requester, &results),
     )
 }
 

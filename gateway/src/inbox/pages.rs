@@ -474,6 +474,18 @@ fn decide_section(a: &Approval, who: &Who, pretty: &str) -> Markup {
                     button.approve type="submit" { "Approve the edited call" }
                 }
             }
+            @if who.admin && a.kind == ApprovalKind::Call {
+                details.flood {
+                    summary { "Decline every pending call of " code { (a.requester.id) } }
+                    form method="post" action="/inbox/principals/decline" {
+                        input type="hidden" name="csrf" value=(who.csrf);
+                        input type="hidden" name="principal" value=(a.requester.id);
+                        label for="flood-reason" { "Reason (required: each agent call reads it)" }
+                        input #flood-reason name="reason" required;
+                        button.decline type="submit" name="verb" value="decline" { "Decline them all" }
+                    }
+                }
+            }
             @if let Some(run) = run {
                 details.run {
                     summary { "Decide every pending call of run " code { (run) } " of " code { (a.requester.id) } }
@@ -595,6 +607,32 @@ pub fn run_result(who: &Who, run: &str, results: &[(String, String, Option<ApiEr
                     li {
                         a href={ "/inbox/approvals/" (id) } { (tool) } " — "
                         @match err { None => "decided", Some(e) => span.error { (in_words(e)) } }
+                    }
+                }
+            }
+            p { a href="/inbox/" { "Back to the inbox" } }
+        },
+    )
+}
+
+/// What declining every pending call of `principal` did, each approval with its result.
+pub fn principal_declined(
+    who: &Who,
+    principal: &str,
+    results: &[(String, String, Option<ApiError>)],
+) -> Markup {
+    layout(
+        "Declined · airlock inbox",
+        Some(who),
+        html! {
+            h1 { "Every pending call of " code { (principal) } }
+            @if results.is_empty() { p { "No pending call of this principal." } }
+            @else { p role="status" { (results.len()) " declined or tried:" } }
+            ul {
+                @for (id, tool, err) in results {
+                    li {
+                        a href={ "/inbox/approvals/" (id) } { (tool) } " — "
+                        @match err { None => "declined", Some(e) => span.error { (in_words(e)) } }
                     }
                 }
             }

@@ -114,7 +114,15 @@ pub(super) async fn decide(
 
 /// A denied call: its record and audit, then the `policy.denied` refusal.
 pub(super) async fn deny(gw: &Arc<Gateway>, d: Decided) -> Result<super::Outcome, ApiError> {
-    let (record, expl) = (d.record(), d.explanation());
+    let (mut record, mut expl) = (d.record(), d.explanation());
+    // A denied call's big args are not kept, only their fingerprint and size: an agent
+    // sending calls padded until a deny rule runs out would otherwise have every one of them
+    // written (and fsynced) whole, and every other caller's record would wait behind them.
+    let bytes = d.call.canonical_args.len();
+    if bytes > crate::lanes::HEAVY_BYTES {
+        record.args = json!({});
+        expl.insert("args_elided".into(), json!({"bytes": bytes}));
+    }
     gw.store_op(move |s| s.record_call(record, expl, false))
         .await?;
     gw.metrics.call("deny", "denied");

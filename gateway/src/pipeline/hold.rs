@@ -75,16 +75,27 @@ pub(super) async fn open(
         _ => None,
     };
     let expl = d.explanation();
-    let approval = approval_of(&d, &settings, scope_key, &expl);
+    let mut approval = approval_of(&d, &settings, scope_key, &expl);
     // The principal's `max_pending` is checked and counted in one step; grants were not
     // affected by it.
     if let Err(refusal) = gw.approval_opening(&principal.id) {
         drop(permit);
         return Err(principal_refused(gw, principal, Code::PrincipalTooManyPending, refusal).await);
     }
+    // Beyond ten a minute, a principal's approvals are notified as one summary a minute
+    // (`crate::notices`); the approval says so, so its later updates post nothing either.
+    let now = now_ms();
+    let one_by_one = gw.notices.admit(&principal.id, now);
+    if !one_by_one {
+        approval.explanation["notified"] = Value::from("summary");
+    }
     // The approval and its notifications (webhooks, mail) are durable together.
     let event = gw.approval_event(&approval);
-    let deliveries = gw.outbound(airlock_storage::Kind::ApprovalRequested, &event);
+    let deliveries = if one_by_one {
+        gw.outbound(airlock_storage::Kind::ApprovalRequested, &event)
+    } else {
+        Vec::new()
+    };
     let notify_webhooks = !deliveries.is_empty();
     let record = d.record();
     let approval = match gw
@@ -97,6 +108,11 @@ pub(super) async fn open(
             return Err(e);
         }
     };
+    if !one_by_one {
+        let groups: Vec<String> = approval.approvers.iter().cloned().collect();
+        gw.notices
+            .held_back(&principal.id, &approval.id, &groups, now);
+    }
     gw.deadlines.notify_one();
     gw.attach(
         attach_key(&principal.id, call.fingerprint.as_str(), call.run_id()),

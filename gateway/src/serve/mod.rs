@@ -155,6 +155,7 @@ fn start_background(gw: &Arc<Gateway>, shutdown: &CancellationToken) {
     gw.spawn_tasks();
     tokio::spawn(crate::deliveries::run(gw.clone()));
     tokio::spawn(crate::pins::refresh_loop(gw.clone()));
+    tokio::spawn(crate::pins::follow_store(gw.clone()));
     // Each issuer's keys are fetched at start, so the first token waits for no fetch; an
     // issuer that cannot be reached is no reason not to serve (its tokens get 503 until it is).
     for issuer in &gw.auth.issuers().list {

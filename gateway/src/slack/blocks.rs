@@ -83,6 +83,29 @@ fn plain(text: &str, n: usize) -> Value {
     json!({"type": "plain_text", "text": clip(text, n), "emoji": false})
 }
 
+/// A summary's message (`approval.summary`): a principal's approvals beyond ten a minute,
+/// counted, with a link to the inbox where each waits. Plain text only: the principal's id is
+/// the only thing in it that is not the gateway's.
+pub fn summary(s: &Value, inbox: &str) -> Value {
+    let principal = s["principal"].as_str().unwrap_or("");
+    let count = s["count"].as_u64().unwrap_or(0);
+    let since = s["since"].as_str().unwrap_or("");
+    let headline = format!("{count} more approvals requested by {principal}");
+    let text = format!(
+        "{principal} asked for {count} more approvals since {since}: more than ten a minute, so they are sent as one summary. Each waits in the inbox; an admin can decline every pending call of {principal} at once."
+    );
+    json!({
+        "text": escape(&headline),
+        "blocks": [
+            {"type": "header", "text": plain(&headline, 150)},
+            {"type": "section", "text": plain(&text, 3000)},
+            {"type": "actions", "elements": [
+                {"type": "button", "action_id": OPEN, "text": plain("Open the inbox", 75), "url": inbox}
+            ]},
+        ],
+    })
+}
+
 /// `&`, `<` and `>` escaped, as Slack asks of text it may parse.
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")

@@ -21,6 +21,14 @@ const KEEP_NOTE_MS: u64 = 7 * 24 * 3600 * 1000;
 pub async fn deliver(gw: &Arc<Gateway>, slack: &SlackConfig, d: &Delivery) -> Result<(), Failure> {
     let p: Value = serde_json::from_str(&d.payload)
         .map_err(|e| Failure::Permanent(format!("a delivery that does not read: {e}")))?;
+    if let (Some(summary), Some(channel)) = (p.get("summary"), p["channel"].as_str()) {
+        let mut body = blocks::summary(summary, &crate::approvals::inbox_home(&gw.config));
+        body["channel"] = json!(channel);
+        body["unfurl_links"] = json!(false);
+        return api::call(&gw.webhooks.client, slack, "chat.postMessage", &body)
+            .await
+            .map(|_| ());
+    }
     let (Some(id), Some(channel)) = (p["approval_id"].as_str(), p["channel"].as_str()) else {
         return Err(Failure::Permanent(
             "a delivery without approval_id and channel".into(),
@@ -94,6 +102,8 @@ pub async fn show(
                     Failure::Permanent(format!("posted, but cannot keep where: {}", e.message))
                 })
         }
+        // Notified in a summary (`crate::notices`): it has no message of its own to update.
+        None if a.explanation["notified"] == "summary" => Ok(()),
         None => Err(Failure::Retry {
             error: "the approval's message is not posted yet".into(),
             retry_after: None,

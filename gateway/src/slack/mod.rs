@@ -34,8 +34,24 @@ pub const TARGET: &str = "slack:";
 pub const RETRIES: [Duration; 6] = crate::email::RETRIES;
 
 /// The deliveries an event makes: for `approval.requested` a post to each channel of the
-/// approval's groups, for `approval.decided` and `approval.expired` an update of each.
+/// approval's groups, for `approval.decided` and `approval.expired` an update of each, and
+/// for `approval.summary` one post of the summary to each channel of its groups.
 pub fn deliveries_for(slack: &SlackConfig, kind: Kind, data: &Value) -> Vec<NewDelivery> {
+    if kind == Kind::ApprovalSummary {
+        let groups: Vec<&str> = data["approvers"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        return slack
+            .channels_for(&groups)
+            .into_iter()
+            .map(|channel| NewDelivery {
+                webhook: format!("{TARGET}{channel}"),
+                event: kind.as_str().to_owned(),
+                payload: json!({"summary": data, "channel": channel}).to_string(),
+            })
+            .collect();
+    }
     if !matches!(
         kind,
         Kind::ApprovalRequested | Kind::ApprovalDecided | Kind::ApprovalExpired

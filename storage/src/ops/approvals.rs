@@ -44,14 +44,18 @@ pub struct ApprovalFilter {
 /// ask it first only to say no early): approvers and admins, never the requester. Where `a` names groups, an
 /// approval counts toward its quorum only from a principal in one of them, admins included:
 /// an admin outside them may decline (or cancel), and its approve is refused with the groups
-/// named; an approver outside them decides nothing.
+/// named; an approver outside them decides nothing. A tool definition's review is the
+/// exception: admins always review it.
 pub fn check_decider(a: &Approval, by: &Principal, approving: bool) -> Result<(), StoreError> {
     if by.id == a.requester.id {
         return Err(StoreError::SelfApproval);
     }
     let in_groups = a.approvers.is_empty() || by.groups.iter().any(|g| a.approvers.contains(g));
+    // Admins always review a tool's definition (DESIGN §20, §23): `reviewers` adds approver
+    // groups, it never takes admins away.
+    let review = a.kind == ApprovalKind::ToolDefinition;
     match by.role.as_str() {
-        "admin" if approving && !in_groups => {
+        "admin" if approving && !in_groups && !review => {
             return Err(StoreError::Forbidden(format!(
                 "`{}` is an admin in none of the approver groups {:?}: only their members' approvals count toward the quorum; an admin may decline",
                 by.id, a.approvers

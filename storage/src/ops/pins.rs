@@ -73,7 +73,9 @@ fn pending(tx: &Tx<'_>, review: &PinReview) -> Result<bool, StoreError> {
 /// review open, or a change already under review, or one a reviewer declined.
 fn unchanged(pin: &ToolPin, seen: &PinSeen, review_open: bool) -> bool {
     if pin.fingerprint.as_deref() == Some(seen.fingerprint.as_str()) {
-        return pin.review.is_none();
+        // The pinned definition served again forgets what was declined: served later, a
+        // declined definition opens a new review.
+        return pin.review.is_none() && pin.declined.is_empty();
     }
     let reviewing = pin
         .review
@@ -125,6 +127,40 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Opens a review of `seen`, the tool's current definition, at an admin's request (`POST
+    /// /v1/tools/{name}/review`): a definition a reviewer declined is reviewed again, and an
+    /// open review of another definition is withdrawn. `None` when `seen` is the pinned
+    /// definition (nothing to review); the review already open for it when there is one.
+    pub fn reopen_tool_review(
+        &self,
+        seen: PinSeen,
+        now: Millis,
+    ) -> Result<Option<Approval>, StoreError> {
+        self.writer.submit(move |tx| {
+            let key = pin_key(&seen.server, &seen.tool);
+            let Some(mut pin) = get::<ToolPin>(tx, Ks::Settings, &key)? else {
+                return see(tx, seen, now).map(|s| s.opened);
+            };
+            if pin.fingerprint.as_deref() == Some(seen.fingerprint.as_str()) {
+                return Ok(None);
+            }
+            if let Some(r) = &pin.review {
+                if r.fingerprint == seen.fingerprint && pending(tx, r)? {
+                    return get(tx, Ks::Approvals, r.approval_id.as_bytes());
+                }
+            }
+            if let Some(r) = pin.review.take() {
+                withdraw(tx, &r, &seen, now)?;
+            }
+            pin.declined.retain(|f| *f != seen.fingerprint);
+            let opened = open_review(tx, &mut pin, &seen, now)?;
+            put(tx, Ks::Settings, &key, &pin)?;
+            Ok(Some(opened))
+        })
+    }
+}
+
 /// [`Store::see_tool`] within the writer's transaction (the pin read again, locked).
 fn see(tx: &mut Tx<'_>, seen: PinSeen, now: Millis) -> Result<Seen, StoreError> {
     let key = pin_key(&seen.server, &seen.tool);
@@ -171,6 +207,9 @@ fn see(tx: &mut Tx<'_>, seen: PinSeen, now: Millis) -> Result<Seen, StoreError> 
     // What is open is about another definition (or nothing is, any more): it is withdrawn.
     if let Some(r) = pin.review.take() {
         withdraw(tx, &r, &seen, now)?;
+    }
+    if pin.fingerprint.as_deref() == Some(seen.fingerprint.as_str()) {
+        pin.declined.clear();
     }
     let opened = if pin.fingerprint.as_deref() == Some(seen.fingerprint.as_str())
         || pin.declined.contains(&seen.fingerprint)

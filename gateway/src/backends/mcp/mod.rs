@@ -592,8 +592,15 @@ impl Server {
         };
         let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
         match tools.as_ref() {
+            // A tool whose current definition a reviewer declined is not offered at all.
             Some(tools) => tools
                 .iter()
+                .filter(|t| {
+                    !matches!(
+                        pins::Gate::of(self.config.pin, &t.trust),
+                        pins::Gate::Held { declined: true, .. }
+                    )
+                })
                 .filter_map(|t| pins::shown(self.config.pin, &t.definition, &t.trust))
                 .filter_map(|t| prefixed(&t))
                 .collect(),
@@ -630,10 +637,20 @@ impl Server {
             return Vec::new();
         }
         let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        let pins = self.pins.read().unwrap_or_else(|e| e.into_inner());
+        // A pinned tool whose pin remembers declined definitions is told too: serving the
+        // pinned one again forgets them (a declined one served later is reviewed anew).
+        let forgets = |t: &Listed| {
+            t.definition
+                .get("name")
+                .and_then(Value::as_str)
+                .and_then(|n| pins.get(n))
+                .is_some_and(|p| !p.declined.is_empty())
+        };
         tools
             .iter()
             .flatten()
-            .filter(|t| t.trust != Trust::Pinned)
+            .filter(|t| t.trust != Trust::Pinned || forgets(t))
             .cloned()
             .collect()
     }

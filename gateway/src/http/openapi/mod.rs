@@ -373,7 +373,8 @@ fn operation(op: Op) -> Operation {
         | Op::ListGrants
         | Op::RevokeGrant
         | Op::ListTools
-        | Op::GetTool => approver_operation(op),
+        | Op::GetTool
+        | Op::ReviewTool => approver_operation(op),
         Op::GetPolicy
         | Op::EvaluatePolicy
         | Op::ReloadPolicy
@@ -651,7 +652,7 @@ fn approver_operation(op: Op) -> Operation {
             ok: vec![json_ok(200, "Each pending approval of the principal, declined on its own.")],
             ..o("declinePrincipal", "approvers", "Decline every pending call of a principal",
                 "An agent flooding its approvers is stopped in one step: every pending approval its calls opened is declined with the reason, which each waiting call is told. Role: admin.",
-                &[Code::AuthForbidden, Code::RequestMissingReason, Code::RequestInvalidField])
+                &[Code::AuthForbidden, Code::RequestMissingReason, Code::RequestMissingField, Code::RequestInvalidField])
         },
         Op::Events => Operation {
             ok: vec![(200, "text/event-stream", Shape::Text, "`approval.requested`, `approval.decided`, `approval.expired`, `call.completed`.")],
@@ -678,6 +679,12 @@ fn approver_operation(op: Op) -> Operation {
         Op::GetTool => Operation {
             ok: vec![json_ok(200, "The tool, with the definition listed and the one pinned.")],
             ..o("getTool", "approvers", "One MCP tool and its pin", "Roles: approver, admin.", &[Code::ToolUnknown])
+        },
+        Op::ReviewTool => Operation {
+            ok: vec![json_ok(200, "The review of the tool's current definition (the one already open for it, if any).")],
+            ..o("reviewTool", "approvers", "Review a tool's current definition",
+                "Opens a review (an approval of kind `tool_definition`) of the definition the upstream lists now: one a reviewer declined is reviewed again, and an open review of another definition is withdrawn. Role: admin.",
+                &[Code::AuthForbidden, Code::ToolUnknown, Code::ApprovalInvalidState])
         },
         other => unreachable!("{other:?} is not one of approver_operation's operations"),
     }
