@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_storage::{Delivery, Kind, Principal};
+use airlock_storage::{Delivery, Kind};
 use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 
@@ -324,19 +324,10 @@ async fn sync_decision(gw: &Arc<Gateway>, hook: &WebhookConfig, d: &Delivery, bo
         Some("decline") => false,
         _ => return,
     };
-    let Some(principal) = hook
-        .principal
-        .as_ref()
-        .and_then(|p| gw.config.principals.iter().find(|q| &q.id == p))
-    else {
+    // The principal as the config now has it (a reload may have removed or changed it).
+    let Some((principal, _)) = hook.principal.as_ref().and_then(|p| gw.auth.principal(p)) else {
         tracing::warn!(webhook = %hook.id, "a synchronous decision from a webhook with no principal is ignored");
         return;
-    };
-    let principal = Principal {
-        id: principal.id.clone(),
-        role: principal.role.clone(),
-        groups: principal.groups.clone(),
-        ..Default::default()
     };
     let Some(approval_id) = serde_json::from_str::<Value>(&d.payload)
         .ok()

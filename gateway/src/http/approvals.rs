@@ -153,6 +153,12 @@ pub(super) async fn decline_principal(
     } = cx;
     require(role, &[Role::Admin])?;
     let b: api::DeclinePrincipalRequest = api::parse(body_json(req, limit).await?)?;
+    if b.principal.is_empty() {
+        return Err(ApiError::new(
+            Code::RequestInvalidField,
+            "`principal` must name the principal whose pending calls are declined",
+        ));
+    }
     let reason = decline_reason(b.reason)?;
     let results = pipeline::decline_all(gw, &principal, &b.principal, &reason).await?;
     Ok(json_response(
