@@ -57,7 +57,11 @@ fn start_upstream() -> (u16, Arc<AtomicU64>) {
             }),
             "tools/list" => json!({"tools": [{
                 "name": "echo", "description": "echo",
-                "inputSchema": {"type": "object"},
+                // As the official Python SDK lists `echo(text: str = "", n: int = 0)`: every
+                // call's args are checked against it (DESIGN's args-against-the-pinned-schema).
+                "inputSchema": {"type": "object", "title": "echoArguments", "properties": {
+                    "text": {"type": "string", "title": "Text", "default": ""},
+                    "n": {"type": "integer", "title": "N", "default": 0}}},
             }]}),
             "tools/call" => {
                 counter.fetch_add(1, Ordering::Relaxed);
