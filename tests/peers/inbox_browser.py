@@ -631,6 +631,7 @@ def main():
             shot(d, "inbox-rule-error")
             d.set_window_size(375, 812)
             time.sleep(0.2)
+            d.execute_script("document.querySelector('ul.rules').scrollIntoView()")
             phone_width = d.execute_script("return document.documentElement.scrollWidth")
             shot(d, "inbox-rule-error-phone")
             d.set_window_size(1280, 900)

@@ -35,6 +35,33 @@ fn post(gw: &Gateway, who: &str, body: Value, prefer: Option<&str>) -> (u16, Val
     )
 }
 
+/// The call ids of the events `who` is sent on run `run`'s stream within two seconds.
+fn stream_for(gw: &Gateway, who: &str, run: &str) -> Vec<String> {
+    use std::io::Read;
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let mut resp = client
+        .get(format!("{}/v1/runs/{run}/stream", gw.base))
+        .bearer_auth(format!("token-{who}"))
+        .send()
+        .unwrap();
+    let mut text = String::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n) = resp.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+        text.push_str(&String::from_utf8_lossy(&chunk[..n]));
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| v["callId"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// A principal `lister` that may speak for agents `bot-*`.
 fn lister() -> String {
     let hash = airlock_policy::hex(&Sha256::digest(b"token-lister"));
@@ -173,6 +200,10 @@ fn a_run_is_its_principals_own() {
     );
     assert_eq!(b["status"], "pending");
     assert_eq!(gw.resume("agent1", &c1).0, 200);
+    // agent2's stream of its run-1 tells nothing of agent1's calls in theirs.
+    let seen = stream_for(&gw, "agent2", "run-1");
+    assert!(seen.contains(&c2), "{seen:?}");
+    assert!(!seen.contains(&c1), "{seen:?}");
     // agent1's run grant (3 uses, scope run) covers agent1's run-1 only: agent2's identical
     // call in its own run-1 needs its own approval, and never attaches to agent1's.
     let (s, b) = gw.call("agent2", "multi.a", json!({}), Some("respond-async"));

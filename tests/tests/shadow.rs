@@ -348,6 +348,13 @@ fn a_reload_that_tightens_reaches_pending_approvals_and_one_that_loosens_does_no
     let p = approval(&gw, &pay);
     assert_eq!(p["status"], "declined", "{p}");
     assert_eq!(p["decisions"][0]["by"], "airlock:policy");
+    // Its audit record says why as the held caller heard it.
+    let records = audit(&gw);
+    let declined = records
+        .iter()
+        .find(|r| r["kind"] == "approval.decided" && r["approval_id"] == pay.as_str())
+        .unwrap_or_else(|| panic!("{records:?}"));
+    assert_eq!(declined["code"], "policy.denied", "{declined}");
     // A larger quorum: one dba approval no longer runs the call.
     assert_eq!(approval(&gw, &db)["quorum"], 2);
     let (s, b) = gw.approve("dba1", &db);
