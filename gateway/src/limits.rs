@@ -259,6 +259,15 @@ impl PrincipalLimits {
         Ok(entry.open)
     }
 
+    /// Sets `principal`'s pending count to `open`, as the store has it (the refusal path reads
+    /// it again: counts kept from other gateways' news may have missed a close).
+    pub fn resync_pending(&self, principal: &str, open: usize) {
+        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = self.pending_of(&mut p, principal) {
+            entry.open = open;
+        }
+    }
+
     /// Counts one more pending approval of `principal` that is open already (another
     /// gateway's), whatever its limit.
     pub fn count_pending(&self, principal: &str) -> usize {

@@ -77,10 +77,32 @@ pub(super) async fn open(
     let expl = d.explanation();
     let mut approval = approval_of(&d, &settings, scope_key, &expl);
     // The principal's `max_pending` is checked and counted in one step; grants were not
-    // affected by it.
-    if let Err(refusal) = gw.approval_opening(&principal.id) {
-        drop(permit);
-        return Err(principal_refused(gw, principal, Code::PrincipalTooManyPending, refusal).await);
+    // affected by it. At the limit, the count is read again from the store before refusing:
+    // on several gateways, one that missed another's news of an approval closed must not
+    // refuse on a count that is too high.
+    if gw.approval_opening(&principal.id).is_err() {
+        let filter = airlock_storage::ApprovalFilter {
+            status: Some(ApprovalStatus::Pending),
+            principal: Some(principal.id.clone()),
+            ..Default::default()
+        };
+        let open = gw
+            .store_op(move |s| s.list_approvals(&filter, None, 100_000))
+            .await
+            .map(|(list, _)| {
+                list.iter()
+                    .filter(|a| a.kind == airlock_storage::ApprovalKind::Call)
+                    .count()
+            });
+        if let Ok(n) = open {
+            gw.limits.resync_pending(&principal.id, n);
+        }
+        if let Err(refusal) = gw.approval_opening(&principal.id) {
+            drop(permit);
+            return Err(
+                principal_refused(gw, principal, Code::PrincipalTooManyPending, refusal).await,
+            );
+        }
     }
     // Beyond ten a minute, a principal's approvals are notified as one summary a minute
     // (`crate::notices`); the approval says so, so its later updates post nothing either.
