@@ -80,7 +80,7 @@ pub(super) async fn open(
     // affected by it. At the limit, the count is read again from the store before refusing:
     // on several gateways, one that missed another's news of an approval closed must not
     // refuse on a count that is too high.
-    if gw.approval_opening(&principal.id).is_err() {
+    if let Err(first) = gw.approval_opening(&principal.id) {
         let filter = airlock_storage::ApprovalFilter {
             status: Some(ApprovalStatus::Pending),
             principal: Some(principal.id.clone()),
@@ -97,8 +97,13 @@ pub(super) async fn open(
         if let Ok(n) = open {
             gw.limits.resync_pending(&principal.id, n);
         }
-        if let Err(refusal) = gw.approval_opening(&principal.id) {
+        if let Err(again) = gw.approval_opening(&principal.id) {
             drop(permit);
+            // The burst started with the first refusal: audited once, as every other limit.
+            let refusal = crate::limits::Refusal {
+                first_of_burst: first.first_of_burst,
+                ..again
+            };
             return Err(
                 principal_refused(gw, principal, Code::PrincipalTooManyPending, refusal).await,
             );
