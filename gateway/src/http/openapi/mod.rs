@@ -194,7 +194,7 @@ fn security_schemes(config: &Config) -> Value {
             format!("oidc-{}", issuer.id),
             json!({"type": "openIdConnect",
                 "openIdConnectUrl": format!("{}/.well-known/openid-configuration", issuer.issuer.trim_end_matches('/')),
-                "description": format!("Access tokens of the issuer `{}` (DESIGN §16); the gateway's metadata is at /.well-known/oauth-protected-resource.", issuer.id)}),
+                "description": format!("Access tokens of the issuer `{}`; the gateway's metadata is at /.well-known/oauth-protected-resource.", issuer.id)}),
         );
     }
     Value::Object(schemes)
@@ -482,7 +482,7 @@ fn identity_operation(op: Op) -> Operation {
                 },
                 "identity",
                 "OAuth protected resource metadata",
-                "Only while `[[issuers]]` are configured (DESIGN §16).",
+                "Only while `[[issuers]]` are configured (identity from an OpenID provider).",
                 &[],
             )
         },
@@ -511,7 +511,7 @@ fn agent_operation(op: Op) -> Operation {
                 (202, "resumeCall", "call_id", "$response.body#/call_id"),
             ],
             ..o("createCall", "agents", "Make a tool call",
-                "Through the whole pipeline: parse, fingerprint, policy, approval, backend (DESIGN §6). Roles: agent, admin.",
+                "Through the whole pipeline: parse, fingerprint, policy, approval, backend. Roles: agent, admin.",
                 &[Code::RequestInvalidArgs, Code::RequestInvalidTool, Code::RequestInvalidContext,
                   Code::RequestAgentForbidden, Code::ToolUnknown, Code::ToolDefinitionChanged, Code::PolicyDenied, Code::PolicyUnavailable, Code::ApprovalDeclined,
                   Code::ApprovalExpired, Code::CallCancelled, Code::GrantRevoked, Code::CallInterrupted,
@@ -527,7 +527,7 @@ fn agent_operation(op: Op) -> Operation {
             params: vec![json!({"name": "status", "in": "query", "required": true,
                 "schema": {"const": "suspended"}, "description": "The only listing there is."})],
             ok: vec![json_ok(200, "Suspended calls: all for approvers and admins, its own for an agent.")],
-            ..o("listSuspendedCalls", "agents", "Suspended calls", "Calls waiting for resume data (DESIGN §11).",
+            ..o("listSuspendedCalls", "agents", "Suspended calls", "Calls a tool suspended mid-call, waiting for resume data.",
                 &[Code::RequestInvalidField])
         },
         Op::GetCall => Operation {
@@ -571,7 +571,7 @@ fn run_operation(op: Op) -> Operation {
                 "resumeRun",
                 "agents",
                 "Resume a run's suspended call",
-                "Mastra's resume by run (DESIGN §11).",
+                "Mastra's resume by run: the run's one suspended call, or the one named by `tool_call_id`.",
                 &[&OUTCOME[..], &RESUME[..]].concat(),
             )
         },
@@ -591,7 +591,7 @@ fn run_operation(op: Op) -> Operation {
                 "streamRun",
                 "agents",
                 "A run's event stream",
-                "Server-sent events of the run's calls (DESIGN §11).",
+                "Server-sent events of the run's calls, under Mastra's chunk names (`tool-call-approval`, `tool-call-suspended`, `tool-result`, `tool-error`).",
                 &[Code::RequestInvalidHeader],
             )
         },
