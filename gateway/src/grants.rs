@@ -1,7 +1,7 @@
 //! Grants the approver scopes (DESIGN §22): the maxima a rule's `grant` allows, as an approval
 //! records them; an approver's choice as the API, the CLI and the inbox write it
-//! (`{"scope", "ttl", "uses"}`), parsed strictly; and a live grant as `GET /v1/grants` shows
-//! it.
+//! (`{"scope", "ttl", "uses"}`), parsed strictly; and the live grants with their approvals
+//! (the front ends show them, through `crate::api::Grant`).
 //!
 //! It does not check a choice against the maxima (the store does, in the transaction that
 //! decides, so a reload that tightened them in between is obeyed), nor spend grants; it
@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use airlock_policy::{parse_duration, GrantScope, GrantSettings};
-use airlock_storage::{Approval, GrantChoice, GrantMax, GrantScopeName, Principal};
+use airlock_storage::{Approval, Grant, GrantChoice, GrantMax, GrantScopeName, Principal};
 use serde_json::Value;
 
 use crate::error::{ApiError, Code};
@@ -117,7 +117,7 @@ pub async fn revoke(
     gw: &Arc<Gateway>,
     by: &Principal,
     id: &str,
-) -> Result<crate::api::Grant, ApiError> {
+) -> Result<(Grant, Approval), ApiError> {
     let not_found = || ApiError::new(Code::GrantNotFound, format!("no live grant `{id}`"));
     let approval_id = approval_of(id).ok_or_else(not_found)?;
     let lookup = approval_id.clone();
@@ -145,17 +145,17 @@ pub async fn revoke(
         .store_op(move |s| s.revoke_grant(&approval_id, &who, now))
         .await?;
     tracing::info!(grant = %id, by = %by.id, "grant revoked");
-    Ok(crate::api::Grant::of(&g, Some(&a)))
+    Ok((g, a))
 }
 
 /// The live grants, as `GET /v1/grants` and the inbox list them.
-pub async fn live(gw: &Arc<Gateway>) -> Result<Vec<crate::api::Grant>, ApiError> {
+pub async fn live(gw: &Arc<Gateway>) -> Result<Vec<(Grant, Option<Approval>)>, ApiError> {
     gw.store_op(|s| {
         let grants = s.list_grants(crate::clock::now_ms())?;
         let mut out = Vec::with_capacity(grants.len());
         for g in grants {
             let a = s.approval(&g.approval_id)?;
-            out.push(crate::api::Grant::of(&g, a.as_ref()));
+            out.push((g, a));
         }
         Ok(out)
     })

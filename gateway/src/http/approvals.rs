@@ -238,7 +238,11 @@ fn event_stream(gw: &Gateway) -> Response<Body> {
 pub(super) async fn grants(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let Ctx { gw, role, .. } = cx;
     require(role, &[Role::Approver, Role::Admin])?;
-    let grants = crate::grants::live(gw).await?;
+    let grants = crate::grants::live(gw)
+        .await?
+        .iter()
+        .map(|(g, a)| api::Grant::of(g, a.as_ref()))
+        .collect();
     Ok(json_response(StatusCode::OK, &api::Grants { grants }))
 }
 
@@ -252,7 +256,8 @@ pub(super) async fn revoke_grant(cx: Ctx<'_>, id: &str) -> Result<Response<Body>
         ..
     } = cx;
     require(role, &[Role::Approver, Role::Admin])?;
-    let revoked = crate::grants::revoke(gw, &principal, id).await?;
+    let (g, a) = crate::grants::revoke(gw, &principal, id).await?;
+    let revoked = api::Grant::of(&g, Some(&a));
     Ok(json_response(
         StatusCode::OK,
         &api::RevokedGrant { revoked },

@@ -196,9 +196,9 @@ async fn post(
         ["inbox", "approvals", id, "preview"] => preview(gw, id, form).await,
         ["inbox", "grants", id, "revoke"] => {
             let note = match crate::grants::revoke(gw, &session.principal, id).await {
-                Ok(g) => format!(
+                Ok((_, a)) => format!(
                     "Revoked the grant for {}: it lets nothing run any more.",
-                    g.tool.as_deref().unwrap_or("the tool")
+                    a.tool
                 ),
                 Err(e) => pages::in_words(&e),
             };
@@ -628,10 +628,16 @@ async fn audit(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
 /// The live grants, with revoke.
 async fn grants_page(gw: &Arc<Gateway>, session: &Session, note: Option<&str>) -> Response<Body> {
     match crate::grants::live(gw).await {
-        Ok(list) => page(
-            StatusCode::OK,
-            grants::grants(&session_view(session), &list, note),
-        ),
+        Ok(live) => {
+            let list: Vec<crate::api::Grant> = live
+                .iter()
+                .map(|(g, a)| crate::api::Grant::of(g, a.as_ref()))
+                .collect();
+            page(
+                StatusCode::OK,
+                grants::grants(&session_view(session), &list, note),
+            )
+        }
         Err(e) => refusal_page(&e),
     }
 }
