@@ -1,30 +1,26 @@
-//! Approvals as the outside world sees them: the JSON view of an approval record (the API,
-//! events, webhook payloads), the links to decide it, and a finished call's event. Views only:
-//! deciding is [`crate::pipeline::decide`], storing is the store's.
+//! Approvals as events carry them: an approval's face (handed in by the door, see
+//! [`crate::events::ApprovalFace`]) with the links to decide and see it, the inbox's links,
+//! the one line that says why a call waits, and a finished call's event. Views only: deciding
+//! is [`crate::pipeline::decide`], storing is the store's.
 
-use airlock_storage::Approval;
 use serde_json::{json, Value};
 
 use crate::config::Config;
 
-/// An approval as the API shows it (`crate::api::Approval`), as a JSON value for events.
-pub fn approval_json(a: &Approval) -> Value {
-    serde_json::to_value(crate::api::Approval::of(a)).unwrap_or_default()
-}
-
-/// An approval as events (SSE, webhooks) carry it: the record plus links to decide it (the
-/// API's) and to see it (its inbox page, where a person signs in and decides).
-pub fn approval_event(config: &Config, a: &Approval) -> Value {
-    let mut v = approval_json(a);
+/// An approval as events (SSE, webhooks) carry it: its face (`face`, the JSON API's view of
+/// approval `id`) plus links to decide it (the API's) and to see it (its inbox page, where a
+/// person signs in and decides).
+pub fn approval_event(config: &Config, id: &str, face: Value) -> Value {
+    let mut v = face;
     let base = config
         .public_url
         .clone()
         .unwrap_or_else(|| format!("http://{}", config.listen));
     v["links"] = json!({
-        "approve": format!("{base}/v1/approvals/{}/approve", a.id),
-        "decline": format!("{base}/v1/approvals/{}/decline", a.id),
-        "self": format!("{base}/v1/approvals/{}", a.id),
-        "inbox": inbox_link(config, &a.id),
+        "approve": format!("{base}/v1/approvals/{id}/approve"),
+        "decline": format!("{base}/v1/approvals/{id}/decline"),
+        "self": format!("{base}/v1/approvals/{id}"),
+        "inbox": inbox_link(config, id),
     });
     v
 }

@@ -24,7 +24,7 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-/// `value` as a JSON answer: an answer type of `crate::api` (or, off the JSON API, a value).
+/// `value` as a JSON answer: one of the JSON API's answer types (or, off the API, a value).
 pub fn json_response<T: serde::Serialize + ?Sized>(
     status: StatusCode,
     value: &T,
@@ -43,37 +43,10 @@ pub fn json_bytes_response(status: StatusCode, json: Vec<u8>) -> Response<Body> 
     r
 }
 
-/// How a refusal leaves over HTTP.
+/// The HTTP status of a refusal (the JSON API writes its body: the error envelope).
 impl ApiError {
     pub fn status(&self) -> StatusCode {
         status_for(self.code)
-    }
-
-    pub fn into_response(self) -> Response<Body> {
-        let status = self.status();
-        let retry_after = self.retry_after;
-        let challenge = self.challenge.clone();
-        let allow = self.allow.clone();
-        let body = crate::api::ErrorBody {
-            error: crate::api::ErrorDetail {
-                code: self.code,
-                message: self.message,
-                details: self.details,
-            },
-        };
-        let mut r = json_response(status, &body);
-        if let Some(s) = retry_after {
-            if let Ok(v) = hyper::header::HeaderValue::from_str(&s.to_string()) {
-                r.headers_mut().insert(hyper::header::RETRY_AFTER, v);
-            }
-        }
-        if let Some(v) = challenge.and_then(|c| hyper::header::HeaderValue::from_str(&c).ok()) {
-            r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, v);
-        }
-        if let Some(v) = allow.and_then(|a| hyper::header::HeaderValue::from_str(&a).ok()) {
-            r.headers_mut().insert(hyper::header::ALLOW, v);
-        }
-        r
     }
 }
 

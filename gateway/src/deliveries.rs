@@ -181,7 +181,7 @@ async fn deliver(gw: &Arc<Gateway>, d: Delivery) {
     if d.webhook.starts_with(crate::email::TARGET) {
         return deliver_mail(gw, d).await;
     }
-    if d.webhook.starts_with(crate::slack::TARGET) {
+    if d.webhook.starts_with(crate::outbox::SLACK) {
         return deliver_slack(gw, d).await;
     }
     let id = d.id.clone();

@@ -1,7 +1,7 @@
 //! Grants the approver scopes (DESIGN §22): the maxima a rule's `grant` allows, as an approval
 //! records them; an approver's choice as the API, the CLI and the inbox write it
 //! (`{"scope", "ttl", "uses"}`), parsed strictly; and the live grants with their approvals
-//! (the front ends show them, through `crate::api::Grant`).
+//! (the front ends show them in their own shape).
 //!
 //! It does not check a choice against the maxima (the store does, in the transaction that
 //! decides, so a reload that tightened them in between is obeyed), nor spend grants; it

@@ -15,8 +15,8 @@ use std::time::Duration;
 use airlock_storage::{Approval, ApprovalKind, Kind, PinSeen, ToolPin};
 use serde_json::Value;
 
-use crate::backends::mcp::pins::{Gate, Trust};
-use crate::backends::mcp::{Listed, McpTool, Server, LEGACY, MODERN};
+use crate::backends::mcp::pins::Gate;
+use crate::backends::mcp::{Listed, McpTool, Server};
 use crate::clock::now_ms;
 use crate::config::PinMode;
 use crate::error::{ApiError, Code};
@@ -306,83 +306,5 @@ pub async fn admit(
             }
             Err(e)
         }
-    }
-}
-
-/// Every MCP upstream tool as `GET /v1/tools` and `airlock tools` show it: its names, its
-/// upstream, the paths serving it, its pin state, and the fingerprints of the definition
-/// listed and the one pinned; with `definitions`, both definitions too.
-pub fn tool_views(gw: &Gateway, definitions: bool) -> Vec<crate::api::Tool> {
-    let mut out = Vec::new();
-    for s in &gw.backends.mcp.servers {
-        let pins = s.pins();
-        let view = |name: &str, listed: Option<&Listed>| {
-            let pin = pins.get(name);
-            let state = match listed {
-                None => "unreached",
-                Some(l) => state_of(s.config.pin, &l.trust),
-            };
-            let mut paths = Vec::new();
-            if let Some(l) = listed {
-                if l.paths.modern {
-                    paths.push(MODERN);
-                }
-                if l.paths.legacy {
-                    paths.push(LEGACY);
-                }
-            }
-            crate::api::Tool {
-                name: format!("{}{name}", s.config.prefix),
-                server: s.config.name.clone(),
-                tool: name.to_owned(),
-                pin: s.config.pin.as_str(),
-                state,
-                fingerprint: listed.map(|l| l.fingerprint.clone()),
-                pinned_fingerprint: pin.and_then(|p| p.fingerprint.clone()),
-                pinned_by: pin.map(|p| p.pinned_by.clone()).filter(|b| !b.is_empty()),
-                review: pin
-                    .and_then(|p| p.review.as_ref())
-                    .map(|r| r.approval_id.clone()),
-                paths,
-                definition: definitions
-                    .then(|| listed.map_or(Value::Null, |l| (*l.definition).clone())),
-                pinned_definition: definitions.then(|| {
-                    pin.and_then(|p| p.definition.clone())
-                        .unwrap_or(Value::Null)
-                }),
-            }
-        };
-        match s.listed_tools() {
-            Some(listed) => {
-                for l in &listed {
-                    let name = l
-                        .definition
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    out.push(view(name, Some(l)));
-                }
-            }
-            None => {
-                let mut names: Vec<&String> = pins.keys().collect();
-                names.sort();
-                for name in names {
-                    out.push(view(name, None));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// A listed tool's pin state, as the API names it.
-fn state_of(mode: PinMode, trust: &Trust) -> &'static str {
-    match (mode, trust) {
-        (PinMode::Off, _) => "unpinned",
-        (_, Trust::Pinned) => "pinned",
-        (_, Trust::Unseen) => "unseen",
-        (_, Trust::Changed { declined: true, .. }) => "declined",
-        (_, Trust::Changed { pinned: None, .. }) => "unreviewed",
-        (_, Trust::Changed { .. }) => "changed",
     }
 }

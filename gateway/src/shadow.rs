@@ -18,8 +18,6 @@ use airlock_policy::{Change, Decision, DecisionKind, PolicySet};
 use arc_swap::ArcSwapOption;
 use serde_json::{json, Value};
 
-use crate::api::{ShadowCall, ShadowSummary, Time, Transition};
-
 /// How many of the latest calls are kept for each pair of decisions that differ.
 pub const LATEST: usize = 20;
 
@@ -74,15 +72,45 @@ pub fn differs(live: &Decision, shadow: &Decision) -> bool {
 
 /// One call whose shadow decision differed, as the summary lists it.
 #[derive(Clone)]
-struct Sample {
-    call_id: String,
-    tool: String,
-    principal: String,
-    at: u64,
-    live_rules: Vec<String>,
-    shadow_rules: Vec<String>,
+pub struct Sample {
+    pub call_id: String,
+    pub tool: String,
+    pub principal: String,
+    pub at: u64,
+    pub live_rules: Vec<String>,
+    pub shadow_rules: Vec<String>,
     /// The approval settings the shadow set changed.
-    settings: Vec<&'static str>,
+    pub settings: Vec<&'static str>,
+}
+
+/// What [`Shadow::summary`] gives: the live set's version, and what the shadow set has seen
+/// since it loaded (`None` without a shadow set).
+pub struct Summary {
+    pub live_version: String,
+    pub seen: Option<SeenSince>,
+}
+
+/// The shadow set's version, when it loaded, how many calls it decided, and each pair of
+/// decisions seen, the differing ones first (widening before narrowing), then the most seen.
+pub struct SeenSince {
+    pub version: String,
+    pub since: u64,
+    pub calls: u64,
+    pub pairs: Vec<Pair>,
+}
+
+/// Calls by live and shadow decision.
+pub struct Pair {
+    pub live: DecisionKind,
+    pub shadow: DecisionKind,
+    /// `looser` or `stricter`, for calls both sets hold for approval with other settings.
+    pub settings: Option<&'static str>,
+    pub changed: bool,
+    /// The shadow verdict lets the call go further (see [`widens`]), or loosens an approval.
+    pub widening: bool,
+    pub count: u64,
+    /// The latest calls of a pair that differs (at most [`LATEST`]), newest first.
+    pub calls: Vec<Sample>,
 }
 
 /// What the shadow set has seen since it loaded.
@@ -166,22 +194,18 @@ impl Shadow {
         });
     }
 
-    /// The summary `GET /v1/policy/shadow` answers: the shadow set's version, when it loaded,
-    /// how many calls it saw, and each pair of decisions seen, the differing ones first
-    /// (widening before narrowing), each with its latest calls. `null` without a shadow set.
-    pub fn summary(&self, live_version: &str) -> ShadowSummary {
+    /// What the shadow set has seen since it loaded: each pair of decisions seen, the
+    /// differing ones first (widening before narrowing), each with its latest calls.
+    pub fn summary(&self, live_version: &str) -> Summary {
+        let live_version = live_version.to_owned();
         let Some(seen) = self.seen.load_full() else {
-            return ShadowSummary {
-                configured: false,
-                live_version: live_version.to_owned(),
-                shadow_version: None,
-                since: None,
-                calls: None,
-                transitions: None,
+            return Summary {
+                live_version,
+                seen: None,
             };
         };
         let latest = seen.latest.lock().unwrap_or_else(|e| e.into_inner());
-        let mut transitions = Vec::new();
+        let mut pairs = Vec::new();
         let mut total = 0;
         for (at, list) in latest.iter().enumerate() {
             let count = seen.counts[at].load(Ordering::Relaxed);
@@ -189,7 +213,7 @@ impl Shadow {
             if count == 0 {
                 continue;
             }
-            let (l, s, settings) = match at {
+            let (live, shadow, settings) = match at {
                 LOOSER => (
                     DecisionKind::RequireApproval,
                     DecisionKind::RequireApproval,
@@ -202,37 +226,25 @@ impl Shadow {
                 ),
                 _ => (KINDS[at / 3], KINDS[at % 3], None),
             };
-            let calls: Vec<ShadowCall> = list
-                .iter()
-                .map(|c| ShadowCall {
-                    call_id: c.call_id.clone(),
-                    tool: c.tool.clone(),
-                    principal: c.principal.clone(),
-                    at: Time::of(c.at),
-                    live_rules: c.live_rules.clone(),
-                    shadow_rules: c.shadow_rules.clone(),
-                    settings: c.settings.iter().map(|s| (*s).to_owned()).collect(),
-                })
-                .collect();
-            transitions.push(Transition {
-                live: l.as_str(),
-                shadow: s.as_str(),
-                changed: l != s || settings.is_some(),
-                widening: widens(l, s) || at == LOOSER,
+            pairs.push(Pair {
+                live,
+                shadow,
                 settings,
+                changed: live != shadow || settings.is_some(),
+                widening: widens(live, shadow) || at == LOOSER,
                 count,
-                calls,
+                calls: list.iter().cloned().collect(),
             });
         }
-        // Differing first, widening before narrowing, then the most seen.
-        transitions.sort_by_key(|t| (!t.changed, !t.widening, std::cmp::Reverse(t.count)));
-        ShadowSummary {
-            configured: true,
-            live_version: live_version.to_owned(),
-            shadow_version: Some(seen.version.clone()),
-            since: Some(Time::of(seen.since)),
-            calls: Some(total),
-            transitions: Some(transitions),
+        pairs.sort_by_key(|t| (!t.changed, !t.widening, std::cmp::Reverse(t.count)));
+        Summary {
+            live_version,
+            seen: Some(SeenSince {
+                version: seen.version.clone(),
+                since: seen.since,
+                calls: total,
+                pairs,
+            }),
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::classifiers::Classifiers;
 use crate::clock::now_ms;
 use crate::config::{Config, PolicySource, StoreKind};
 use crate::error::{ApiError, Code};
-pub use crate::events::Event;
+pub use crate::events::{ApprovalFace, Event};
 use crate::limits::PrincipalLimits;
 use crate::metrics::Metrics;
 use crate::webhooks::Webhooks;
@@ -114,6 +114,8 @@ pub struct Gateway {
     /// How many of each principal's approvals were notified this minute, and those held back
     /// for the minute's summary.
     pub notices: crate::notices::Notices,
+    /// How an approval reads in events ([`ApprovalFace`]).
+    pub approval_face: ApprovalFace,
     /// `[server] tls`: the certificate served, read again on reload.
     pub tls: Option<Arc<crate::tls::Certs>>,
     /// The config as last applied (at start, then by each reload that read the file): what a
@@ -196,8 +198,13 @@ fn load_sets(
 }
 
 impl Gateway {
-    /// Opens the store and loads the policy; a bad policy at start-up is fatal.
-    pub fn open(config: Config, shutdown: CancellationToken) -> Result<Arc<Gateway>, String> {
+    /// Opens the store and loads the policy; a bad policy at start-up is fatal. Approvals are
+    /// announced with `approval_face` (the JSON API's view of one).
+    pub fn open(
+        config: Config,
+        shutdown: CancellationToken,
+        approval_face: ApprovalFace,
+    ) -> Result<Arc<Gateway>, String> {
         let tls = match &config.tls {
             Some((cert, key)) => Some(crate::tls::Certs::load(cert, key)?),
             None => None,
@@ -217,6 +224,7 @@ impl Gateway {
         // One set of per-thread connection pools for HTTP backends and MCP upstreams alike.
         let pool = Arc::new(Upstreams::new(&config)?);
         let gw = Gateway {
+            approval_face,
             backends: Backends::new(
                 pool.clone(),
                 Arc::new(McpRegistry::new(&config.mcp_servers, pool)?),
@@ -350,15 +358,7 @@ impl Gateway {
     /// What an event puts in the outbox: a delivery to every webhook subscribed to `kind`, the
     /// approval mail (`[email]`), and the approval's Slack messages (`[slack]`).
     pub fn outbound(&self, kind: Kind, data: &Value) -> Vec<airlock_storage::NewDelivery> {
-        let mut deliveries = self.webhooks.deliveries_for(kind, data);
-        if let Some(email) = &self.config.email {
-            let redacted = self.webhooks.redacted(data);
-            deliveries.extend(crate::email::deliveries_for(email, kind, &redacted));
-        }
-        if let Some(slack) = &self.config.slack {
-            deliveries.extend(crate::slack::deliveries_for(slack, kind, data));
-        }
-        deliveries
+        crate::outbox::deliveries(&self.config, &self.webhooks, kind, data)
     }
 
     /// Tells approvers: the SSE stream, and the outbox of every webhook subscribed to `kind`
@@ -385,7 +385,7 @@ impl Gateway {
 
     /// An approval as events carry it: the record plus links to decide it.
     pub fn approval_event(&self, a: &airlock_storage::Approval) -> Value {
-        crate::approvals::approval_event(&self.config, a)
+        crate::approvals::approval_event(&self.config, &a.id, (self.approval_face)(a))
     }
 
     /// Reloads the policy, and the shadow set with it: a reload where either does not load

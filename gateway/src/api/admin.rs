@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{given, Args, Json, Time, ToolName};
+use crate::backends::mcp::pins::Trust;
+use crate::backends::mcp::{Listed, LEGACY, MODERN};
+use crate::state::Gateway;
 
 /// The policy in force, rule by rule.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -270,6 +273,50 @@ pub(crate) struct ShadowSummary {
     pub transitions: Option<Vec<Transition>>,
 }
 
+impl From<&crate::shadow::Summary> for ShadowSummary {
+    fn from(s: &crate::shadow::Summary) -> ShadowSummary {
+        let Some(seen) = &s.seen else {
+            return ShadowSummary {
+                configured: false,
+                live_version: s.live_version.clone(),
+                shadow_version: None,
+                since: None,
+                calls: None,
+                transitions: None,
+            };
+        };
+        let transitions = seen.pairs.iter().map(|p| Transition {
+            live: p.live.as_str(),
+            shadow: p.shadow.as_str(),
+            changed: p.changed,
+            widening: p.widening,
+            settings: p.settings,
+            count: p.count,
+            calls: p
+                .calls
+                .iter()
+                .map(|c| ShadowCall {
+                    call_id: c.call_id.clone(),
+                    tool: c.tool.clone(),
+                    principal: c.principal.clone(),
+                    at: Time::of(c.at),
+                    live_rules: c.live_rules.clone(),
+                    shadow_rules: c.shadow_rules.clone(),
+                    settings: c.settings.iter().map(|s| (*s).to_owned()).collect(),
+                })
+                .collect(),
+        });
+        ShadowSummary {
+            configured: true,
+            live_version: s.live_version.clone(),
+            shadow_version: Some(seen.version.clone()),
+            since: Some(Time::of(seen.since)),
+            calls: Some(seen.calls),
+            transitions: Some(transitions.collect()),
+        }
+    }
+}
+
 impl ShadowSummary {
     fn example() -> ShadowSummary {
         ShadowSummary {
@@ -368,6 +415,86 @@ pub(crate) struct Tool {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Json")]
     pub pinned_definition: Option<Value>,
+}
+
+impl Tool {
+    /// Every MCP upstream tool as `GET /v1/tools` and `airlock tools` show it: its names, its
+    /// upstream, the paths serving it, its pin state, and the fingerprints of the definition
+    /// listed and the one pinned; with `definitions`, both definitions too.
+    pub(crate) fn all(gw: &Gateway, definitions: bool) -> Vec<Tool> {
+        let mut out = Vec::new();
+        for s in &gw.backends.mcp.servers {
+            let pins = s.pins();
+            let view = |name: &str, listed: Option<&Listed>| {
+                let pin = pins.get(name);
+                let state = match listed {
+                    None => "unreached",
+                    Some(l) => state_of(s.config.pin, &l.trust),
+                };
+                let mut paths = Vec::new();
+                if let Some(l) = listed {
+                    if l.paths.modern {
+                        paths.push(MODERN);
+                    }
+                    if l.paths.legacy {
+                        paths.push(LEGACY);
+                    }
+                }
+                Tool {
+                    name: format!("{}{name}", s.config.prefix),
+                    server: s.config.name.clone(),
+                    tool: name.to_owned(),
+                    pin: s.config.pin.as_str(),
+                    state,
+                    fingerprint: listed.map(|l| l.fingerprint.clone()),
+                    pinned_fingerprint: pin.and_then(|p| p.fingerprint.clone()),
+                    pinned_by: pin.map(|p| p.pinned_by.clone()).filter(|b| !b.is_empty()),
+                    review: pin
+                        .and_then(|p| p.review.as_ref())
+                        .map(|r| r.approval_id.clone()),
+                    paths,
+                    definition: definitions
+                        .then(|| listed.map_or(Value::Null, |l| (*l.definition).clone())),
+                    pinned_definition: definitions.then(|| {
+                        pin.and_then(|p| p.definition.clone())
+                            .unwrap_or(Value::Null)
+                    }),
+                }
+            };
+            match s.listed_tools() {
+                Some(listed) => {
+                    for l in &listed {
+                        let name = l
+                            .definition
+                            .get("name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        out.push(view(name, Some(l)));
+                    }
+                }
+                None => {
+                    let mut names: Vec<&String> = pins.keys().collect();
+                    names.sort();
+                    for name in names {
+                        out.push(view(name, None));
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A listed tool's pin state, as the API names it.
+fn state_of(mode: crate::config::PinMode, trust: &Trust) -> &'static str {
+    match (mode, trust) {
+        (crate::config::PinMode::Off, _) => "unpinned",
+        (_, Trust::Pinned) => "pinned",
+        (_, Trust::Unseen) => "unseen",
+        (_, Trust::Changed { declined: true, .. }) => "declined",
+        (_, Trust::Changed { pinned: None, .. }) => "unreviewed",
+        (_, Trust::Changed { .. }) => "changed",
+    }
 }
 
 impl Tool {

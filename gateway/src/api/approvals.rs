@@ -121,6 +121,12 @@ impl GrantTerms {
 }
 
 impl Approval {
+    /// The face of an approval in events ([`crate::events::ApprovalFace`]): this type, as
+    /// JSON.
+    pub(crate) fn face(a: &Stored) -> Value {
+        serde_json::to_value(Approval::of(a)).unwrap_or_default()
+    }
+
     pub(crate) fn of(a: &Stored) -> Approval {
         Approval {
             id: a.id.clone(),

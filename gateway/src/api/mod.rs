@@ -137,6 +137,37 @@ pub(crate) fn parse<T: DeserializeOwned + JsonSchema>(body: Value) -> Result<T, 
     })
 }
 
+/// How a refusal leaves over HTTP: its status, the error envelope, and the headers it asks
+/// for (`Retry-After`, `WWW-Authenticate`, `Allow`).
+impl ApiError {
+    pub fn into_response(self) -> hyper::Response<crate::body::Body> {
+        let status = self.status();
+        let retry_after = self.retry_after;
+        let challenge = self.challenge.clone();
+        let allow = self.allow.clone();
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+                details: self.details,
+            },
+        };
+        let mut r = crate::body::json_response(status, &body);
+        if let Some(s) = retry_after {
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&s.to_string()) {
+                r.headers_mut().insert(hyper::header::RETRY_AFTER, v);
+            }
+        }
+        if let Some(v) = challenge.and_then(|c| hyper::header::HeaderValue::from_str(&c).ok()) {
+            r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, v);
+        }
+        if let Some(v) = allow.and_then(|a| hyper::header::HeaderValue::from_str(&a).ok()) {
+            r.headers_mut().insert(hyper::header::ALLOW, v);
+        }
+        r
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -54,6 +54,21 @@ pub(crate) struct ProtectedResourceMetadata {
     pub bearer_methods_supported: Vec<String>,
 }
 
+impl From<&crate::identity::Issuers> for ProtectedResourceMetadata {
+    fn from(issuers: &crate::identity::Issuers) -> Self {
+        ProtectedResourceMetadata {
+            resource: format!("{}/mcp", issuers.public_url()),
+            authorization_servers: issuers
+                .list
+                .iter()
+                .map(|i| i.config.issuer.clone())
+                .collect(),
+            scopes_supported: crate::identity::challenge::scopes(issuers),
+            bearer_methods_supported: vec!["header".into()],
+        }
+    }
+}
+
 /// This document.
 #[derive(JsonSchema)]
 #[schemars(example = serde_json::json!({"openapi": "3.1.0", "info": {"title": "airlock"}, "paths": {}}))]

@@ -85,7 +85,7 @@ pub(super) fn shadow(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     require(role, &[Role::Admin])?;
     Ok(json_response(
         StatusCode::OK,
-        &gw.shadow.summary(gw.policy.load().version()),
+        &api::ShadowSummary::from(&gw.shadow.summary(gw.policy.load().version())),
     ))
 }
 

@@ -255,7 +255,7 @@ fn open_route(gw: &Gateway, op: Op) -> Response<Body> {
         Op::ProtectedResource | Op::ProtectedResourceMcp => {
             let mut r = json_response(
                 StatusCode::OK,
-                &crate::identity::challenge::metadata(&gw.auth.issuers()),
+                &crate::api::ProtectedResourceMetadata::from(&*gw.auth.issuers()),
             );
             r.headers_mut().insert(
                 hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN,

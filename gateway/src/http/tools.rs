@@ -5,6 +5,7 @@
 use hyper::{Response, StatusCode};
 
 use super::Ctx;
+use crate::api;
 use crate::auth::{require, Role};
 use crate::body::{json_response, Body};
 use crate::error::{ApiError, Code};
@@ -12,7 +13,7 @@ use crate::error::{ApiError, Code};
 /// `GET /v1/tools`: every tool, with its upstream, pin state and fingerprints.
 pub(super) fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     require(cx.role, &[Role::Approver, Role::Admin])?;
-    let tools = crate::pins::tool_views(cx.gw, false);
+    let tools = api::Tool::all(cx.gw, false);
     Ok(json_response(StatusCode::OK, &crate::api::Tools { tools }))
 }
 
@@ -21,7 +22,7 @@ pub(super) fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
 pub(super) fn get(cx: Ctx<'_>, name: &str) -> Result<Response<Body>, ApiError> {
     require(cx.role, &[Role::Approver, Role::Admin])?;
     let name = crate::urlencoded::decode_percent(name);
-    crate::pins::tool_views(cx.gw, true)
+    api::Tool::all(cx.gw, true)
         .into_iter()
         .find(|t| t.name == name)
         .map(|t| json_response(StatusCode::OK, &t))

@@ -515,7 +515,7 @@ pub mod challenge {
         )
     }
 
-    fn scopes(issuers: &Issuers) -> Vec<String> {
+    pub fn scopes(issuers: &Issuers) -> Vec<String> {
         let mut all: Vec<String> = Vec::new();
         for i in &issuers.list {
             for s in &i.config.scopes {
@@ -551,19 +551,5 @@ pub mod challenge {
             required.join(" "),
             metadata_url(issuers)
         )
-    }
-
-    /// RFC 9728 protected resource metadata for `/mcp`.
-    pub fn metadata(issuers: &Issuers) -> crate::api::ProtectedResourceMetadata {
-        crate::api::ProtectedResourceMetadata {
-            resource: format!("{}/mcp", issuers.public_url()),
-            authorization_servers: issuers
-                .list
-                .iter()
-                .map(|i| i.config.issuer.clone())
-                .collect(),
-            scopes_supported: scopes(issuers),
-            bearer_methods_supported: vec!["header".into()],
-        }
     }
 }

@@ -650,7 +650,7 @@ fn shadow_page(gw: &Arc<Gateway>, session: &Session) -> Response<Body> {
             pages::message("Admins only", "The shadow policy's page is for admins."),
         );
     }
-    let summary = gw.shadow.summary(gw.policy.load().version());
+    let summary = crate::api::ShadowSummary::from(&gw.shadow.summary(gw.policy.load().version()));
     page(
         StatusCode::OK,
         shadow::shadow(&session_view(session), &summary),

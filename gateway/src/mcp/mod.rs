@@ -15,6 +15,7 @@ pub mod calls;
 mod front;
 mod lists;
 pub mod parked;
+mod relay;
 pub mod results;
 pub mod seal;
 mod stream;
@@ -291,7 +292,7 @@ async fn message(
         "tools/call" => calls::call(gw, front, principal, exchange, msg).await,
         m if m.starts_with("tasks/") => {
             // An upstream's task is asked of it in the client's revision and capabilities.
-            let relay = calls::input_relay(&exchange, &msg);
+            let relay = relay::input_relay(&exchange, &msg);
             let answer = crate::backends::mcp::INPUT_RELAY
                 .scope(
                     relay,
@@ -303,7 +304,7 @@ async fn message(
         _ => {
             // A 2026 client's prompts and resources are asked of the upstream in 2026 too,
             // so its input requests (`input_required`) reach the client as they are.
-            let relay = calls::input_relay(&exchange, &msg);
+            let relay = relay::input_relay(&exchange, &msg);
             let answer = crate::backends::mcp::INPUT_RELAY
                 .scope(relay, answer(gw, &method, &msg, exchange.modern()))
                 .await;

@@ -16,7 +16,7 @@ use hyper::Response;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::calls::{client_asks_taken, relayed_out};
+use super::relay::{client_asks_taken, relayed_out};
 use super::results::{input_request, link, tool_result};
 use super::wire;
 use super::{Exchange, McpFront};

@@ -297,12 +297,38 @@ pub async fn cancel(
     let call = gw.store_op(move |s| s.cancel(&id, &by, now)).await?;
     if let (Some(approval_id), None) = (&call.approval_id, &call.suspension) {
         gw.approval_closed(&call.requester.id);
-        crate::slack::messages::cancelled(gw, approval_id).await;
+        slack_cancelled(gw, approval_id).await;
     }
     gw.backends.abandon(&call.call_id);
     gw.metrics.call(&call.decision, "cancelled");
     tracing::info!(call_id = %call.call_id, by = %principal.id, "call cancelled");
     Ok(call)
+}
+
+/// A cancelled call's approval (no event announces it): its Slack messages updated, through
+/// the outbox.
+async fn slack_cancelled(gw: &Arc<Gateway>, approval_id: &str) {
+    let Some(slack) = &gw.config.slack else {
+        return;
+    };
+    let id = approval_id.to_owned();
+    let Ok(Some(a)) = gw.store_op(move |s| s.approval(&id)).await else {
+        return;
+    };
+    let data = serde_json::json!({"id": a.id, "approvers": a.approvers});
+    let deliveries = crate::outbox::slack(slack, airlock_storage::Kind::ApprovalDecided, &data);
+    let now = now_ms();
+    match gw
+        .store_op(move |s| s.enqueue_deliveries(deliveries, now))
+        .await
+    {
+        Ok(_) => gw.webhooks.wake.notify_one(),
+        Err(e) => tracing::error!(
+            code = e.code.as_str(),
+            "cannot queue the Slack update of a cancelled approval: {}",
+            e.message
+        ),
+    }
 }
 
 /// A place for one held request: the principal's share first (`429

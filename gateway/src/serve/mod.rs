@@ -44,9 +44,11 @@ pub struct Prepared {
 
 /// Reads the TLS keys (`crate::tls`), loads the policy and opens the store (taking its lock).
 pub async fn prepare(config: Config) -> Result<Prepared, String> {
-    let gw = tokio::task::spawn_blocking(move || Gateway::open(config, CancellationToken::new()))
-        .await
-        .map_err(|e| e.to_string())??;
+    let gw = tokio::task::spawn_blocking(move || {
+        Gateway::open(config, CancellationToken::new(), crate::api::Approval::face)
+    })
+    .await
+    .map_err(|e| e.to_string())??;
     // The MCP upstreams are listed, and their tools' pins settled, before the gateway claims
     // to serve.
     crate::pins::start(&gw).await?;

@@ -1,6 +1,5 @@
 //! An approval's Slack messages: posted and updated from the outbox ([`deliver`]), always
-//! drawn from the approval as the store has it when the delivery goes out; the update of a
-//! cancelled call's approval, which no event announces ([`cancelled`]).
+//! drawn from the approval as the store has it when the delivery goes out.
 
 use std::sync::Arc;
 
@@ -8,7 +7,7 @@ use airlock_storage::{Approval, Delivery, Kind};
 use serde_json::{json, Value};
 
 use super::api::{self, Failure};
-use super::{blocks, deliveries_for, note_key};
+use super::{blocks, note_key};
 use crate::clock::now_ms;
 use crate::config::SlackConfig;
 use crate::state::Gateway;
@@ -108,33 +107,5 @@ pub async fn show(
             error: "the approval's message is not posted yet".into(),
             retry_after: None,
         }),
-    }
-}
-
-/// A cancelled call's approval (no event announces it): its messages updated, through the
-/// outbox.
-pub async fn cancelled(gw: &Arc<Gateway>, approval_id: &str) {
-    let Some(slack) = &gw.config.slack else {
-        return;
-    };
-    let Ok(a) = approval(gw, approval_id).await else {
-        return;
-    };
-    let deliveries = deliveries_for(
-        slack,
-        Kind::ApprovalDecided,
-        &json!({"id": a.id, "approvers": a.approvers}),
-    );
-    let now = now_ms();
-    match gw
-        .store_op(move |s| s.enqueue_deliveries(deliveries, now))
-        .await
-    {
-        Ok(_) => gw.webhooks.wake.notify_one(),
-        Err(e) => tracing::error!(
-            code = e.code.as_str(),
-            "cannot queue the Slack update of a cancelled approval: {}",
-            e.message
-        ),
     }
 }

@@ -9,8 +9,9 @@
 //! decision that caused it. Where a message is (its channel and `ts`) is a store note, shared
 //! by every gateway on the store.
 //!
-//! It does not decide who may approve (the store's verdict does), nor lease or retry
-//! deliveries (the worker does, [`crate::deliveries`]).
+//! It does not decide who may approve (the store's verdict does), which events post or
+//! update a message ([`crate::outbox`] does), nor lease or retry deliveries (the worker does,
+//! [`crate::deliveries`]).
 
 pub mod api;
 pub mod blocks;
@@ -21,60 +22,9 @@ pub mod users;
 
 use std::time::Duration;
 
-use airlock_storage::{Kind, NewDelivery};
-use serde_json::{json, Value};
-
-use crate::config::SlackConfig;
-
-/// The outbox target of an approval's message in channel `C…`.
-pub const TARGET: &str = "slack:";
-
 /// When a failed Slack delivery is tried again, unless Slack said when: after 1 s, 5 s,
 /// 30 s, 2 min, 10 min and 1 h; then it is dead-lettered.
 pub const RETRIES: [Duration; 6] = crate::email::RETRIES;
-
-/// The deliveries an event makes: for `approval.requested` a post to each channel of the
-/// approval's groups, for `approval.decided` and `approval.expired` an update of each, and
-/// for `approval.summary` one post of the summary to each channel of its groups.
-pub fn deliveries_for(slack: &SlackConfig, kind: Kind, data: &Value) -> Vec<NewDelivery> {
-    if kind == Kind::ApprovalSummary {
-        let groups: Vec<&str> = data["approvers"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        return slack
-            .channels_for(&groups)
-            .into_iter()
-            .map(|channel| NewDelivery {
-                webhook: format!("{TARGET}{channel}"),
-                event: kind.as_str().to_owned(),
-                payload: json!({"summary": data, "channel": channel}).to_string(),
-            })
-            .collect();
-    }
-    if !matches!(
-        kind,
-        Kind::ApprovalRequested | Kind::ApprovalDecided | Kind::ApprovalExpired
-    ) {
-        return Vec::new();
-    }
-    let Some(id) = data["id"].as_str() else {
-        return Vec::new();
-    };
-    let groups: Vec<&str> = data["approvers"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    slack
-        .channels_for(&groups)
-        .into_iter()
-        .map(|channel| NewDelivery {
-            webhook: format!("{TARGET}{channel}"),
-            event: kind.as_str().to_owned(),
-            payload: json!({"approval_id": id, "channel": channel}).to_string(),
-        })
-        .collect()
-}
 
 /// The store note that says where approval `approval_id`'s message in `channel` is.
 pub(crate) fn note_key(approval_id: &str, channel: &str) -> String {

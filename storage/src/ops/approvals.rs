@@ -13,6 +13,7 @@ use crate::model::{
 use crate::writer::Tx;
 use crate::Store;
 
+use super::approval_rows::{put_new_approval, set_status_index};
 use super::outbox::{stage_deliveries, NewDelivery};
 use super::{
     create_call, get, load_call, put, run_id, IDX_ALL, IDX_PRINCIPAL, IDX_RUN, IDX_STATUS, IDX_TOOL,
@@ -181,59 +182,6 @@ fn decided_fields(
     if a.edited_fingerprint.is_some() {
         f.insert("edited".into(), Value::from(true));
     }
-}
-
-/// Writes a new pending approval with its listing index entries and its expiry.
-pub(super) fn put_new_approval(tx: &mut Tx<'_>, approval: &Approval) -> Result<(), StoreError> {
-    put(tx, Ks::Approvals, approval.id.as_bytes(), approval)?;
-    for (field, value) in index_entries(approval) {
-        tx.put(
-            Ks::ApprovalIndex,
-            keys::index_key(field, &value, &approval.id),
-            Vec::new(),
-        );
-    }
-    tx.put(
-        Ks::Expiry,
-        keys::expiry_key(approval.expires_at, EXPIRE_APPROVAL, approval.id.as_bytes()),
-        Vec::new(),
-    );
-    Ok(())
-}
-
-/// The listing index entries of an approval.
-pub(super) fn index_entries(a: &Approval) -> Vec<(u8, String)> {
-    let mut entries = vec![
-        (IDX_ALL, String::new()),
-        (IDX_STATUS, a.status.as_str().to_owned()),
-        (IDX_TOOL, a.tool.clone()),
-        (IDX_PRINCIPAL, a.requester.id.clone()),
-    ];
-    if let Some(r) = run_id(&a.context) {
-        entries.push((IDX_RUN, r.to_owned()));
-    }
-    entries
-}
-
-/// Moves `a` in the status index; refuses any transition but `pending` → final.
-pub(super) fn set_status_index(
-    tx: &mut Tx<'_>,
-    a: &Approval,
-    old: ApprovalStatus,
-) -> Result<(), StoreError> {
-    if !old.can_become(a.status) {
-        return Err(StoreError::NotPending(old.as_str()));
-    }
-    tx.delete(
-        Ks::ApprovalIndex,
-        keys::index_key(IDX_STATUS, old.as_str(), &a.id),
-    );
-    tx.put(
-        Ks::ApprovalIndex,
-        keys::index_key(IDX_STATUS, a.status.as_str(), &a.id),
-        Vec::new(),
-    );
-    Ok(())
 }
 
 impl Store {

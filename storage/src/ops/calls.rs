@@ -13,7 +13,7 @@ use crate::model::{
 use crate::writer::{Durability, Tx};
 use crate::Store;
 
-use super::approvals::set_status_index;
+use super::approval_rows::set_status_index;
 use super::{create_call, fields, get, load_call, put, unindex_suspended, with_run, IDX_EXECUTING};
 
 /// What `begin_execution` found.

@@ -9,7 +9,7 @@ use crate::keys::{self, Ks, EXPIRE_APPROVAL, EXPIRE_GRANT, EXPIRE_SUSPENDED};
 use crate::model::{Approval, ApprovalKind, ApprovalStatus, CallRecord, CallStatus, Grant, Millis};
 use crate::Store;
 
-use super::approvals::set_status_index;
+use super::approval_rows::set_status_index;
 use super::{fields, get, load_call, put, unindex_suspended};
 
 /// Expired approvals and grants handled per sweep, so one sweep stays short.

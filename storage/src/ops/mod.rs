@@ -29,6 +29,7 @@ use crate::model::{CallRecord, Millis};
 use crate::writer::Tx;
 use crate::Store;
 
+mod approval_rows;
 mod approvals;
 mod calls;
 mod expiry;

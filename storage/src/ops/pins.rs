@@ -23,7 +23,7 @@ use crate::model::{
 use crate::writer::Tx;
 use crate::Store;
 
-use super::approvals::{put_new_approval, set_status_index};
+use super::approval_rows::{put_new_approval, set_status_index};
 use super::{fields, get, put};
 
 /// Where pins live in [`Ks::Settings`]: `tool.pin.{server}\0{tool}`.

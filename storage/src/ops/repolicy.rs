@@ -16,7 +16,7 @@ use crate::model::{
 use crate::writer::Tx;
 use crate::Store;
 
-use super::approvals::set_status_index;
+use super::approval_rows::set_status_index;
 use super::{fields, get, load_call, put};
 
 /// Who a decline by a reloaded policy is recorded as (an issuer principal would be

@@ -12,6 +12,10 @@ use serde_json::{json, Value};
 use crate::config::PinMode;
 use crate::error::{ApiError, Code};
 
+/// How soon an upstream not reached at start (or since) is tried again: the `Retry-After` its
+/// refused calls are given.
+pub(crate) const UNREACHED_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What airlock makes of one listed tool.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Trust {
@@ -103,7 +107,7 @@ impl Gate {
                     Code::UpstreamUnavailable,
                     format!("MCP server `{server}` has not been reached yet; `{tool}` cannot be called until it is"),
                 )
-                .retry_after(super::registry::UNREACHED_RETRY.as_secs()),
+                .retry_after(UNREACHED_RETRY.as_secs()),
             ),
             Gate::Held { review, declined } => {
                 let why = if *declined {

@@ -20,10 +20,6 @@ use super::{
     MAX_LIVE,
 };
 
-/// How soon an upstream not reached at start (or since) is tried again: the `Retry-After` its
-/// refused calls are given.
-pub(crate) const UNREACHED_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Every configured upstream.
 pub struct Registry {
     pub servers: Vec<Arc<Server>>,
@@ -127,7 +123,7 @@ impl Registry {
                     // An upstream never reached is tried again as soon as its refused calls
                     // are told to retry (`Retry-After: 5`), not only every `refresh`.
                     let wait = if !s.settled() {
-                        s.config.refresh.min(UNREACHED_RETRY)
+                        s.config.refresh.min(super::pins::UNREACHED_RETRY)
                     } else {
                         s.config.refresh
                     };
