@@ -74,6 +74,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
         reason: None,
         code: None,
         edited: false,
+        granted: false,
         run_by: None,
         outcome: None,
         suspension: None,

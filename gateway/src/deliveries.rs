@@ -250,7 +250,7 @@ async fn gone(gw: &Arc<Gateway>, hook: &WebhookConfig, id: String) {
 /// dead-lettered (a mail without `[email]` configured any more is dead at once).
 async fn deliver_mail(gw: &Arc<Gateway>, d: Delivery) {
     let result = match &gw.config.email {
-        Some(email) => crate::email::send(email, &d.payload)
+        Some(email) => crate::email::send(email, &d.id, &d.payload)
             .await
             .map_err(|error| Failure::Retry {
                 error,

@@ -184,14 +184,16 @@ fn compose(a: &Value) -> (String, String, String) {
     (subject, text, html)
 }
 
-/// Sends one mail of the outbox; the error says why it did not go.
-pub async fn send(email: &EmailConfig, payload: &str) -> Result<(), String> {
+/// Sends one mail of the outbox (delivery `id`, stable across retries: the mail's
+/// `Message-ID`, so a mail sent twice reads as one); the error says why it did not go.
+pub async fn send(email: &EmailConfig, id: &str, payload: &str) -> Result<(), String> {
     let p: Value =
         serde_json::from_str(payload).map_err(|e| format!("a mail that does not read: {e}"))?;
     let field = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
     let from: Mailbox = email.from.parse().map_err(|e| format!("from: {e}"))?;
     let to: Mailbox = field("to").parse().map_err(|e| format!("to: {e}"))?;
     let message = Message::builder()
+        .message_id(Some(message_id(id, &from)))
         .from(from)
         .to(to)
         .subject(field("subject"))
@@ -213,7 +215,42 @@ pub async fn send(email: &EmailConfig, payload: &str) -> Result<(), String> {
         .send(message)
         .await
         .map(|_| ())
-        .map_err(|e| format!("SMTP {}:{}: {e}", email.host, email.port))
+        .map_err(|e| format!("SMTP {}:{}: {}", email.host, email.port, in_words(&e)))
+}
+
+/// `<{id}@{the sender's domain}>`, with only the characters RFC 5322 allows in a message id.
+fn message_id(id: &str, from: &Mailbox) -> String {
+    let id: String = id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .collect();
+    format!("<{}.airlock@{}>", id.trim_matches('.'), from.email.domain())
+}
+
+/// A send's error, with what TLS's certificate checks mean said in words (the TLS library
+/// names them as Rust values, such as `CaUsedAsEndEntity`).
+fn in_words(e: &lettre::transport::smtp::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = s.source();
+    }
+    const WORDS: [(&str, &str); 6] = [
+        ("CaUsedAsEndEntity", "the server presents a certificate marked as an authority (CA:TRUE) as its own, which TLS refuses: give the server a certificate of its own signed by the authority in `[email] ca`"),
+        ("UnknownIssuer", "the server's certificate is not signed by an authority airlock trusts: name its authority in `[email] ca`"),
+        ("NotValidForName", "the server's certificate is not made out to the host in `[email] smtp`"),
+        ("Expired", "the server's certificate has expired"),
+        ("NotValidYet", "the server's certificate is not valid yet (is this machine's clock right?)"),
+        ("BadSignature", "the server's certificate does not verify against its authority"),
+    ];
+    match WORDS.iter().find(|(name, _)| text.contains(name)) {
+        Some((_, words)) => format!("{words} ({text})"),
+        None => text,
+    }
 }
 
 /// The SMTP transport `[email]` describes: TLS required, with the extra authorities of `ca`.

@@ -257,6 +257,7 @@ mod tests {
         ];
         let store = [
             StoreError::Unavailable(s()),
+            StoreError::Locked(s()),
             StoreError::Corrupt(s()),
             StoreError::ApprovalNotFound(s()),
             StoreError::Forbidden(s()),

@@ -94,6 +94,39 @@ fn a_failing_case_fails_the_run() {
 }
 
 #[test]
+fn a_case_whose_rule_fails_says_so_in_words_and_how_to_expect_it() {
+    let dir = std::env::temp_dir().join(format!("airlock-cli-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("p.toml"),
+        "version = 1\n[defaults]\ndecision = \"allow\"\n[[rules]]\nid = \"long-cmd\"\ntools = [\"shell.exec\"]\nwhen = 'args.cmd.size() > 3'\ndecision = \"deny\"\n",
+    )
+    .unwrap();
+    let case = "[[case]]\nname = \"no cmd\"\ntool = \"shell.exec\"\nargs = { other = 1 }\nexpect = \"deny\"\n";
+    std::fs::write(dir.join("p.cases.toml"), case).unwrap();
+    let out = airlock(&["policy", "test", dir.to_str().unwrap()], None);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("rules failed to evaluate: `long-cmd` (")
+            && stdout.contains("add expect_errors = [\"long-cmd\"]"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("RuleError"), "{stdout}");
+
+    // With the failure expected, the case passes.
+    std::fs::write(
+        dir.join("p.cases.toml"),
+        format!("{case}expect_errors = [\"long-cmd\"]\n"),
+    )
+    .unwrap();
+    let out = airlock(&["policy", "test", dir.to_str().unwrap()], None);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn fingerprint_prints_canonical_args_and_reads_stdin() {
     let out = airlock(
         &[

@@ -426,6 +426,28 @@ fn case_request(case: &RawCase, set: &PolicySet) -> Result<EvalRequest, String> 
     })
 }
 
+/// Names as a reader writes them: `a, b`, or `none`.
+fn names<S: AsRef<str>>(items: impl Iterator<Item = S>) -> String {
+    let v: Vec<String> = items.map(|s| format!("`{}`", s.as_ref())).collect();
+    if v.is_empty() {
+        "none".to_owned()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// Failed rules as a reader writes them: `rule` (reason), ….
+fn failures(errors: &[crate::RuleError]) -> String {
+    if errors.is_empty() {
+        return "none".to_owned();
+    }
+    let v: Vec<String> = errors
+        .iter()
+        .map(|e| format!("`{}` ({})", e.rule, e.reason))
+        .collect();
+    v.join(", ")
+}
+
 /// Each way `decision` differs from what `case` expects, in words.
 fn mismatches(case: &RawCase, decision: &Decision) -> Vec<String> {
     let mut problems = Vec::new();
@@ -433,7 +455,7 @@ fn mismatches(case: &RawCase, decision: &Decision) -> Vec<String> {
         let why = if decision.rules.is_empty() {
             "no rule matched: the defaults decided".to_owned()
         } else {
-            format!("matched rules {:?}", decision.rules)
+            format!("matched rules {}", names(decision.rules.iter()))
         };
         problems.push(format!(
             "expected {}, got {} ({why})",
@@ -445,7 +467,11 @@ fn mismatches(case: &RawCase, decision: &Decision) -> Vec<String> {
         let want: BTreeSet<&str> = expected.iter().map(String::as_str).collect();
         let got: BTreeSet<&str> = decision.rules.iter().map(String::as_str).collect();
         if want != got {
-            problems.push(format!("expected rules {want:?}, got {got:?}"));
+            problems.push(format!(
+                "expected rules {}, got {}",
+                names(want.iter()),
+                names(got.iter())
+            ));
         }
     }
     if let Some(expected) = &case.expect_errors {
@@ -453,24 +479,32 @@ fn mismatches(case: &RawCase, decision: &Decision) -> Vec<String> {
         let got: BTreeSet<&str> = decision.errors.iter().map(|e| e.rule.as_str()).collect();
         if want != got {
             problems.push(format!(
-                "expected errors in {want:?}, got {:?}",
-                decision.errors
+                "expected errors in {}, got {}",
+                names(want.iter()),
+                failures(&decision.errors)
             ));
         }
     } else if !decision.errors.is_empty() {
-        problems.push(format!("rules failed to evaluate: {:?}", decision.errors));
+        let ids: Vec<&str> = decision.errors.iter().map(|e| e.rule.as_str()).collect();
+        problems.push(format!(
+            "rules failed to evaluate: {}. If the case means them to fail, add expect_errors = {}",
+            failures(&decision.errors),
+            serde_json::to_string(&ids).unwrap_or_default()
+        ));
     }
     if let Some(q) = case.expect_quorum {
         let got = decision.approval.as_ref().map(|a| a.quorum);
         if got != Some(q) {
-            problems.push(format!("expected quorum {q}, got {got:?}"));
+            let got = got.map_or("no approval".to_owned(), |g| g.to_string());
+            problems.push(format!("expected quorum {q}, got {got}"));
         }
     }
     if let Some(expected) = &case.expect_approvers {
         let want: BTreeSet<String> = expected.iter().cloned().collect();
         let got = decision.approval.as_ref().map(|a| a.approvers.clone());
         if got.as_ref() != Some(&want) {
-            problems.push(format!("expected approvers {want:?}, got {got:?}"));
+            let got = got.map_or("no approval".to_owned(), |g| names(g.iter()));
+            problems.push(format!("expected approvers {}, got {got}", names(want.iter())));
         }
     }
     if let Some(expected) = &case.expect_grant {

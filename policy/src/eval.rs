@@ -71,10 +71,13 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
             Outcome::Match => {
                 rules.push(rule.id.clone());
                 if let Some(message) = &rule.message {
-                    messages.push(RuleMessage {
-                        rule: rule.id.clone(),
-                        message: message.clone(),
-                    });
+                    messages.push((
+                        rule.decision,
+                        RuleMessage {
+                            rule: rule.id.clone(),
+                            message: message.clone(),
+                        },
+                    ));
                 }
                 rule.decision
             }
@@ -122,6 +125,13 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         .then(|| approval.unwrap_or_else(|| set.defaults.approval.clone()));
     rules.sort();
     errors.sort_by(|a, b| a.rule.cmp(&b.rule));
+    // The messages of the rules that decided: a deny says why it denies, not why another
+    // matched rule would have asked for approval.
+    let mut messages: Vec<RuleMessage> = messages
+        .into_iter()
+        .filter(|(d, _)| *d == decision)
+        .map(|(_, m)| m)
+        .collect();
     messages.sort_by(|a, b| a.rule.cmp(&b.rule));
     Decision {
         decision,

@@ -249,7 +249,8 @@ pub struct Decision {
     pub rules: Vec<String>,
     /// Rules that failed to evaluate; each yielded `on_error`.
     pub errors: Vec<RuleError>,
-    /// Messages of the matched rules that have one.
+    /// Messages of the matched rules that have one and decide as the whole verdict does (a
+    /// deny shows its deny rules' messages, not those of approval rules that also matched).
     pub messages: Vec<RuleMessage>,
     pub policy_version: String,
     /// Present exactly when `decision` is `require_approval`.

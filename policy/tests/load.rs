@@ -435,8 +435,26 @@ fn a_failing_case_says_which_rules_matched_or_that_the_defaults_decided() {
     assert_eq!(
         failures,
         [
-            "expected allow, got deny (matched rules [\"no-rm\"])",
+            "expected allow, got deny (matched rules `no-rm`)",
             "expected deny, got allow (no rule matched: the defaults decided)"
         ]
     );
+}
+
+#[test]
+fn a_verdict_carries_the_messages_of_the_rules_that_decided_it() {
+    let approve = "[[rules]]\nid = \"ask\"\ntools = [\"shell.*\"]\ndecision = \"require_approval\"\nmessage = \"an operator looks at shell commands\"\n";
+    let deny = "[[rules]]\nid = \"no-rm\"\ntools = [\"shell.*\"]\nwhen = 'args.command.contains(\"rm \")'\ndecision = \"deny\"\nmessage = \"rm is never run\"\n";
+    let both = load(&format!("{DEFAULTS}{approve}{deny}")).unwrap();
+    let d = decide(&both, &BTreeMap::new());
+    assert_eq!(d.decision, DecisionKind::Deny);
+    assert_eq!(d.rules, ["ask", "no-rm"], "both matched");
+    let said: Vec<&str> = d.messages.iter().map(|m| m.message.as_str()).collect();
+    assert_eq!(said, ["rm is never run"], "a deny says why it denies, only");
+
+    let approval_only = load(&format!("{DEFAULTS}{approve}")).unwrap();
+    let d = decide(&approval_only, &BTreeMap::new());
+    assert_eq!(d.decision, DecisionKind::RequireApproval);
+    let said: Vec<&str> = d.messages.iter().map(|m| m.message.as_str()).collect();
+    assert_eq!(said, ["an operator looks at shell commands"]);
 }

@@ -9,6 +9,9 @@
 pub enum StoreError {
     #[error("the store is unavailable: {0}")]
     Unavailable(String),
+    /// Another process (a running gateway) holds the embedded store's lock.
+    #[error("{0}")]
+    Locked(String),
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
     #[error("approval `{0}` not found")]
@@ -50,7 +53,7 @@ pub enum StoreError {
 impl StoreError {
     pub fn code(&self) -> &'static str {
         match self {
-            StoreError::Unavailable(_) => "store.unavailable",
+            StoreError::Unavailable(_) | StoreError::Locked(_) => "store.unavailable",
             StoreError::Corrupt(_) => "store.corrupt",
             StoreError::ApprovalNotFound(_) => "approval.not_found",
             StoreError::Forbidden(_) => "approval.forbidden",

@@ -261,6 +261,7 @@ mod tests {
         let approved = CallRecord {
             approval_id: Some("apr_1".into()),
             edited: true,
+            granted: false,
             ..call
         };
         let back = decode::<CallRecord>(&encode(&approved).unwrap()).unwrap();

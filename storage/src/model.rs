@@ -3,6 +3,7 @@
 //! These are plain data. The rules about how they change live in [`crate::ops`]; the way they
 //! are laid out on disk lives in [`crate::keys`].
 
+use std::time::Duration;
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
@@ -228,7 +229,8 @@ impl GrantTerms {
             over.push(format!("uses {u} (at most {})", max.uses));
         }
         if let Some(t) = choice.ttl_ms.filter(|t| *t > max.ttl_ms) {
-            over.push(format!("ttl {t} ms (at most {} ms)", max.ttl_ms));
+            let words = |ms: u64| airlock_policy::format_duration(Duration::from_millis(ms));
+            over.push(format!("ttl {} (at most {})", words(t), words(max.ttl_ms)));
         }
         if let Some(s) = choice.scope.filter(|s| *s > max.scope) {
             over.push(format!(
@@ -486,6 +488,9 @@ pub struct CallRecord {
     /// True when an approver edited the args: `args` and `fingerprint` are the edited ones.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub edited: bool,
+    /// True when the call ran on a grant that `approval_id` made (not the approved call).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub granted: bool,
     /// For an approved call: the last moment it may start (the grant's ttl after approval).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_by: Option<Millis>,

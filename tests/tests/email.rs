@@ -58,7 +58,7 @@ fn mails(dir: &Path) -> Vec<(Value, Value)> {
                 "-c",
                 "import email, email.policy, json, sys\n\
                  m = email.message_from_binary_file(open(sys.argv[1], 'rb'), policy=email.policy.default)\n\
-                 print(json.dumps({'subject': m['subject'], 'to': m['to'], 'from': m['from'],\n\
+                 print(json.dumps({'subject': m['subject'], 'to': m['to'], 'from': m['from'], 'message_id': m['message-id'],\n\
                    'text': m.get_body(('plain',)).get_content(), 'html': m.get_body(('html',)).get_content()}))",
                 dir.join(format!("{n}.eml")).to_str().unwrap(),
             ])
@@ -131,6 +131,16 @@ fn an_approval_mail_reaches_the_group_and_its_link_decides_only_after_sign_in() 
         .collect();
     to.sort();
     assert_eq!(to, ["dba-lead@corp.example", "dba@corp.example"], "{got:?}");
+    // Each mail has its own Message-ID, on the sender's domain.
+    let ids: std::collections::BTreeSet<&str> = got
+        .iter()
+        .map(|(_, m)| m["message_id"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(ids.len(), 2, "{got:?}");
+    assert!(
+        ids.iter().all(|i| i.starts_with('<') && i.ends_with("@corp.example>")),
+        "{ids:?}"
+    );
     for (envelope, mail) in &got {
         assert_eq!(envelope["tls"], true, "sent only after STARTTLS");
         assert_eq!(
@@ -256,6 +266,37 @@ fn a_mail_server_down_for_a_while_gets_the_mail_once_and_bad_config_is_named() {
     gw2.call_async("agent1", "multi.op", json!({"n": 2}));
     std::thread::sleep(Duration::from_secs(3));
     assert!(mails(&inbox2).is_empty());
+
+    // The server's own self-signed certificate, marked as an authority, named as `ca`: TLS
+    // would refuse every send, so the gateway refuses to start, in words.
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let self_signed = params
+        .self_signed(&rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let own = dir.path().join("own.pem");
+    std::fs::write(&own, self_signed.pem()).unwrap();
+    let cfg = dir.path().join("own.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}\n[email]\nsmtp = \"smtp://localhost:2525\"\nca = {own:?}\nfrom = \"a@b.example\"\nto = {{ \"*\" = [\"c@d.example\"] }}\n",
+            config_text(&backend, "")
+        ),
+    )
+    .unwrap();
+    let out = Command::new(airlock_bin())
+        .args(["serve", "--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("email.ca")
+            && err.contains("is a self-signed certificate for localhost")
+            && !err.contains("CaUsedAsEndEntity"),
+        "{err}"
+    );
 
     // Config refusals name the key.
     for (email, key) in [

@@ -161,7 +161,7 @@ fn an_approver_outside_the_group_is_refused_in_words() {
         r["error"]
             .as_str()
             .unwrap()
-            .contains("You are not one of the approvers this call needs"),
+            .contains("You are not one of those who may decide this"),
         "{r}"
     );
     assert_eq!(r["pending"], 1);

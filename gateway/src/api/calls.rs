@@ -110,6 +110,13 @@ pub(crate) struct CallCompleted {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<EditedArgs>")]
     pub args: Option<Value>,
+    /// The approval the call ran on: its own, or the one whose grant it spent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// The grant the call ran on (`DELETE /v1/grants/{id}` revokes it), when it was not the
+    /// approved call itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grant_id: Option<String>,
 }
 
 /// The decision a completed call ran on.
@@ -132,17 +139,21 @@ impl CallCompleted {
             result: c.result,
             edited: c.edited_args.is_some().then_some(true),
             args: c.edited_args,
+            approval_id: c.approval_id,
+            grant_id: c.grant_id,
         }
     }
 
     fn example() -> CallCompleted {
         CallCompleted::of(Completed {
             call_id: "c-1".into(),
-            decision: "allow".into(),
+            decision: "require_approval".into(),
             fingerprint: format!("sha256:{}", "0".repeat(64)),
             upstream_status: Some(200),
             result: serde_json::json!({"rows": 1}),
             edited_args: Some(serde_json::json!({"sql": "SELECT 1"})),
+            approval_id: Some("apr_1".into()),
+            grant_id: Some("grt_1".into()),
         })
     }
 }

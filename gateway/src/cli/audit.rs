@@ -42,7 +42,8 @@ pub enum AuditCommand {
         chain: Option<String>,
     },
     /// Write the records after a position (a seq, or a cursor `GET /v1/audit` handed out) as
-    /// JSONL, every chain by time, to stdout or --out.
+    /// JSONL, every chain by time, to stdout or --out: of a stopped gateway's store, or of a
+    /// running gateway (`--url`).
     Export {
         #[command(flatten)]
         at: StoreAt,
@@ -50,6 +51,12 @@ pub enum AuditCommand {
         after: airlock_storage::Cursor,
         #[arg(long)]
         out: Option<PathBuf>,
+        /// A running gateway to read the log from (`GET /v1/audit`), instead of a store.
+        #[arg(long, conflicts_with_all = ["data_dir", "database_url"])]
+        url: Option<String>,
+        /// With --url: the admin's token; defaults to $AIRLOCK_ADMIN_TOKEN, then $AIRLOCK_TOKEN.
+        #[arg(long, requires = "url")]
+        token: Option<String>,
     },
 }
 
@@ -64,7 +71,16 @@ pub(super) fn audit_verify(
             Ok(c) => c,
             Err(e) => return bad_input(&e.code, e.message),
         };
-        return report(airlock_storage::verify_chain(Pages::new(client)));
+        let failed = std::rc::Rc::new(std::cell::RefCell::new(None));
+        let result = airlock_storage::verify_chain(Pages::new(client, failed.clone()));
+        // A page that could not be read is not a broken chain: say what stopped the reading.
+        if let Some((code, message)) = failed.borrow_mut().take() {
+            return bad_input(
+                &code,
+                format!("cannot read the audit log of {url}, so nothing was verified: {message}"),
+            );
+        }
+        return report(result);
     }
     let result = match file {
         None => {
@@ -159,12 +175,22 @@ pub(super) fn audit_prune(at: &StoreAt, before: u64, chain: Option<&str>) -> u8 
     }
 }
 
+/// Where `audit export` reads: a store, or a running gateway.
+pub(super) enum ExportFrom {
+    Store(StoreAt),
+    Gateway { url: String, token: Option<String> },
+}
+
 pub(super) fn audit_export(
-    at: &StoreAt,
+    from: ExportFrom,
     after: &airlock_storage::Cursor,
     out: Option<PathBuf>,
 ) -> u8 {
-    let store = match open_store(at) {
+    let at = match from {
+        ExportFrom::Store(at) => at,
+        ExportFrom::Gateway { url, token } => return export_remote(&url, token, after, out),
+    };
+    let store = match open_store(&at) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -195,6 +221,49 @@ pub(super) fn audit_export(
     }
 }
 
+/// `audit export --url`: a running gateway's records, page by page, as JSONL.
+fn export_remote(
+    url: &str,
+    token: Option<String>,
+    after: &airlock_storage::Cursor,
+    out: Option<PathBuf>,
+) -> u8 {
+    let client = match client::Client::new(url, token, ADMIN_TOKEN) {
+        Ok(c) => c,
+        Err(e) => return bad_input(&e.code, e.message),
+    };
+    let failed = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let mut pages = Pages::new(client, failed.clone());
+    pages.after = after.to_string();
+    let mut w: Box<dyn std::io::Write> = match &out {
+        Some(path) => match std::fs::File::create(path) {
+            Ok(f) => Box::new(std::io::BufWriter::new(f)),
+            Err(e) => return bad_input("audit.io", format!("{}: {e}", path.display())),
+        },
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut n = 0u64;
+    for record in pages {
+        let Ok(bytes) = record else { break };
+        let written = w.write_all(&bytes).and_then(|()| w.write_all(b"\n"));
+        if let Err(e) = written {
+            return bad_input("audit.io", e);
+        }
+        n += 1;
+    }
+    if let Err(e) = w.flush() {
+        return bad_input("audit.io", e);
+    }
+    if let Some((code, message)) = failed.borrow_mut().take() {
+        return bad_input(
+            &code,
+            format!("cannot read the audit log of {url} (after {n} records): {message}"),
+        );
+    }
+    eprintln!("exported {n} records");
+    0
+}
+
 /// A running gateway's audit log, page by page (`GET /v1/audit`), as the records' bytes: what
 /// `verify` reads from a file, fetched as it goes. A page that cannot be read ends it with
 /// an error, which verification reports.
@@ -204,30 +273,43 @@ struct Pages {
     after: String,
     page: std::vec::IntoIter<Value>,
     done: bool,
+    /// Why a page could not be read (its code and message), for the caller to tell apart
+    /// from a chain that does not verify.
+    failed: std::rc::Rc<std::cell::RefCell<Option<(String, String)>>>,
 }
 
 impl Pages {
-    fn new(client: client::Client) -> Pages {
+    fn new(
+        client: client::Client,
+        failed: std::rc::Rc<std::cell::RefCell<Option<(String, String)>>>,
+    ) -> Pages {
         Pages {
             client,
             after: "0".into(),
             page: Vec::new().into_iter(),
             done: false,
+            failed,
         }
     }
 
-    fn next_page(&mut self) -> Result<Vec<Value>, String> {
+    fn next_page(&mut self) -> Result<Vec<Value>, (String, String)> {
         let path = format!("/v1/audit?after={}&limit=1000", self.after);
         let (status, body) = self
             .client
             .send(reqwest::Method::GET, &path, None, None)
-            .map_err(|e| format!("{}: {}", e.code, e.message))?;
+            .map_err(|e| (e.code, e.message))?;
         if status != 200 {
-            let code = client::error_code(&body).unwrap_or("client.error");
-            return Err(format!(
+            let code = client::error_code(&body).unwrap_or("client.error").to_owned();
+            let mut message = format!(
                 "GET {path}: {status} {code}: {}",
-                body["error"]["message"]
-            ));
+                body["error"]["message"].as_str().unwrap_or("")
+            );
+            if status == 401 || status == 403 {
+                message.push_str(
+                    ". Reading the audit log needs an admin's token: --token, or $AIRLOCK_ADMIN_TOKEN",
+                );
+            }
+            return Err((code, message));
         }
         match &body["next_after"] {
             Value::Number(n) => self.after = n.to_string(),
@@ -236,7 +318,10 @@ impl Pages {
         }
         match body["records"].as_array() {
             Some(records) => Ok(records.clone()),
-            None => Err(format!("GET {path}: the answer has no `records`")),
+            None => Err((
+                "client.error".into(),
+                format!("GET {path}: the answer has no `records`"),
+            )),
         }
     }
 }
@@ -255,9 +340,10 @@ impl Iterator for Pages {
             match self.next_page() {
                 Ok(records) if records.is_empty() => self.done = true,
                 Ok(records) => self.page = records.into_iter(),
-                Err(e) => {
+                Err((code, message)) => {
                     self.done = true;
-                    return Some(Err(e));
+                    *self.failed.borrow_mut() = Some((code, message.clone()));
+                    return Some(Err(message));
                 }
             }
         }

@@ -80,7 +80,7 @@ pub(super) fn call(args: CallArgs) -> u8 {
             Ok((202, body)) if body["status"] == "suspended" => {
                 if args.remote.json {
                     // The summary on stdout says as much; with --json it is the hint.
-                    suspended_hint(&body);
+                    suspended_hint(&body, &args.remote.url_flag());
                 }
                 Ok((202, body))
             }
@@ -93,10 +93,11 @@ pub(super) fn call(args: CallArgs) -> u8 {
                 eprintln!(
                     "held for approval: call {call_id}, approval {approval}\n\
                      decide in the inbox: {}\n\
-                     or approve with: airlock approvals approve {approval} --token \"$AIRLOCK_APPROVER_TOKEN\"\n\
+                     or approve with: airlock approvals approve {approval}{url} --token \"$AIRLOCK_APPROVER_TOKEN\"\n\
                      waiting up to {}s for a decision…",
                     body.pointer("/approval/link").and_then(Value::as_str).unwrap_or(""),
                     args.wait.unwrap_or(DEFAULT_WAIT),
+                    url = args.remote.url_flag(),
                 );
                 resume(&call_id, Some(args.wait.unwrap_or(DEFAULT_WAIT)), None)
             }
@@ -105,7 +106,7 @@ pub(super) fn call(args: CallArgs) -> u8 {
     };
     match result {
         Ok((status, body)) => print_answer_hinted(args.remote.json, status, &body, || {
-            client::call_summary(status, &body)
+            client::call_summary(status, &body, &args.remote.url_flag())
         }),
         Err(e) => bad_input(&e.code, e.message),
     }
@@ -135,12 +136,12 @@ fn call_body(args: &CallArgs) -> Result<Value, u8> {
 }
 
 /// Says on stderr what a suspended call asks and how to answer it.
-fn suspended_hint(body: &Value) {
+fn suspended_hint(body: &Value, url_flag: &str) {
     let call_id = body["call_id"].as_str().unwrap_or("");
     eprintln!(
         "suspended: the tool asks for input: {}\n\
          answer in the inbox: {}\n\
-         or: airlock call --resume {call_id} --data '<JSON fitting the resume schema>'",
+         or: airlock call --resume {call_id}{url_flag} --data '<JSON fitting the resume schema>'",
         body.pointer("/suspend/payload")
             .map(Value::to_string)
             .unwrap_or_default(),

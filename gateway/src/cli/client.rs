@@ -73,7 +73,7 @@ impl Client {
             message: if e.is_connect() {
                 format!(
                     "cannot reach {}: connection refused. Is the gateway running? Start one with \
-                     `airlock serve`, or point --url at yours",
+                     `airlock serve`, or point --url (or $AIRLOCK_URL) at yours",
                     self.url
                 )
             } else if e.is_timeout() {
@@ -155,6 +155,10 @@ pub fn rules_text(rules: Option<&Value>, sep: &str) -> String {
 /// The rules of an approval, or, when none matched and rules failed to evaluate, those rules
 /// named as failed (a failed rule is why the call waits, not the defaults).
 fn rules_or_errors(a: &Value, sep: &str) -> String {
+    // A changed tool definition is held by its upstream's pin, not by a rule.
+    if a.get("kind").and_then(Value::as_str) == Some("tool_definition") {
+        return "(definition review)".to_owned();
+    }
     let failed = rule_errors(a);
     let matched = a.get("rules").and_then(Value::as_array);
     if matched.is_none_or(|m| m.is_empty()) && !failed.is_empty() {
@@ -330,15 +334,16 @@ fn review_details(a: &Value) -> String {
     out.join("\n")
 }
 
-/// A tool call's answer, for people.
-pub fn call_summary(status: u16, body: &Value) -> String {
+/// A tool call's answer, for people; `url_flag` is what the printed follow-up command needs to
+/// reach the same gateway (see `Remote::url_flag`).
+pub fn call_summary(status: u16, body: &Value, url_flag: &str) -> String {
     match (status, error_code(body)) {
         (_, Some(code)) => format!(
             "{status} {code}: {}",
             body.pointer("/error/message").and_then(Value::as_str).unwrap_or("")
         ),
         (202, None) if body["status"] == "suspended" => format!(
-            "202 suspended: the tool asks for input\ncall      {}\nasks      {}\nschema    {}\ninbox     {}\nexpires   {}\nanswer with: airlock call --resume {} --data '<JSON>'",
+            "202 suspended: the tool asks for input\ncall      {}\nasks      {}\nschema    {}\ninbox     {}\nexpires   {}\nanswer with: airlock call --resume {}{url_flag} --data '<JSON>'",
             body["call_id"].as_str().unwrap_or(""),
             body.pointer("/suspend/payload").map(|v| v.to_string()).unwrap_or_default(),
             body.pointer("/suspend/resume_schema").map(|v| v.to_string()).unwrap_or_default(),
@@ -347,7 +352,7 @@ pub fn call_summary(status: u16, body: &Value) -> String {
             body["call_id"].as_str().unwrap_or(""),
         ),
         (202, None) => format!(
-            "202 held for approval\ncall      {}\napproval  {}\ninbox     {}\napprovers {} (quorum {})\nexpires   {}\nresume with: airlock call --resume {}",
+            "202 held for approval\ncall      {}\napproval  {}\ninbox     {}\napprovers {} (quorum {})\nexpires   {}\nresume with: airlock call --resume {}{url_flag}",
             body["call_id"].as_str().unwrap_or(""),
             body.pointer("/approval/id").and_then(Value::as_str).unwrap_or(""),
             body.pointer("/approval/link").and_then(Value::as_str).unwrap_or(""),

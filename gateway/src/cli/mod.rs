@@ -1,12 +1,13 @@
-//! The `airlock` command line: `serve`, the client commands (`call`, `approvals`), `policy
-//! check|test|eval`, `fingerprint` and `audit verify|export`.
+//! The `airlock` command line: `serve`, the client commands (`call`, `approvals`, `grants`,
+//! `tools`), `policy check|test|eval|replay`, `fingerprint`, `audit verify|prune|export`,
+//! `store`, `webhooks` and `mcp stdio`.
 //!
 //! Each command takes its flags and returns an exit code: 0 success, 1 a failed check or test,
 //! 2 bad input (with the stable error code on stderr). Nothing here decides anything itself:
 //! it calls `airlock_policy`.
 //!
-//! One file per subcommand (`serve`, `call`, `approvals`, `policy` with `fingerprint`,
-//! `audit`, `store`, `webhooks`, `mcp`); `remote` and `client` are what the commands that talk
+//! One file per subcommand (`serve`, `call`, `approvals`, `grants`, `tools`, `policy` with
+//! `fingerprint`, `replay`, `audit`, `store`, `webhooks`, `mcp`); `remote` and `client` are what the commands that talk
 //! to a running gateway share. This file parses the command line and hands it to them, with
 //! the few input helpers every command uses.
 
@@ -33,6 +34,7 @@ mod call;
 mod client;
 mod mcp;
 mod policy;
+mod grants;
 mod remote;
 mod replay;
 mod serve;
@@ -43,6 +45,7 @@ mod webhooks;
 pub use approvals::ApprovalsCommand;
 pub use audit::AuditCommand;
 pub use call::CallArgs;
+pub use grants::GrantsCommand;
 pub use mcp::McpCommand;
 pub use policy::{EvalArgs, FingerprintArgs, PolicyCommand};
 pub use remote::Remote;
@@ -71,6 +74,9 @@ pub enum Command {
     /// List, show, approve and decline approvals on a running gateway.
     #[command(subcommand)]
     Approvals(ApprovalsCommand),
+    /// List a running gateway's live grants, or revoke one.
+    #[command(subcommand)]
+    Grants(GrantsCommand),
     /// Check, test and evaluate policy sets.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -100,6 +106,7 @@ pub fn run(cli: Cli) -> u8 {
         Command::Serve(args) => serve::serve(args),
         Command::Call(args) => call::call(args),
         Command::Approvals(cmd) => approvals::approvals(cmd),
+        Command::Grants(cmd) => grants::grants(cmd),
         Command::Policy(PolicyCommand::Check { path, config }) => {
             policy::policy_check(path.as_deref(), config.as_deref())
         }
@@ -119,8 +126,18 @@ pub fn run(cli: Cli) -> u8 {
         Command::Audit(AuditCommand::Prune { at, before, chain }) => {
             audit::audit_prune(&at, before, chain.as_deref())
         }
-        Command::Audit(AuditCommand::Export { at, after, out }) => {
-            audit::audit_export(&at, &after, out)
+        Command::Audit(AuditCommand::Export {
+            at,
+            after,
+            out,
+            url,
+            token,
+        }) => {
+            let from = match url {
+                Some(url) => audit::ExportFrom::Gateway { url, token },
+                None => audit::ExportFrom::Store(at),
+            };
+            audit::audit_export(from, &after, out)
         }
         Command::Store(StoreCommand::Migrate {
             database_url,

@@ -1,6 +1,6 @@
-//! What the commands that talk to a running gateway share: `--url`, `--token` and `--json`,
-//! the token variables each role reads, and printing an answer (with a hint when the command
-//! line knows better than the code alone).
+//! What the commands that talk to a running gateway share: `--url` (or `$AIRLOCK_URL`),
+//! `--token` and `--json`, the token variables each role reads, and printing an answer (with a
+//! hint when the command line knows better than the code alone).
 
 use clap::Args;
 use serde_json::Value;
@@ -10,8 +10,8 @@ use crate::error::Code;
 
 #[derive(Args, Debug)]
 pub struct Remote {
-    /// The gateway's URL.
-    #[arg(long, default_value = "http://127.0.0.1:8080", global = true)]
+    /// The gateway's URL; defaults to $AIRLOCK_URL, then http://127.0.0.1:8080.
+    #[arg(long, env = "AIRLOCK_URL", default_value = DEFAULT_URL, global = true, hide_env = true)]
     pub url: String,
     /// The bearer token; defaults to $AIRLOCK_TOKEN (the approval commands first try
     /// $AIRLOCK_APPROVER_TOKEN, `webhooks test` $AIRLOCK_ADMIN_TOKEN).
@@ -20,6 +20,22 @@ pub struct Remote {
     /// Print the gateway's JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+}
+
+/// Where a client command looks for the gateway without `--url` or `$AIRLOCK_URL`.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+
+impl Remote {
+    /// What a printed command line needs to reach the same gateway: ` --url …` unless it is
+    /// the default or `$AIRLOCK_URL` (which the next command reads as well).
+    pub(super) fn url_flag(&self) -> String {
+        let from_env = std::env::var("AIRLOCK_URL").is_ok_and(|u| u == self.url);
+        if self.url == DEFAULT_URL || from_env {
+            String::new()
+        } else {
+            format!(" --url {}", self.url)
+        }
+    }
 }
 
 /// Prints a gateway answer: JSON as is, or the given human form; the exit code is 0 for 2xx,
@@ -51,10 +67,20 @@ pub(super) fn hint(status: u16, body: &Value) -> Option<&'static str> {
             "hint: the gateway does not know this token. A demo gateway makes new tokens at \
              every start: export the ones it printed last.",
         ),
-        (403, code) if code == Code::ApprovalForbidden.as_str() => Some(
+        // Only a token whose role cannot decide at all: an approver outside the groups is
+        // told so by the refusal itself.
+        (403, code)
+            if code == Code::ApprovalForbidden.as_str()
+                && body
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .is_some_and(|m| m.contains("role cannot decide")) =>
+        {
+            Some(
             "hint: deciding needs an approver's token: --token \"$AIRLOCK_APPROVER_TOKEN\" \
              (or export AIRLOCK_APPROVER_TOKEN).",
-        ),
+            )
+        }
         _ => None,
     }
 }

@@ -74,7 +74,17 @@ pub(super) fn open_store(at: &StoreAt) -> Result<Store, u8> {
             ))
         }
     };
-    opened.map_err(|e| bad_input(e.code(), e))
+    opened.map_err(|e| match e {
+        airlock_storage::StoreError::Locked(_) => bad_input(
+            e.code(),
+            format!(
+                "{e}. Stop it first, or read its audit log through it: `airlock audit verify --url URL`, \
+                 `airlock audit export --url URL --out FILE` (then `airlock policy replay --file FILE`); \
+                 with PostgreSQL, give --database-url"
+            ),
+        ),
+        e => bad_input(e.code(), e),
+    })
 }
 
 /// Reads `--database-ca`, if given.

@@ -88,7 +88,7 @@ pub(super) fn validate(
             "names no address: `to = { finance = [\"fin@corp.example\"], \"*\" = [\"approvers@corp.example\"] }`",
         ));
     }
-    let ca = r.ca.map(resolve).map(read_ca).transpose()?;
+    let ca = r.ca.map(resolve).map(|p| read_ca(p, &host)).transpose()?;
     Ok(Some(EmailConfig {
         host,
         port,
@@ -136,8 +136,10 @@ fn smtp_server(smtp: &str) -> Result<(SmtpTls, String, u16), ConfigError> {
     Ok((tls, host, port))
 }
 
-/// The PEM authorities of `ca`, read once and checked to be certificates.
-fn read_ca(path: PathBuf) -> Result<Vec<u8>, ConfigError> {
+/// The PEM authorities of `ca`, read once and checked to be certificates, and not the mail
+/// server's own self-signed certificate: TLS refuses a certificate marked as an authority
+/// when the server presents it as its own (each send would fail).
+fn read_ca(path: PathBuf, host: &str) -> Result<Vec<u8>, ConfigError> {
     let pem =
         std::fs::read(&path).map_err(|e| err("email.ca", format!("{}: {e}", path.display())))?;
     lettre::transport::smtp::client::Certificate::from_pem(&pem).map_err(|e| {
@@ -146,5 +148,42 @@ fn read_ca(path: PathBuf) -> Result<Vec<u8>, ConfigError> {
             format!("{}: not a PEM certificate: {e}", path.display()),
         )
     })?;
+    for block in x509_parser::pem::Pem::iter_from_buffer(&pem).flatten() {
+        let Ok(cert) = block.parse_x509() else {
+            continue;
+        };
+        let self_signed = cert.subject() == cert.issuer();
+        if self_signed && cert.is_ca() && names_host(&cert, host) {
+            return Err(err(
+                "email.ca",
+                format!(
+                    "{} is a self-signed certificate for {host} that is also marked as an authority (CA:TRUE): the mail server cannot present it as its own, TLS refuses that. Name here the authority that signed the server's certificate, or give the server a certificate of its own (CA:FALSE) signed by the authority named here",
+                    path.display()
+                ),
+            ));
+        }
+    }
     Ok(pem)
+}
+
+/// Whether `cert` is made out to `host`: a DNS name or IP address of its subject alternative
+/// names, or, without those, its common name.
+fn names_host(cert: &x509_parser::certificate::X509Certificate<'_>, host: &str) -> bool {
+    use x509_parser::extensions::GeneralName;
+    let ip: Option<std::net::IpAddr> = host.parse().ok();
+    match cert.subject_alternative_name() {
+        Ok(Some(san)) => san.value.general_names.iter().any(|n| match n {
+            GeneralName::DNSName(d) => d.eq_ignore_ascii_case(host),
+            GeneralName::IPAddress(b) => match (ip, b.len()) {
+                (Some(std::net::IpAddr::V4(v4)), 4) => v4.octets() == **b,
+                (Some(std::net::IpAddr::V6(v6)), 16) => v6.octets() == **b,
+                _ => false,
+            },
+            _ => false,
+        }),
+        _ => cert
+            .subject()
+            .iter_common_name()
+            .any(|cn| cn.as_str().is_ok_and(|c| c.eq_ignore_ascii_case(host))),
+    }
 }

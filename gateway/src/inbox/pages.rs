@@ -140,7 +140,7 @@ pub fn message(title: &str, text: &str) -> Markup {
 /// A refusal of the API's rules, said so a person understands.
 pub fn in_words(e: &ApiError) -> String {
     let said = match e.code {
-        Code::ApprovalForbidden => "You are not one of the approvers this call needs.",
+        Code::ApprovalForbidden => "You are not one of those who may decide this.",
         Code::ApprovalSelfApproval => {
             "You asked for this call yourself: someone else must decide it."
         }

@@ -72,6 +72,7 @@ impl Decided {
             reason: None,
             code: None,
             edited: false,
+            granted: false,
             run_by: None,
             outcome: None,
             suspension: None,

@@ -42,6 +42,10 @@ pub struct Completed {
     pub result: Value,
     /// The args that ran, when an approver edited them.
     pub edited_args: Option<Value>,
+    /// The approval it ran on, if any.
+    pub approval_id: Option<String>,
+    /// The grant it ran on, when it was not the approved call itself.
+    pub grant_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -224,6 +228,12 @@ pub(super) fn finished(call: &CallRecord) -> Result<Outcome, ApiError> {
         upstream_status: outcome.upstream_status,
         result: outcome.result.unwrap_or(Value::Null),
         edited_args: call.edited.then(|| call.args.clone()),
+        approval_id: call.approval_id.clone(),
+        grant_id: call
+            .approval_id
+            .as_deref()
+            .filter(|_| call.granted)
+            .map(crate::grants::grant_id),
     }))
 }
 

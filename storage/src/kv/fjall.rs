@@ -45,11 +45,15 @@ impl FjallKv {
             // a tenth of the allow path's CPU under load).
             .worker_threads(1)
             .open()
-            .map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "cannot open the store at {} (is a gateway running on it?): {e}",
+            .map_err(|e| match e {
+                fjall::Error::Locked => StoreError::Locked(format!(
+                    "the store at {} is in use by another process (a running gateway): only one may open it at a time",
                     path.display()
-                ))
+                )),
+                e => StoreError::Unavailable(format!(
+                    "cannot open the store at {}: {e}",
+                    path.display()
+                )),
             })?;
         let mut keyspaces = Vec::new();
         for ks in Ks::ALL {

@@ -55,18 +55,30 @@ pub fn check_decider(a: &Approval, by: &Principal, approving: bool) -> Result<()
     // Admins always review a tool's definition (DESIGN §20, §23): `reviewers` adds approver
     // groups, it never takes admins away.
     let review = a.kind == ApprovalKind::ToolDefinition;
+    let groups = a
+        .approvers
+        .iter()
+        .map(|g| format!("`{g}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
     match by.role.as_str() {
         "admin" if approving && !in_groups && !review => {
             return Err(StoreError::Forbidden(format!(
-                "`{}` is an admin in none of the approver groups {:?}: only their members' approvals count toward the quorum; an admin may decline",
-                by.id, a.approvers
+                "`{}` is an admin in none of the approver groups ({groups}): only their members' approvals count toward the quorum; an admin may decline",
+                by.id
             )))
         }
         "admin" => {}
+        "approver" if !in_groups && review => {
+            return Err(StoreError::Forbidden(format!(
+                "`{}` is not a reviewer of this tool's definition: its upstream's `reviewers` are the groups {groups}, and admins",
+                by.id
+            )))
+        }
         "approver" if !in_groups => {
             return Err(StoreError::Forbidden(format!(
-                "`{}` is in none of the approver groups {:?}",
-                by.id, a.approvers
+                "`{}` is in none of the approver groups ({groups}) this approval names",
+                by.id
             )))
         }
         "approver" => {}

@@ -77,6 +77,7 @@ impl Store {
             };
             call.status = CallStatus::Allowed;
             call.approval_id = Some(grant.approval_id.clone());
+            call.granted = true;
             let mut f = Self::call_fields(&redact_ptrs, &call);
             f.insert("decision".into(), Value::from(call.decision.clone()));
             f.insert("approval_id".into(), Value::from(grant.approval_id));

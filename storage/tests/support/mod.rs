@@ -144,6 +144,7 @@ pub fn call(
         reason: None,
         code: None,
         edited: false,
+        granted: false,
         run_by: None,
         outcome: None,
         suspension: None,
