@@ -504,7 +504,10 @@ fn mismatches(case: &RawCase, decision: &Decision) -> Vec<String> {
         let got = decision.approval.as_ref().map(|a| a.approvers.clone());
         if got.as_ref() != Some(&want) {
             let got = got.map_or("no approval".to_owned(), |g| names(g.iter()));
-            problems.push(format!("expected approvers {}, got {got}", names(want.iter())));
+            problems.push(format!(
+                "expected approvers {}, got {got}",
+                names(want.iter())
+            ));
         }
     }
     if let Some(expected) = &case.expect_grant {

@@ -3,8 +3,8 @@
 //! These are plain data. The rules about how they change live in [`crate::ops`]; the way they
 //! are laid out on disk lives in [`crate::keys`].
 
-use std::time::Duration;
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -138,7 +138,8 @@ fn an_approval_mail_reaches_the_group_and_its_link_decides_only_after_sign_in() 
         .collect();
     assert_eq!(ids.len(), 2, "{got:?}");
     assert!(
-        ids.iter().all(|i| i.starts_with('<') && i.ends_with("@corp.example>")),
+        ids.iter()
+            .all(|i| i.starts_with('<') && i.ends_with("@corp.example>")),
         "{ids:?}"
     );
     for (envelope, mail) in &got {
@@ -286,7 +287,13 @@ fn a_mail_server_down_for_a_while_gets_the_mail_once_and_bad_config_is_named() {
     )
     .unwrap();
     let out = Command::new(airlock_bin())
-        .args(["serve", "--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

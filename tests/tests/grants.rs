@@ -9,14 +9,8 @@ use serde_json::{json, Value};
 use support::pg::Database;
 use support::*;
 
-/// The test policy, with `multi.*` approvable by a dba for the call alone by default and up to
-/// the run, 20 uses and an hour when the approver says so.
 fn policy() -> String {
-    POLICY.replace(
-        "id = \"multi-use\"\ntools = [\"multi.*\"]\ndecision = \"require_approval\"\ngrant = { uses = 3, scope = \"run\" }",
-        "id = \"multi-use\"\ntools = [\"multi.*\"]\ndecision = \"require_approval\"\napprovers = [\"dba\"]\n\
-         grant = { uses = 1, ttl = \"10m\", scope = \"call\", max_uses = 20, max_ttl = \"1h\", max_scope = \"run\" }",
-    )
+    grants_policy()
 }
 
 fn call_in(gw: &Gateway, run: &str, args: Value) -> (u16, Value) {

@@ -277,9 +277,48 @@ fn a_changed_definition_is_held_until_a_reviewer_approves_it_and_declined_stays_
     // More lists see the same change: still one review.
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(reviews(&gw, "ops.deploy").len(), 1);
+    // The list says what holds it: a review, not a rule.
+    let pending = cli(&["approvals", "list"]);
+    let row = pending
+        .lines()
+        .find(|l| l.contains(&id))
+        .unwrap_or_else(|| panic!("{pending}"));
+    assert!(
+        row.contains("(definition review)") && !row.contains("defaults"),
+        "{row}"
+    );
     // Reviewers are the `dba` group (and admins).
     let (s, b) = decide(&gw, "fin1", &id, true);
     assert_eq!((s, code(&b)), (403, "approval.forbidden"), "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is not a reviewer of this tool's definition: its upstream's `reviewers` are the groups `dba`, and admins"),
+        "{b}"
+    );
+    // An approver's token outside the reviewers is told that, not to use an approver's token.
+    let out = std::process::Command::new(airlock_bin())
+        .args([
+            "approvals",
+            "approve",
+            &id,
+            "--url",
+            &gw.base,
+            "--token",
+            "token-fin1",
+        ])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("not a reviewer") && !said.contains("deciding needs an approver's token"),
+        "{said}"
+    );
     let (s, b) = decide(&gw, "dba1", &id, true);
     assert_eq!(s, 200, "{b}");
     assert_eq!(b["status"], "approved");

@@ -299,7 +299,9 @@ impl Pages {
             .send(reqwest::Method::GET, &path, None, None)
             .map_err(|e| (e.code, e.message))?;
         if status != 200 {
-            let code = client::error_code(&body).unwrap_or("client.error").to_owned();
+            let code = client::error_code(&body)
+                .unwrap_or("client.error")
+                .to_owned();
             let mut message = format!(
                 "GET {path}: {status} {code}: {}",
                 body["error"]["message"].as_str().unwrap_or("")

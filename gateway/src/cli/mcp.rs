@@ -22,8 +22,8 @@ pub enum McpCommand {
 
 pub(super) fn mcp_stdio(url: Option<String>, token: Option<String>) -> u8 {
     let url = url.unwrap_or_else(|| {
-        let base = std::env::var("AIRLOCK_URL")
-            .unwrap_or_else(|_| super::remote::DEFAULT_URL.to_owned());
+        let base =
+            std::env::var("AIRLOCK_URL").unwrap_or_else(|_| super::remote::DEFAULT_URL.to_owned());
         format!("{}/mcp", base.trim_end_matches('/'))
     });
     let Some(token) = token

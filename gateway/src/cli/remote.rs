@@ -77,7 +77,7 @@ pub(super) fn hint(status: u16, body: &Value) -> Option<&'static str> {
                     .is_some_and(|m| m.contains("role cannot decide")) =>
         {
             Some(
-            "hint: deciding needs an approver's token: --token \"$AIRLOCK_APPROVER_TOKEN\" \
+                "hint: deciding needs an approver's token: --token \"$AIRLOCK_APPROVER_TOKEN\" \
              (or export AIRLOCK_APPROVER_TOKEN).",
             )
         }

@@ -239,6 +239,16 @@ decision = "require_approval"
 grant = { uses = 3, scope = "run" }
 "#;
 
+/// [`POLICY`] with `multi.*` approvable by a dba for the call alone by default and up to the
+/// run, 20 uses and an hour when the approver says so.
+pub fn grants_policy() -> String {
+    POLICY.replace(
+        "id = \"multi-use\"\ntools = [\"multi.*\"]\ndecision = \"require_approval\"\ngrant = { uses = 3, scope = \"run\" }",
+        "id = \"multi-use\"\ntools = [\"multi.*\"]\ndecision = \"require_approval\"\napprovers = [\"dba\"]\n\
+         grant = { uses = 1, ttl = \"10m\", scope = \"call\", max_uses = 20, max_ttl = \"1h\", max_scope = \"run\" }",
+    )
+}
+
 pub struct Gateway {
     child: Option<Child>,
     pub dir: tempfile::TempDir,
