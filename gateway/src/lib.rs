@@ -85,4 +85,5 @@ pub(crate) mod slack;
 pub(crate) mod state;
 pub(crate) mod tls;
 pub(crate) mod urlencoded;
+pub(crate) mod visible;
 pub(crate) mod webhooks;

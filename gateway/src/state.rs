@@ -116,6 +116,8 @@ pub struct Gateway {
     pub notices: crate::notices::Notices,
     /// How an approval reads in events ([`ApprovalFace`]).
     pub approval_face: ApprovalFace,
+    /// What each principal is shown in lists ([`crate::visible`]).
+    pub visible: crate::visible::Visible,
     /// `[server] tls`: the certificate served, read again on reload.
     pub tls: Option<Arc<crate::tls::Certs>>,
     /// The config as last applied (at start, then by each reload that read the file): what a
@@ -225,6 +227,7 @@ impl Gateway {
         let pool = Arc::new(Upstreams::new(&config)?);
         let gw = Gateway {
             approval_face,
+            visible: Default::default(),
             backends: Backends::new(
                 pool.clone(),
                 Arc::new(McpRegistry::new(&config.mcp_servers, pool)?),

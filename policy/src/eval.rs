@@ -144,6 +144,53 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
     }
 }
 
+/// The bits of `tool` and `principal` in a rule's `uses` (their places in [`VARIABLES`]).
+const TOOL: u16 = 1 << 0;
+const PRINCIPAL: u16 = 1 << 3;
+
+/// Whether `set` denies `tool` to `principal` whatever else a call of it carries (args,
+/// context, time, classifier results): a deny rule for the tool whose condition reads nothing
+/// but `tool` and `principal` holds, or fails (a failing deny rule denies); or no rule but
+/// deny rules is for the tool and the default is deny. A rule that reads anything else cannot
+/// settle it, so it hides nothing. For lists: what an agent can never call, it need not see.
+pub fn denies_outright(set: &PolicySet, tool: &str, principal: &serde_json::Value) -> bool {
+    let applicable: Vec<&Rule> = set.rules.iter().filter(|r| r.applies_to(tool)).collect();
+    if set.defaults.decision == DecisionKind::Deny
+        && applicable.iter().all(|r| r.decision == DecisionKind::Deny)
+    {
+        return true;
+    }
+    let empty = serde_json::Value::Object(serde_json::Map::new());
+    let none = BTreeMap::new();
+    let input = Input {
+        tool,
+        args: &empty,
+        context: &empty,
+        principal,
+        fingerprint: "",
+        now: std::time::SystemTime::UNIX_EPOCH,
+        classifiers: &none,
+        resume: None,
+        definition: None,
+    };
+    applicable
+        .into_iter()
+        .filter(|r| {
+            r.decision == DecisionKind::Deny
+                && r.uses & !(TOOL | PRINCIPAL) == 0
+                && r.classifiers.is_empty()
+        })
+        .any(|rule| {
+            let meter = Meter::start(set.budget);
+            let mut ctx = Context::with_env(set.env.clone());
+            bind(&mut ctx, rule.uses, &input, None);
+            !matches!(
+                run(rule, &ctx, &input, set.defaults.on_error, &meter),
+                Outcome::NoMatch
+            )
+        })
+}
+
 fn run(
     rule: &Rule,
     ctx: &Context<'_, '_>,

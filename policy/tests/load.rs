@@ -458,3 +458,46 @@ fn a_verdict_carries_the_messages_of_the_rules_that_decided_it() {
     let said: Vec<&str> = d.messages.iter().map(|m| m.message.as_str()).collect();
     assert_eq!(said, ["an operator looks at shell commands"]);
 }
+
+#[test]
+fn a_tool_is_denied_outright_only_by_rules_that_read_no_call() {
+    let agent = json!({"id": "a", "role": "agent", "groups": ["support"]});
+    let ops = json!({"id": "o", "role": "agent", "groups": ["ops"]});
+    let set = load(
+        "version = 1\n[defaults]\ndecision = \"allow\"\n\
+         [[rules]]\nid = \"ops-only\"\ntools = [\"deploy.*\"]\nwhen = '!(\"ops\" in principal.groups)'\ndecision = \"deny\"\n\
+         [[rules]]\nid = \"never\"\ntools = [\"shell.root\"]\ndecision = \"deny\"\n\
+         [[rules]]\nid = \"no-rm\"\ntools = [\"shell.*\"]\nwhen = 'args.command.contains(\"rm\")'\ndecision = \"deny\"\n\
+         [[rules]]\nid = \"weekends\"\ntools = [\"pay.*\"]\nwhen = 'now.getDayOfWeek() == 0'\ndecision = \"deny\"\n\
+         [[rules]]\nid = \"broken\"\ntools = [\"db.*\"]\nwhen = 'principal.nope == 1'\ndecision = \"deny\"\n",
+    )
+    .unwrap();
+    let outright =
+        |tool: &str, p: &serde_json::Value| airlock_policy::denies_outright(&set, tool, p);
+    // By principal alone: denied to one, not the other.
+    assert!(outright("deploy.web", &agent));
+    assert!(!outright("deploy.web", &ops));
+    // A rule with no condition denies everyone.
+    assert!(outright("shell.root", &ops));
+    // Rules that read args, or the time, settle nothing: the tool stays visible.
+    assert!(!outright("shell.exec", &agent));
+    assert!(!outright("pay.refund", &agent));
+    // A deny rule on the principal that fails denies at call time too.
+    assert!(outright("db.query", &agent));
+    // Nothing applies: the default allows.
+    assert!(!outright("echo.hi", &agent));
+
+    // A default deny with no other rule for the tool denies it outright; an approval rule
+    // for it makes it callable.
+    let strict = load(
+        "version = 1\n[defaults]\ndecision = \"deny\"\n\
+         [[rules]]\nid = \"ask\"\ntools = [\"pay.*\"]\nwhen = 'args.amount > 10'\ndecision = \"require_approval\"\n",
+    )
+    .unwrap();
+    assert!(airlock_policy::denies_outright(&strict, "echo.hi", &agent));
+    assert!(!airlock_policy::denies_outright(
+        &strict,
+        "pay.refund",
+        &agent
+    ));
+}

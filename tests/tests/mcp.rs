@@ -244,6 +244,61 @@ fn both_revisions_list_call_deny_and_refuse_bad_input() {
 }
 
 #[test]
+fn lists_leave_out_what_a_principal_can_never_call_in_both_revisions() {
+    let up = Upstream::start();
+    // agent2 may never call `*.count`; a rule that reads args hides nothing.
+    let policy = format!(
+        "{MCP_POLICY}\n[[rules]]\nid = \"agent2-no-count\"\ntools = [\"*.count\"]\nwhen = 'principal.id == \"agent2\"'\ndecision = \"deny\"\nmessage = \"not for agent2\"\n"
+    );
+    let gw = mcp_gateway_with(&up, "2s", &policy);
+    let names = |who: &str, mode: &str| -> Vec<String> {
+        let tools = client(&gw, &format!("token-{who}"), mode, &["list"])
+            .pop()
+            .unwrap();
+        tools["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_owned())
+            .collect()
+    };
+    for mode in MODES {
+        let one = names("agent1", mode);
+        let two = names("agent2", mode);
+        for t in ["up.count", "local.count"] {
+            assert!(
+                one.contains(&t.to_owned()),
+                "{mode}: agent1 sees {t}: {one:?}"
+            );
+            assert!(
+                !two.contains(&t.to_owned()),
+                "{mode}: agent2 does not: {two:?}"
+            );
+        }
+        // `*.weather` is denied only for one city (a rule reading args): seen by both.
+        for list in [&one, &two] {
+            assert!(list.contains(&"up.echo".to_owned()), "{mode}: {list:?}");
+            assert!(list.contains(&"up.weather".to_owned()), "{mode}: {list:?}");
+        }
+        assert_eq!(
+            one.len(),
+            two.len() + 2,
+            "{mode}: only the two hidden: {one:?} {two:?}"
+        );
+        // Calling a hidden tool by name is denied, as before.
+        let r = call(&gw, "agent2", mode, "up.count", json!({}));
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        assert_eq!(error_code(&r), "policy.denied", "{r}");
+    }
+    // A reload that drops the rule shows the tools again (the kept answer is per policy).
+    gw.write_policy(MCP_POLICY);
+    let (s, b) = gw.req("POST", "/v1/policy/reload", Some("admin"), None, None);
+    assert_eq!(s, 200, "{b}");
+    let two = names("agent2", "legacy");
+    assert!(two.contains(&"up.count".to_owned()), "{two:?}");
+}
+
+#[test]
 fn a_held_call_times_out_pending_and_the_identical_recall_runs_once_approved() {
     let up = Upstream::start();
     let gw = mcp_gateway(&up, "1s");

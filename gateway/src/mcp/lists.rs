@@ -1,17 +1,44 @@
 //! What the list methods answer (`tools/list`, `prompts/list`, `resources/list` and its
-//! templates): the built-in demo tools beside the upstreams' tools, the upstreams' lists gathered
-//! on every path each serves, one page at a time by a numeric cursor.
+//! templates): the built-in demo tools beside the upstreams' tools, less those the policy denies
+//! the principal outright; the upstreams' lists gathered on every path each serves; one page at
+//! a time by a numeric cursor.
 
 use serde_json::{json, Map, Value};
+
+use airlock_storage::Principal;
 
 use crate::config::Upstream;
 use crate::state::Gateway;
 
 use super::PAGE;
 
+/// The tools `principal` is shown: [`tools`] without those the live policy denies it outright
+/// ([`crate::visible`]).
+pub(super) fn visible_tools(gw: &Gateway, principal: &Principal, modern: bool) -> Vec<Value> {
+    let all = tools(gw, modern);
+    let names: Vec<&str> = all
+        .iter()
+        .map(|t| t.get("name").and_then(Value::as_str).unwrap_or(""))
+        .collect();
+    let hidden = gw.visible.hidden(
+        &gw.policy.load(),
+        &crate::pipeline::decide::principal_json(principal),
+        &names,
+    );
+    if hidden.is_empty() {
+        return all;
+    }
+    all.into_iter()
+        .filter(|t| {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or("");
+            !hidden.contains(name)
+        })
+        .collect()
+}
+
 /// Every tool a client may call here: the built-in demo tools and the upstreams' tools. A
 /// 2025-11-25 client may call each as a task.
-pub(super) fn tools(gw: &Gateway, modern: bool) -> Vec<Value> {
+fn tools(gw: &Gateway, modern: bool) -> Vec<Value> {
     let mut out: Vec<Value> = gw
         .config
         .tools

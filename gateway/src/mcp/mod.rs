@@ -36,7 +36,7 @@ use crate::error::Code;
 use crate::pipeline::{admit, Front};
 use crate::state::Gateway;
 pub use front::McpFront;
-use lists::{aggregate, paginate, tools};
+use lists::{aggregate, paginate};
 use wire::{Message, RpcError};
 
 /// The versions this endpoint speaks, oldest first.
@@ -306,7 +306,10 @@ async fn message(
             // so its input requests (`input_required`) reach the client as they are.
             let relay = relay::input_relay(&exchange, &msg);
             let answer = crate::backends::mcp::INPUT_RELAY
-                .scope(relay, answer(gw, &method, &msg, exchange.modern()))
+                .scope(
+                    relay,
+                    answer(gw, &principal, &method, &msg, exchange.modern()),
+                )
                 .await;
             respond(answer, id, &method, exchange.modern())
         }
@@ -447,6 +450,7 @@ fn initialize(
 /// and the upstreams' resources, prompts and completions, passed through.
 async fn answer(
     gw: &Gateway,
+    principal: &Principal,
     method: &str,
     msg: &Message,
     modern: bool,
@@ -461,7 +465,11 @@ async fn answer(
             "_meta": {"io.modelcontextprotocol/serverInfo": server_info()},
         })),
         "ping" => Ok(json!({})),
-        "tools/list" => Ok(paginate(tools(gw, modern), "tools", &msg.params)),
+        "tools/list" => Ok(paginate(
+            lists::visible_tools(gw, principal, modern),
+            "tools",
+            &msg.params,
+        )),
         "resources/list" => {
             Ok(aggregate(gw, "resources/list", "resources", "uri", &msg.params).await)
         }

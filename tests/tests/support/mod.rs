@@ -760,6 +760,11 @@ pub fn mcp_base_config(hold: &str) -> String {
 
 /// A gateway in front of the HTTP upstream (`up.`) and a stdio one (`local.`).
 pub fn mcp_gateway(up: &Upstream, hold: &str) -> Gateway {
+    mcp_gateway_with(up, hold, MCP_POLICY)
+}
+
+/// [`mcp_gateway`] deciding by `policy`.
+pub fn mcp_gateway_with(up: &Upstream, hold: &str, policy: &str) -> Gateway {
     let mut s = mcp_base_config(hold);
     s.push_str(&format!(
         "[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\n",
@@ -769,7 +774,7 @@ pub fn mcp_gateway(up: &Upstream, hold: &str) -> Gateway {
         "[[mcp_servers]]\nname = \"local\"\ncommand = \"python3\"\nargs = [\"{}\", \"stdio\"]\ntimeout = \"10s\"\n",
         peers().join("mcp_upstream.py").display()
     ));
-    let gw = Gateway::start_with(&s, MCP_POLICY);
+    let gw = Gateway::start_with(&s, policy);
     gw.wait_reached(Duration::from_secs(20));
     gw
 }
