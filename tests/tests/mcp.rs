@@ -285,6 +285,25 @@ fn lists_leave_out_what_a_principal_can_never_call_in_both_revisions() {
             two.len() + 2,
             "{mode}: only the two hidden: {one:?} {two:?}"
         );
+        // The JSON API's list shows each agent the same.
+        if mode == "legacy" {
+            let api = |who: &str| -> Vec<String> {
+                let (s, b) = gw.req("GET", "/v1/tools", Some(who), None, None);
+                assert_eq!(s, 200, "{b}");
+                b["tools"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["name"].as_str().unwrap().to_owned())
+                    .collect()
+            };
+            let (one_api, two_api) = (api("agent1"), api("agent2"));
+            assert!(one_api.contains(&"up.count".to_owned()), "{one_api:?}");
+            assert!(!two_api.contains(&"up.count".to_owned()), "{two_api:?}");
+            assert!(two_api.contains(&"up.echo".to_owned()), "{two_api:?}");
+            // An approver sees every tool.
+            assert!(api("dba1").contains(&"up.count".to_owned()));
+        }
         // Calling a hidden tool by name is denied, as before.
         let r = call(&gw, "agent2", mode, "up.count", json!({}));
         assert_eq!(r["result"]["isError"], true, "{r}");

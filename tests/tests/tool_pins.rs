@@ -192,8 +192,8 @@ fn a_changed_definition_is_held_until_a_reviewer_approves_it_and_declined_stays_
     assert_eq!(t["state"], "pinned");
     assert_eq!(t["fingerprint"], t["pinned_fingerprint"]);
     assert_eq!(t["pinned_by"], "first_seen");
-    let (s, _) = gw.req("GET", "/v1/tools", Some("agent1"), None, None);
-    assert_eq!(s, 403, "agents do not read pins");
+    let (s, _) = gw.req("GET", "/v1/tools/ops.deploy", Some("agent1"), None, None);
+    assert_eq!(s, 403, "agents do not read definitions and pins one by one");
     // A tool its upstream marks destructive is held by the policy rule on `definition`.
     let (s, b) = gw.call(
         "agent1",

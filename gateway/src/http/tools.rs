@@ -1,6 +1,7 @@
-//! `GET /v1/tools` and `GET /v1/tools/{name}`: the MCP upstreams' tools with their pin state
-//! (DESIGN §20), for approvers and admins; `POST /v1/tools/{name}/review` (admins) opens a
-//! review of a tool's current definition. The pins are [`crate::pins`]'.
+//! `GET /v1/tools` and `GET /v1/tools/{name}`: the MCP upstreams' tools with their pin state,
+//! for approvers and admins, and the list for agents too, less what the policy denies the agent
+//! outright ([`crate::visible`]); `POST /v1/tools/{name}/review` (admins) opens a review of a
+//! tool's current definition. The pins are [`crate::pins`]'.
 
 use hyper::{Response, StatusCode};
 
@@ -10,10 +11,20 @@ use crate::auth::{require, Role};
 use crate::body::{json_response, Body};
 use crate::error::{ApiError, Code};
 
-/// `GET /v1/tools`: every tool, with its upstream, pin state and fingerprints.
+/// `GET /v1/tools`: every tool, with its upstream, pin state and fingerprints; to an agent,
+/// those it may call.
 pub(super) fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
-    require(cx.role, &[Role::Approver, Role::Admin])?;
-    let tools = api::Tool::all(cx.gw, false);
+    require(cx.role, &[Role::Agent, Role::Approver, Role::Admin])?;
+    let mut tools = api::Tool::all(cx.gw, false);
+    if cx.role == Role::Agent {
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        let hidden = cx.gw.visible.hidden(
+            &cx.gw.policy.load(),
+            &crate::pipeline::decide::principal_json(&cx.principal),
+            &names,
+        );
+        tools.retain(|t| !hidden.contains(&t.name));
+    }
     Ok(json_response(StatusCode::OK, &crate::api::Tools { tools }))
 }
 

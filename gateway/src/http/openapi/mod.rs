@@ -674,7 +674,7 @@ fn approver_operation(op: Op) -> Operation {
             ok: vec![json_ok(200, "Every MCP upstream tool with its pin state.")],
             links: &[(200, "getTool", "name", "$response.body#/tools/0/name")],
             ..o("listTools", "approvers", "MCP tools and their pins",
-                "Each MCP upstream's tools as clients see them by name, with the upstream, the protocol paths serving it, the pin state (`pinned`, `changed`, `declined`, `unreviewed`, `unseen`, `unpinned` under `pin = \"off\"`, `unreached`), and the fingerprints of the definition listed and the one pinned. Roles: approver, admin.", &[])
+                "Each MCP upstream's tools as clients see them by name, with the upstream, the protocol paths serving it, the pin state (`pinned`, `changed`, `declined`, `unreviewed`, `unseen`, `unpinned` under `pin = \"off\"`, `unreached`), and the fingerprints of the definition listed and the one pinned. Roles: approver, admin; and agent, shown only the tools its policy does not deny it outright (a deny rule reading only the tool and the principal, or a default deny no other rule lifts).", &[])
         },
         Op::GetTool => Operation {
             ok: vec![json_ok(200, "The tool, with the definition listed and the one pinned.")],
