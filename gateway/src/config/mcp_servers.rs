@@ -63,6 +63,45 @@ pub struct McpServerConfig {
     /// Whether a call's args are checked against the tool's pinned `inputSchema` (DESIGN
     /// §23); off only for a server whose schemas are wrong.
     pub validate_args: bool,
+    /// The requests it may send the agent's client during a call (`relay`): the methods of
+    /// `sampling`, `elicitation` and `roots`, all three unless the config names fewer. Any
+    /// other is answered `-32601` and audited.
+    pub relay: Vec<&'static str>,
+}
+
+impl McpServerConfig {
+    /// Whether this server may ask the agent's client `method` during a call.
+    pub fn relays(&self, method: &str) -> bool {
+        self.relay.contains(&method)
+    }
+}
+
+/// What `relay` may name, and the method each lets through.
+pub const RELAYABLE: [(&str, &str); 3] = [
+    ("sampling", "sampling/createMessage"),
+    ("elicitation", "elicitation/create"),
+    ("roots", "roots/list"),
+];
+
+/// `relay = [...]`: each a name of [`RELAYABLE`], once; left out, all of them.
+fn relay(key: &str, names: Option<Vec<String>>) -> Result<Vec<&'static str>, ConfigError> {
+    let Some(names) = names else {
+        return Ok(RELAYABLE.iter().map(|(_, m)| *m).collect());
+    };
+    let mut out = Vec::new();
+    for n in &names {
+        let Some((_, method)) = RELAYABLE.iter().find(|(name, _)| name == n) else {
+            return Err(err(
+                format!("{key}.relay"),
+                format!("`{n}` is not one of `sampling`, `elicitation`, `roots`"),
+            ));
+        };
+        if out.contains(method) {
+            return Err(err(format!("{key}.relay"), format!("`{n}` is named twice")));
+        }
+        out.push(*method);
+    }
+    Ok(out)
 }
 
 /// Each MCP upstream, checked: a unique name, exactly one transport with what it takes.
@@ -111,6 +150,7 @@ pub(super) fn validate(raw: Vec<RawMcpServer>) -> Result<Vec<McpServerConfig>, C
             reviewers: m.reviewers,
             refresh,
             validate_args: m.validate_args.unwrap_or(true),
+            relay: relay(&key, m.relay)?,
         });
     }
     Ok(mcp_servers)

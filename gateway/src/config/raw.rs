@@ -62,6 +62,7 @@ pub(super) struct RawMcpServer {
     pub(super) reviewers: Vec<String>,
     pub(super) refresh: Option<String>,
     pub(super) validate_args: Option<bool>,
+    pub(super) relay: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]

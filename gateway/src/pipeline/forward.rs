@@ -88,7 +88,41 @@ async fn forward(
         Some(Route::Mcp(t)) => Route::Mcp(crate::pins::admit(gw, t, &call.tool, true).await?),
         Some(route) => route,
     };
-    gw.backends
-        .send(route, call, canonical, resume, &gw.metrics)
+    let server = match &route {
+        Route::Mcp(t) => Some(t.server.config.name.clone()),
+        _ => None,
+    };
+    let refused = crate::backends::mcp::RefusedAsks::default();
+    let answer = crate::backends::mcp::REFUSED_ASKS
+        .scope(
+            refused.clone(),
+            gw.backends.send(route, call, canonical, resume, &gw.metrics),
+        )
+        .await;
+    let refused = std::mem::take(&mut *refused.lock().unwrap_or_else(|e| e.into_inner()));
+    if let (Some(server), false) = (server, refused.is_empty()) {
+        audit_refused(gw, call, &server, refused).await;
+    }
+    answer
+}
+
+/// `mcp.relayed` with `direction: "refused"`: what an upstream asked the agent's client during
+/// the call and its `relay` left out (methods only, never what they carried).
+async fn audit_refused(gw: &Arc<Gateway>, call: &CallRecord, server: &str, methods: Vec<String>) {
+    let fields = crate::state::audit_fields(serde_json::json!({
+        "call_id": call.call_id, "principal": call.requester.id, "tool": call.tool,
+        "fingerprint": call.fingerprint, "server": server, "direction": "refused",
+        "methods": methods,
+    }));
+    let now = crate::clock::now_ms();
+    if let Err(e) = gw
+        .store_op(move |s| s.append_audit(airlock_storage::Kind::McpRelayed, fields, now))
         .await
+    {
+        tracing::error!(
+            code = e.code.as_str(),
+            "cannot audit a refused upstream request: {}",
+            e.message
+        );
+    }
 }

@@ -220,6 +220,29 @@ pub const APPROVAL_KEY: &str = "airlock_approval";
 pub const RELAYED_TO_CLIENT: [&str; 3] =
     ["sampling/createMessage", "roots/list", "elicitation/create"];
 
+tokio::task_local! {
+    /// Where the methods an upstream asked for during a call and its `relay` left out are
+    /// noted, for the forward stage to audit once the call is over.
+    pub static REFUSED_ASKS: RefusedAsks;
+}
+
+/// The methods refused under a server's `relay` during one call.
+pub type RefusedAsks = Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Notes `method` as refused under `relay` for the call being run, if anyone listens.
+pub(crate) fn note_refused(method: &str) {
+    let _ = REFUSED_ASKS.try_with(|r| {
+        r.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(method.to_owned())
+    });
+}
+
+/// The answer to an ask a server's `relay` leaves out.
+pub fn not_allowed(method: &str, server: &str) -> Value {
+    json!({"error": {"code": -32601, "message": format!("airlock does not relay `{method}` from MCP server `{server}` (its `relay` leaves it out)")}})
+}
+
 /// The answer to an ask airlock does not relay.
 pub fn not_relayed(method: &str) -> Value {
     json!({"error": {"code": -32601, "message": format!("airlock does not relay `{method}` to its client")}})

@@ -16,7 +16,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{
-    not_relayed, Ask, Failure, McpTool, Params, APPROVAL_KEY, CLIENT_ASKS, INPUT_RELAY,
+    not_allowed, not_relayed, note_refused, Ask, Failure, McpTool, Params, APPROVAL_KEY,
+    CLIENT_ASKS, INPUT_RELAY,
     PROGRESS_TOKEN, RELAYED_TO_CLIENT,
 };
 use crate::error::{ApiError, Code};
@@ -181,9 +182,17 @@ pub(super) async fn drive(
                         ),
                         other => other.into_api_error(name),
                     })?;
-                return input_required(name, result);
+                return input_required(name, &tool.server.config.relay, result);
             }
             Some(ask) = asks.recv() => {
+                // What the server's `relay` leaves out goes nowhere, not even to the inbox as a
+                // form: it is refused, and the call goes on.
+                if !tool.server.config.relays(&ask.method) {
+                    tracing::info!(mcp_server = %name, method = %ask.method, "an MCP server asked for something its `relay` leaves out");
+                    note_refused(&ask.method);
+                    let _ = ask.reply.send(not_allowed(&ask.method, name));
+                    continue;
+                }
                 match form_elicitation(&ask.method, &ask.params) {
                     Some((message, schema)) => {
                         return Ok(ToolAnswer::Input(InputRequest {
@@ -216,8 +225,13 @@ pub(super) async fn drive(
 }
 
 /// A 2026-07-28 `input_required` result with one form elicitation becomes the input it asks
-/// for; any other input request is not relayed (the call fails).
-pub(super) fn input_required(server: &str, result: Value) -> Result<ToolAnswer, ApiError> {
+/// for; any other input request is not relayed (the call fails), nor is one the server's
+/// `relay` leaves out (a 2026 upstream cannot be answered `-32601` mid-call: the call fails).
+pub(super) fn input_required(
+    server: &str,
+    relay: &[&str],
+    result: Value,
+) -> Result<ToolAnswer, ApiError> {
     if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
         return Ok(ToolAnswer::Result(result));
     }
@@ -230,6 +244,27 @@ pub(super) fn input_required(server: &str, result: Value) -> Result<ToolAnswer, 
         return Err(ApiError::new(
             Code::UpstreamInvalidResponse,
             format!("MCP server `{server}` asked for input under `{APPROVAL_KEY}`, the gateway's own key"),
+        ));
+    }
+    let left_out: Vec<&str> = requests
+        .values()
+        .filter_map(|r| r.get("method").and_then(Value::as_str))
+        .filter(|m| !relay.contains(m))
+        .collect();
+    if !left_out.is_empty() {
+        for m in &left_out {
+            note_refused(m);
+        }
+        return Err(ApiError::new(
+            Code::UpstreamUnavailable,
+            format!(
+                "MCP server `{server}` asked the client for {}, which its `relay` leaves out",
+                left_out
+                    .iter()
+                    .map(|m| format!("`{m}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         ));
     }
     // A client that takes every one of these requests gets them as the upstream asked.
