@@ -712,7 +712,11 @@ fn a_running_gateways_log_is_verified_over_the_api_without_trusting_it() {
         err.contains("error[auth.forbidden]: cannot read the audit log"),
         "{err}"
     );
-    assert!(!text(&out.stdout).contains("FAILED"), "{}", text(&out.stdout));
+    assert!(
+        !text(&out.stdout).contains("FAILED"),
+        "{}",
+        text(&out.stdout)
+    );
 
     // A gateway that answers with an edited record is caught: the hashes are recomputed here.
     let mut edited = records.clone();

@@ -1191,6 +1191,130 @@ fn an_upstreams_sampling_request_reaches_the_agents_client_and_back() {
 }
 
 #[test]
+fn what_an_upstreams_relay_leaves_out_never_reaches_the_client_and_is_audited() {
+    let up = Upstream::start();
+    // Both upstreams may ask for elicitation and roots, not sampling.
+    let gw = mcp_gateway_extra(
+        &up,
+        "5s",
+        MCP_POLICY,
+        "relay = [\"elicitation\", \"roots\"]",
+    );
+    for server in ["up", "local"] {
+        // A client that could sample is never asked: the tool hears -32601 and goes on.
+        let lines = client(
+            &gw,
+            "token-agent1",
+            "legacy",
+            &[
+                "sample",
+                &format!("{server}.ask_model"),
+                r#"{"prompt":"the answer?"}"#,
+            ],
+        );
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.get("sampled").is_none_or(|s| !s.is_object())),
+            "{server}: the client was asked: {lines:?}"
+        );
+        let answer = structured(lines.last().unwrap());
+        assert_eq!(answer["sampled"], false, "{server}: {lines:?}");
+        assert!(
+            answer["error"]
+                .as_str()
+                .unwrap()
+                .contains("its `relay` leaves it out"),
+            "{server}: {lines:?}"
+        );
+    }
+    // Each refusal is audited with its upstream and method, nothing of what it carried.
+    let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    let refused: Vec<&Value> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "mcp.relayed" && r["direction"] == "refused")
+        .collect();
+    let servers: Vec<&str> = refused
+        .iter()
+        .map(|r| r["server"].as_str().unwrap())
+        .collect();
+    assert!(
+        servers.contains(&"up") && servers.contains(&"local"),
+        "{refused:?}"
+    );
+    for r in &refused {
+        assert_eq!(r["methods"], json!(["sampling/createMessage"]), "{r}");
+        assert!(!r.to_string().contains("the answer?"), "{r}");
+    }
+
+    // A 2026 upstream's `input_required` asking for what its relay leaves out cannot be
+    // answered -32601 mid-call: the call fails, saying why, and the refusal is audited.
+    let modern = Upstream::peer("mcp_modern_upstream.py", &[]);
+    let mut s = mcp_base_config("5s");
+    s.push_str(&format!(
+        "[[mcp_servers]]\nname = \"modern\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\nrelay = [\"sampling\"]\n",
+        modern.port
+    ));
+    let gw2 = Gateway::start_with(&s, MCP_POLICY);
+    gw2.wait_reached(Duration::from_secs(20));
+    let (st, b) = gw2.req(
+        "POST",
+        "/v1/calls",
+        Some("agent1"),
+        Some(r#"{"tool":"modern.deploy","args":{"service":"web"}}"#),
+        None,
+    );
+    assert_eq!((st, code(&b)), (502, "upstream.unavailable"), "{b}");
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`elicitation/create`, which its `relay` leaves out"),
+        "{b}"
+    );
+    let (_, audit) = gw2.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    assert!(
+        audit["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["kind"] == "mcp.relayed"
+                && r["direction"] == "refused"
+                && r["server"] == "modern"
+                && r["methods"] == json!(["elicitation/create"])),
+        "{audit}"
+    );
+
+    // A relay that names something else is refused at start, naming the key.
+    let cfg = gw.dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}[[mcp_servers]]\nname = \"x\"\nurl = \"http://127.0.0.1:9/mcp\"\nrelay = [\"tools\"]\n",
+            mcp_base_config("5s")
+        ),
+    )
+    .unwrap();
+    let out = Command::new(airlock_bin())
+        .args([
+            "serve",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("mcp_servers[0].relay") && err.contains("`tools`"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_2025_upstreams_requests_reach_a_2026_client_as_input_required_while_the_call_runs_on() {
     let up = Upstream::start();
     let gw = mcp_gateway(&up, "5s");

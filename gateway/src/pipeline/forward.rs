@@ -96,7 +96,8 @@ async fn forward(
     let answer = crate::backends::mcp::REFUSED_ASKS
         .scope(
             refused.clone(),
-            gw.backends.send(route, call, canonical, resume, &gw.metrics),
+            gw.backends
+                .send(route, call, canonical, resume, &gw.metrics),
         )
         .await;
     let refused = std::mem::take(&mut *refused.lock().unwrap_or_else(|e| e.into_inner()));

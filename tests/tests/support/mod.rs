@@ -765,13 +765,18 @@ pub fn mcp_gateway(up: &Upstream, hold: &str) -> Gateway {
 
 /// [`mcp_gateway`] deciding by `policy`.
 pub fn mcp_gateway_with(up: &Upstream, hold: &str, policy: &str) -> Gateway {
+    mcp_gateway_extra(up, hold, policy, "")
+}
+
+/// [`mcp_gateway_with`], each `[[mcp_servers]]` table with `extra` lines too.
+pub fn mcp_gateway_extra(up: &Upstream, hold: &str, policy: &str, extra: &str) -> Gateway {
     let mut s = mcp_base_config(hold);
     s.push_str(&format!(
-        "[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\n",
+        "[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\n{extra}\n",
         up.port
     ));
     s.push_str(&format!(
-        "[[mcp_servers]]\nname = \"local\"\ncommand = \"python3\"\nargs = [\"{}\", \"stdio\"]\ntimeout = \"10s\"\n",
+        "[[mcp_servers]]\nname = \"local\"\ncommand = \"python3\"\nargs = [\"{}\", \"stdio\"]\ntimeout = \"10s\"\n{extra}\n",
         peers().join("mcp_upstream.py").display()
     ));
     let gw = Gateway::start_with(&s, policy);

@@ -17,8 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::{
     not_allowed, not_relayed, note_refused, Ask, Failure, McpTool, Params, APPROVAL_KEY,
-    CLIENT_ASKS, INPUT_RELAY,
-    PROGRESS_TOKEN, RELAYED_TO_CLIENT,
+    CLIENT_ASKS, INPUT_RELAY, PROGRESS_TOKEN, RELAYED_TO_CLIENT,
 };
 use crate::error::{ApiError, Code};
 
