@@ -162,6 +162,7 @@ fn bench_hostile(c: &mut Criterion) {
                 classifiers: &classifiers,
                 resume: None,
                 definition: None,
+                request: airlock_policy::Request::TOOL,
             };
             evaluate(&set, &input).errors.is_empty()
         };
@@ -180,6 +181,7 @@ fn bench_hostile(c: &mut Criterion) {
                 classifiers: &classifiers,
                 resume: None,
                 definition: None,
+                request: airlock_policy::Request::TOOL,
             };
             let d = evaluate(&set, &input);
             eprintln!(

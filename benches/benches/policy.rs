@@ -139,6 +139,7 @@ fn bench_decisions(c: &mut Criterion) {
             classifiers: &classifiers,
             resume: None,
             definition: None,
+            request: airlock_policy::Request::TOOL,
         };
         group.bench_with_input(BenchmarkId::new("airlock", name), &input, |b, input| {
             b.iter(|| evaluate(&set, black_box(input)))
@@ -188,6 +189,7 @@ fn bench_scaling(c: &mut Criterion) {
         classifiers: &classifiers,
         resume: None,
         definition: None,
+        request: airlock_policy::Request::TOOL,
     };
     let mut group = c.benchmark_group("scaling");
     for n in [10usize, 100, 1000] {

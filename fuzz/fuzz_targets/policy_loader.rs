@@ -24,6 +24,9 @@ fuzz_target!(|data: &[u8]| {
                 fingerprint: "sha256:00",
                 now: std::time::SystemTime::UNIX_EPOCH,
                 classifiers: &classifiers,
+                resume: None,
+                definition: None,
+                request: airlock_policy::Request::TOOL,
             });
         }
         Err(errors) => assert!(errors.0.iter().all(|e| e.code.starts_with("policy."))),

@@ -11,6 +11,9 @@ pub struct Metrics {
     registry: Registry,
     /// Calls by `decision` (allow, deny, require_approval, rejected) and `outcome`.
     pub calls: IntCounterVec,
+    /// MCP requests other than tool calls by `kind` (resource, prompt, completion) and
+    /// `decision` (allow, deny).
+    pub requests: IntCounterVec,
     pub policy_eval_seconds: Histogram,
     /// Rules that ran out of the evaluation budget (each yielded `on_error`).
     pub policy_budget_exceeded: IntCounter,
@@ -132,6 +135,11 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "airlock_calls_total",
             "Tool calls by decision and outcome",
             &["decision", "outcome"],
+        )?,
+        requests: r.counters(
+            "airlock_requests_total",
+            "MCP requests other than tool calls, by kind and decision",
+            &["kind", "decision"],
         )?,
         policy_eval_seconds: r.histogram(
             "airlock_policy_eval_seconds",

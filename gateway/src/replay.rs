@@ -352,6 +352,7 @@ impl Replayer {
                 classifiers: &classifiers,
                 resume: c.resume.as_ref(),
                 definition: None,
+                request: airlock_policy::Request::TOOL,
             },
         );
         let report = &mut self.report;

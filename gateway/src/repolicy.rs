@@ -114,6 +114,7 @@ fn judge(gw: &Gateway, policy: &PolicySet, a: &Approval) -> Option<Repolicy> {
             classifiers: &classifiers,
             resume: None,
             definition: definition.as_deref(),
+            request: airlock_policy::Request::TOOL,
         },
     );
     word_of(a, &call, decision)

@@ -48,6 +48,30 @@ impl ToolCall {
         })
     }
 
+    /// An MCP request of another kind than a tool call, as policy judges it: `params` (the
+    /// request's params without `_meta`) in the place of args, no tool name, fingerprinted
+    /// over `{"kind", "target", "params"}` ([`canonical::request_fingerprint`]).
+    pub fn request(
+        kind: crate::RequestKind,
+        target: &str,
+        params: Value,
+        context: Option<Value>,
+    ) -> Result<ToolCall, RequestError> {
+        if !params.is_object() {
+            return Err(RequestError::InvalidArgs);
+        }
+        let context = validate_context(context.unwrap_or_else(|| Value::Object(Map::new())))?;
+        let canonical_args = canonical::canonicalize(&params);
+        let fingerprint = canonical::request_fingerprint(kind.as_str(), target, &params);
+        Ok(ToolCall {
+            tool: String::new(),
+            args: params,
+            context,
+            canonical_args,
+            fingerprint,
+        })
+    }
+
     /// Parses a request body `{"tool","args","context"?}`.
     pub fn from_body(body: &[u8]) -> Result<ToolCall, RequestError> {
         // The body object is one level above `args`.

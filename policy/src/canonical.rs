@@ -195,6 +195,17 @@ pub fn fingerprint_canonical(tool: &str, canonical_args: &[u8]) -> Fingerprint {
     Fingerprint(format!("sha256:{}", hex(&hasher.finalize())))
 }
 
+/// The fingerprint of an MCP request other than a tool call: `sha256:` + the hex SHA-256 of
+/// the RFC 8785 form of `{"kind", "target", "params"}` (target: the URI, the prompt's name,
+/// or a completion's reference).
+pub fn request_fingerprint(kind: &str, target: &str, params: &Value) -> Fingerprint {
+    let whole = serde_json::json!({"kind": kind, "target": target, "params": params});
+    Fingerprint(format!(
+        "sha256:{}",
+        hex(&Sha256::digest(canonicalize(&whole).as_bytes()))
+    ))
+}
+
 /// Canonicalizes `args` and fingerprints the call; returns both, since the canonical bytes are
 /// what the backend must receive.
 pub fn fingerprint(tool: &str, args: &Value) -> (String, Fingerprint) {

@@ -53,6 +53,8 @@ pub struct EvalRequest {
     pub resume: Option<Value>,
     /// The tool's pinned MCP definition (DESIGN §20); `None` binds `definition` to null.
     pub definition: Option<Value>,
+    /// The request's kind and what it names ([`OwnedRequest::tool`] for a tool call).
+    pub request: crate::OwnedRequest,
 }
 
 impl EvalRequest {
@@ -67,6 +69,7 @@ impl EvalRequest {
             classifiers: &self.classifiers,
             resume: self.resume.as_ref(),
             definition: self.definition.as_ref(),
+            request: self.request.as_request(),
         }
     }
 }
@@ -185,7 +188,16 @@ struct RawCases {
 #[serde(deny_unknown_fields)]
 struct RawCase {
     name: String,
-    tool: String,
+    /// A tool call's tool; for another `kind`, none.
+    tool: Option<String>,
+    /// `tool` (the default), `resource`, `prompt` or `completion`.
+    kind: Option<String>,
+    /// The MCP upstream the request goes to.
+    server: Option<String>,
+    /// A resource's URI (a read, or a completion of it).
+    uri: Option<String>,
+    /// A prompt's name (a `prompts/get`, or a completion of it).
+    prompt: Option<String>,
     #[serde(default)]
     args: toml::Table,
     context: Option<toml::Table>,
@@ -389,8 +401,16 @@ fn case_request(case: &RawCase, set: &PolicySet) -> Result<EvalRequest, String> 
         .map(toml_to_json)
         .transpose()
         .map_err(|e| bad("context", e.to_string()))?;
-    let call =
-        ToolCall::new(&case.tool, args, context).map_err(|e| format!("{e} ({})", e.code()))?;
+    let request = case_kind(case)?;
+    let call = match (&request.kind, &case.tool) {
+        (crate::RequestKind::Tool, Some(tool)) => ToolCall::new(tool, args, context),
+        (crate::RequestKind::Tool, None) => {
+            return Err("a tool call's case names its `tool`".into())
+        }
+        (_, Some(_)) => return Err(format!("a {} case names no `tool`", request.kind.as_str())),
+        (kind, None) => ToolCall::request(*kind, request.target(), args, context),
+    }
+    .map_err(|e| format!("{e} ({})", e.code()))?;
     let principal = match &case.principal {
         Some(p) => with_identity(toml_to_json(p).map_err(|e| bad("principal", e.to_string()))?),
         None => default_principal(),
@@ -423,6 +443,43 @@ fn case_request(case: &RawCase, set: &PolicySet) -> Result<EvalRequest, String> 
         now,
         resume,
         definition,
+        request,
+    })
+}
+
+/// A case's `kind`, `server`, `uri` and `prompt`, checked: a resource names its `uri`, a
+/// prompt its `prompt`, a completion one of them; a tool call neither.
+fn case_kind(case: &RawCase) -> Result<crate::OwnedRequest, String> {
+    use crate::RequestKind::*;
+    let kind = match case.kind.as_deref() {
+        None => Tool,
+        Some(k) => crate::RequestKind::parse(k).ok_or_else(|| {
+            format!("invalid `kind` `{k}`: one of `tool`, `resource`, `prompt`, `completion`")
+        })?,
+    };
+    let ok = match kind {
+        Tool => case.uri.is_none() && case.prompt.is_none(),
+        Resource => case.uri.is_some() && case.prompt.is_none(),
+        Prompt => case.prompt.is_some() && case.uri.is_none(),
+        Completion => case.uri.is_some() != case.prompt.is_some(),
+    };
+    if !ok {
+        return Err(format!(
+            "a {} case names {}",
+            kind.as_str(),
+            match kind {
+                Tool => "neither `uri` nor `prompt`",
+                Resource => "its `uri` (and no `prompt`)",
+                Prompt => "its `prompt` (and no `uri`)",
+                Completion => "the `uri` or the `prompt` it completes",
+            }
+        ));
+    }
+    Ok(crate::OwnedRequest {
+        kind,
+        server: case.server.clone().unwrap_or_default(),
+        uri: case.uri.clone(),
+        prompt: case.prompt.clone(),
     })
 }
 

@@ -24,7 +24,7 @@ use cel::{Env, ExecutionError, Program};
 use serde_json::Value;
 
 /// The variables a rule may use (DESIGN §4).
-pub(crate) const VARIABLES: [&str; 9] = [
+pub(crate) const VARIABLES: [&str; 13] = [
     "tool",
     "args",
     "context",
@@ -34,6 +34,10 @@ pub(crate) const VARIABLES: [&str; 9] = [
     "classifier",
     "resume",
     "definition",
+    "kind",
+    "server",
+    "uri",
+    "prompt",
 ];
 
 /// The internal function `matches` is rewritten into.

@@ -38,11 +38,7 @@ const ARGS: u16 = 1 << 1;
 
 /// Decides `input` under `set`.
 pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
-    let applicable: Vec<&Rule> = set
-        .rules
-        .iter()
-        .filter(|r| r.applies_to(input.tool))
-        .collect();
+    let applicable: Vec<&Rule> = set.rules.iter().filter(|r| r.applies(input)).collect();
     let uses = applicable.iter().fold(0u16, |acc, r| acc | r.uses);
 
     let meter = Meter::start(set.budget);
@@ -103,21 +99,23 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         }
     }
 
+    // `[agents]` and `[tools]` flags are about tool calls.
     let mut flagged = false;
+    let tool_call = input.request.kind == crate::RequestKind::Tool;
     if let Some(agent) = input.context.get("agent_id").and_then(|a| a.as_str()) {
-        if set.agents.contains(agent) {
+        if tool_call && set.agents.contains(agent) {
             rules.push(format!("agent:{agent}"));
             flagged = true;
         }
     }
-    for glob in &set.tool_flags {
+    for glob in set.tool_flags.iter().filter(|_| tool_call) {
         if glob.matches(input.tool) {
             rules.push(format!("tool:{}", glob.as_str()));
             flagged = true;
         }
     }
 
-    let mut decision = decision.unwrap_or(set.defaults.decision);
+    let mut decision = decision.unwrap_or(set.defaults.for_kind(input.request.kind));
     if flagged && decision == DecisionKind::Allow {
         decision = DecisionKind::RequireApproval;
     }
@@ -172,6 +170,7 @@ pub fn denies_outright(set: &PolicySet, tool: &str, principal: &serde_json::Valu
         classifiers: &none,
         resume: None,
         definition: None,
+        request: crate::Request::TOOL,
     };
     applicable
         .into_iter()
@@ -341,6 +340,16 @@ fn bind<'v>(ctx: &mut Context<'_, 'v>, uses: u16, input: &Input<'v>, args_fields
             },
             "definition" => match input.definition {
                 Some(tool) => json_to_val(tool),
+                None => Box::new(CelNull),
+            },
+            "kind" => Box::new(CelString::from(input.request.kind.as_str())),
+            "server" => Box::new(CelString::from(input.request.server)),
+            "uri" => match input.request.uri {
+                Some(u) => Box::new(CelString::from(u)),
+                None => Box::new(CelNull),
+            },
+            "prompt" => match input.request.prompt {
+                Some(p) => Box::new(CelString::from(p)),
                 None => Box::new(CelNull),
             },
             _ => classifier_val(input.classifiers),

@@ -1,12 +1,16 @@
-//! Tool-name globs: `*` matches any run of characters (dots included), `?` exactly one.
+//! Globs: `*` matches any run of characters (dots and slashes included), `?` exactly one.
 //!
-//! Used for rule `tools` pre-filters and `[tools."…"]` flag keys. Matching is linear in the
-//! name and allocates nothing; there is no escaping, since tool names cannot hold `*` or `?`.
+//! Used for rule `tools` pre-filters and `[tools."…"]` flag keys, and for rule `prompts`
+//! (prompt names, the characters of tool names) and `resources` (URIs: any visible ASCII, and
+//! `?` is a URI's own character there, not a wildcard). Matching is linear in the name and
+//! allocates nothing; there is no escaping.
 
 /// A compiled glob pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Glob {
     pattern: String,
+    /// Whether `?` matches any one character (tool and prompt names) or only itself (URIs).
+    question_wild: bool,
 }
 
 impl Glob {
@@ -20,10 +24,28 @@ impl Glob {
         if ok {
             Ok(Glob {
                 pattern: pattern.to_owned(),
+                question_wild: true,
             })
         } else {
             Err(format!(
                 "invalid tool pattern `{pattern}`: use the characters of tool names, `*` and `?`"
+            ))
+        }
+    }
+
+    /// Compiles a resource URI `pattern`: visible ASCII, where only `*` is a wildcard.
+    pub fn uri(pattern: &str) -> Result<Glob, String> {
+        let ok = !pattern.is_empty()
+            && pattern.len() <= 1024
+            && pattern.bytes().all(|b| b.is_ascii_graphic());
+        if ok {
+            Ok(Glob {
+                pattern: pattern.to_owned(),
+                question_wild: false,
+            })
+        } else {
+            Err(format!(
+                "invalid resource pattern `{pattern}`: a URI (visible ASCII, percent-encoded) with `*` for any run of characters"
             ))
         }
     }
@@ -41,7 +63,7 @@ impl Glob {
         let (mut pi, mut ni) = (0usize, 0usize);
         let mut star: Option<(usize, usize)> = None;
         while ni < n.len() {
-            if pi < p.len() && (p[pi] == b'?' || p[pi] == n[ni]) {
+            if pi < p.len() && ((self.question_wild && p[pi] == b'?') || p[pi] == n[ni]) {
                 pi += 1;
                 ni += 1;
             } else if pi < p.len() && p[pi] == b'*' {
@@ -91,5 +113,10 @@ mod tests {
         }
         assert!(Glob::new("a b").is_err());
         assert!(Glob::new("").is_err());
+        // In a URI, `?` is the URI's own.
+        let u = Glob::uri("file:///etc/*?x=1").unwrap();
+        assert!(u.matches("file:///etc/shadow?x=1"));
+        assert!(!u.matches("file:///etc/shadowAx=1"));
+        assert!(Glob::uri("file:///a b").is_err());
     }
 }

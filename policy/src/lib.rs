@@ -31,7 +31,7 @@ pub use budget::{BYTES_PER_STEP, DEFAULT_BUDGET, EXHAUSTED as BUDGET_EXCEEDED};
 pub use call::{ToolCall, MAX_ARGS_DEPTH};
 pub use canonical::{
     canonicalize, definition_fingerprint, fingerprint, fingerprint_canonical, hex,
-    validate_tool_name, write_canonical, write_canonical_with, Fingerprint,
+    request_fingerprint, validate_tool_name, write_canonical, write_canonical_with, Fingerprint,
 };
 pub use cel::build_env;
 pub use classify::{BuiltinClassifier, MAX_MATCHES};
@@ -43,6 +43,6 @@ pub use glob::Glob;
 pub use load::{Defaults, Location, PolicySet, Rule, Source};
 pub use model::{
     ApprovalSettings, Change, ClassifierOutcome, ClassifierResult, Decision, DecisionKind,
-    GrantScope, GrantSettings, Input, RuleError, RuleMessage,
+    GrantScope, GrantSettings, Input, OwnedRequest, Request, RequestKind, RuleError, RuleMessage,
 };
 pub use near::{edit_distance, nearest};

@@ -202,9 +202,102 @@ pub enum ClassifierOutcome {
     },
 }
 
+/// What a request is: a tool call, or an MCP request of another kind that reaches an upstream
+/// (a resource read or subscription, a prompt, a completion). CEL reads it as `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestKind {
+    Tool,
+    Resource,
+    Prompt,
+    Completion,
+}
+
+impl RequestKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKind::Tool => "tool",
+            RequestKind::Resource => "resource",
+            RequestKind::Prompt => "prompt",
+            RequestKind::Completion => "completion",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RequestKind> {
+        [
+            RequestKind::Tool,
+            RequestKind::Resource,
+            RequestKind::Prompt,
+            RequestKind::Completion,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// Where a request goes and what it names, besides a tool: CEL's `kind`, `server`, `uri` and
+/// `prompt`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    pub kind: RequestKind,
+    /// The MCP upstream it goes to; `""` for an HTTP or built-in tool.
+    pub server: &'a str,
+    /// A resource's URI: a read or subscription, or the resource a completion is for.
+    pub uri: Option<&'a str>,
+    /// A prompt's visible name: `prompts/get`, or the prompt a completion is for.
+    pub prompt: Option<&'a str>,
+}
+
+impl Request<'_> {
+    /// A tool call to no MCP upstream.
+    pub const TOOL: Request<'static> = Request {
+        kind: RequestKind::Tool,
+        server: "",
+        uri: None,
+        prompt: None,
+    };
+}
+
+/// [`Request`], owned: what cases, `airlock policy eval` and the evaluate route hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedRequest {
+    pub kind: RequestKind,
+    pub server: String,
+    pub uri: Option<String>,
+    pub prompt: Option<String>,
+}
+
+impl OwnedRequest {
+    /// A tool call to no MCP upstream.
+    pub fn tool() -> OwnedRequest {
+        OwnedRequest {
+            kind: RequestKind::Tool,
+            server: String::new(),
+            uri: None,
+            prompt: None,
+        }
+    }
+
+    pub fn as_request(&self) -> Request<'_> {
+        Request {
+            kind: self.kind,
+            server: &self.server,
+            uri: self.uri.as_deref(),
+            prompt: self.prompt.as_deref(),
+        }
+    }
+
+    /// What a request of this kind names: its URI or prompt ([`crate::request_fingerprint`]'s
+    /// target).
+    pub fn target(&self) -> &str {
+        self.uri.as_deref().or(self.prompt.as_deref()).unwrap_or("")
+    }
+}
+
 /// Everything one evaluation looks at. Evaluation reads nothing else: no clock, no I/O.
 #[derive(Debug, Clone, Copy)]
 pub struct Input<'a> {
+    /// The tool's name; `""` for a request of another kind.
     pub tool: &'a str,
     /// A JSON object.
     pub args: &'a Value,
@@ -224,6 +317,9 @@ pub struct Input<'a> {
     /// listed it and a person, or the first sight, trusted); `None` binds `definition` to
     /// `null`, as for an HTTP tool.
     pub definition: Option<&'a Value>,
+    /// The request's kind and what it names ([`Request::TOOL`] for a tool call of no MCP
+    /// upstream).
+    pub request: Request<'a>,
 }
 
 /// A rule that could not be evaluated, and why.

@@ -28,6 +28,7 @@ fn decide(set: &PolicySet, tool: &str, args: &Value) -> Decision {
             classifiers: &classifiers,
             resume: None,
             definition: None,
+            request: airlock_policy::Request::TOOL,
         },
     )
 }

@@ -303,6 +303,7 @@ fn airlock(set: &PolicySet, v: &Value, now: SystemTime) -> Value {
             classifiers: &classifiers,
             resume,
             definition,
+            request: airlock_policy::Request::TOOL,
         },
     );
     // The rule denies when its condition is true; one that errors denies too (the stricter of

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use airlock_policy::{
     evaluate, ClassifierOutcome, ClassifierResult, DecisionKind, Input, PolicyErrors, PolicySet,
+    RequestKind,
 };
 use serde_json::json;
 
@@ -172,6 +173,7 @@ fn decide(
             classifiers,
             resume: None,
             definition: None,
+            request: airlock_policy::Request::TOOL,
         },
     )
 }
@@ -272,6 +274,7 @@ fn resume_is_null_on_a_call_and_bound_on_a_resume() {
                 classifiers: &none,
                 resume,
                 definition: None,
+                request: airlock_policy::Request::TOOL,
             },
         )
     };
@@ -357,6 +360,7 @@ fn grant_of(text: &str, tool: &str) -> serde_json::Value {
             classifiers: &BTreeMap::new(),
             resume: None,
             definition: None,
+            request: airlock_policy::Request::TOOL,
         },
     );
     serde_json::to_value(d.approval.unwrap().grant).unwrap()
@@ -500,4 +504,122 @@ fn a_tool_is_denied_outright_only_by_rules_that_read_no_call() {
         "pay.refund",
         &agent
     ));
+}
+
+#[test]
+fn resources_prompts_and_completions_are_judged_by_their_own_rules_and_defaults() {
+    let set = load(
+        "version = 1\n[defaults]\ndecision = \"deny\"\ncompletions = \"deny\"\n\
+         [[rules]]\nid = \"everything\"\ndecision = \"allow\"\n\
+         [[rules]]\nid = \"no-keys\"\nresources = [\"file:///home/*/.ssh/*\"]\ndecision = \"deny\"\nmessage = \"keys stay\"\n\
+         [[rules]]\nid = \"gh-prompts\"\nprompts = [\"github.*\"]\nwhen = 'kind == \"prompt\" && server == \"github\" && prompt == \"github.triage\"'\ndecision = \"deny\"\n\
+         [[rules]]\nid = \"odd-uri\"\nresources = [\"db://*\"]\nwhen = 'uri.endsWith(\"?x=1\") && tool == \"\" && args.uri == uri'\ndecision = \"deny\"\n",
+    )
+    .unwrap();
+    let agent = json!({"id": "a", "role": "agent", "groups": []});
+    let ctx = json!({});
+    let none = BTreeMap::new();
+    let decide = |kind: RequestKind, uri: Option<&str>, prompt: Option<&str>| {
+        let params = match (uri, prompt) {
+            (Some(u), _) => json!({"uri": u}),
+            (_, Some(p)) => json!({"name": p}),
+            _ => json!({}),
+        };
+        airlock_policy::evaluate(
+            &set,
+            &Input {
+                tool: "",
+                args: &params,
+                context: &ctx,
+                principal: &agent,
+                fingerprint: "sha256:00",
+                now: SystemTime::UNIX_EPOCH,
+                classifiers: &none,
+                resume: None,
+                definition: None,
+                request: airlock_policy::Request {
+                    kind,
+                    server: "github",
+                    uri,
+                    prompt,
+                },
+            },
+        )
+    };
+    // A rule with no `tools`, `resources` or `prompts` is for tool calls only, as before: a
+    // resource no rule names falls to `[defaults] resources` (allow unless written).
+    let d = decide(RequestKind::Resource, Some("file:///tmp/a"), None);
+    assert_eq!(
+        (d.decision, d.rules.len()),
+        (DecisionKind::Allow, 0),
+        "{d:?}"
+    );
+    let d = decide(
+        RequestKind::Resource,
+        Some("file:///home/ann/.ssh/id_ed25519"),
+        None,
+    );
+    assert_eq!(d.decision, DecisionKind::Deny);
+    assert_eq!(d.messages[0].message, "keys stay");
+    // `kind`, `server`, `prompt`, `uri` and `tool` (empty) are bound.
+    let d = decide(RequestKind::Prompt, None, Some("github.triage"));
+    assert_eq!(
+        (d.decision, d.rules.clone()),
+        (DecisionKind::Deny, vec!["gh-prompts".to_owned()])
+    );
+    assert_eq!(
+        decide(RequestKind::Prompt, None, Some("github.other")).decision,
+        DecisionKind::Allow
+    );
+    let d = decide(RequestKind::Resource, Some("db://t?x=1"), None);
+    assert_eq!(d.decision, DecisionKind::Deny, "{d:?}");
+    // A completion is judged by what it completes, and by its own default.
+    assert_eq!(
+        decide(RequestKind::Completion, None, Some("github.x")).decision,
+        DecisionKind::Deny
+    );
+    // `resources` rules are not for tool calls.
+    let call = json!({"uri": "file:///home/ann/.ssh/id"});
+    let d = airlock_policy::evaluate(
+        &set,
+        &Input {
+            tool: "fs.read",
+            args: &call,
+            context: &ctx,
+            principal: &agent,
+            fingerprint: "sha256:00",
+            now: SystemTime::UNIX_EPOCH,
+            classifiers: &none,
+            resume: None,
+            definition: None,
+            request: airlock_policy::Request::TOOL,
+        },
+    );
+    assert_eq!(
+        (d.decision, d.rules.clone()),
+        (DecisionKind::Allow, vec!["everything".to_owned()])
+    );
+
+    // Holding such a request is not served: refused at load, in words.
+    for (text, code) in [
+        (
+            "[[rules]]\nid = \"h\"\nresources = [\"x://*\"]\ndecision = \"require_approval\"\n",
+            "policy.invalid_decision",
+        ),
+        (
+            "[[rules]]\nid = \"h\"\nprompts = []\ndecision = \"deny\"\n",
+            "policy.invalid_glob",
+        ),
+        (
+            "[[rules]]\nid = \"h\"\nresources = [\"a b\"]\ndecision = \"deny\"\n",
+            "policy.invalid_glob",
+        ),
+    ] {
+        let e = load(&format!("{DEFAULTS}{text}")).err().unwrap();
+        assert_eq!(e.0[0].code, code, "{text}: {e}");
+    }
+    let e = load("version = 1\n[defaults]\ndecision = \"deny\"\nprompts = \"require_approval\"\n")
+        .err()
+        .unwrap();
+    assert_eq!(e.0[0].code, "policy.invalid_decision", "{e}");
 }

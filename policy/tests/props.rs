@@ -372,6 +372,7 @@ fn run(set: &PolicySet, tool: &str, agent: &str) -> Expected {
             classifiers: &classifiers,
             resume: None,
             definition: None,
+            request: airlock_policy::Request::TOOL,
         },
     );
     assert_eq!(

@@ -57,6 +57,9 @@ airlock_policy::stable_names! {
         // a task made for a call (DESIGN §15).
         McpRelayed = "mcp.relayed",
         McpTaskCreated = "mcp.task_created",
+        // An MCP request other than a tool call (a resource read or subscription, a prompt, a
+        // completion) decided by policy before it reached its upstream.
+        RequestDecided = "request.decided",
         // MCP tool definitions (DESIGN §20): pinned when first seen, a change seen and held
         // for review, the review withdrawn (the upstream went back, or changed again), and a
         // reviewed definition pinned.

@@ -22,6 +22,9 @@ Usage: mcp_client.py URL TOKEN MODE SCENARIO [ARGS...]
                                resumed through the gateway's HTTP API with DATA (as TOKEN)
     states NAME ARGS_JSON      input_required by hand: the state, then a tampered, a replayed
                                and another principal's use of it (ARGS[4]: another token)
+    roads URI PROMPT           the other roads to an upstream: read URI, get PROMPT, complete
+                               its `code` argument, and (2025-11-25) subscribe to URI; one line
+                               each, its result or its JSON-RPC error
 """
 
 import asyncio
@@ -98,6 +101,22 @@ async def main():
 
         async with client(url, token, mode, elicitation_callback=on_elicit) as c:
             await call(c, name, args)
+    elif scenario == "roads":
+        uri, prompt = rest[0], rest[1]
+
+        async def attempt(name, fn):
+            try:
+                out({"road": name, "result": dump(await fn())})
+            except MCPError as e:
+                out({"road": name, "error": {"code": e.error.code, "message": e.error.message, "data": e.error.data}})
+
+        async with client(url, token, mode) as c:
+            await attempt("read", lambda: c.read_resource(uri))
+            await attempt("prompt", lambda: c.get_prompt(prompt, {"code": "x = 1"}))
+            await attempt("complete", lambda: c.complete(
+                types.PromptReference(type="ref/prompt", name=prompt), {"name": "code", "value": "x"}))
+            if mode == "legacy":
+                await attempt("subscribe", lambda: c.subscribe_resource(uri))
     elif scenario == "sample":
         name, args = rest[0], json.loads(rest[1])
 

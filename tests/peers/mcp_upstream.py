@@ -8,8 +8,9 @@ this process, and how many `wait`s were cancelled), `crash` (exits the process m
 "which environment?" by form elicitation mid-call, and deploys there), `ask_model` (asks its
 client's model to answer a prompt: sampling), `grow` (adds a tool named NAME and says the
 tool list changed), `weather` (a typed result, so it declares an `outputSchema`), `read_file`
-(an input schema that forbids extra keys). A resource and a
-prompt exercise the pass-through methods.
+(an input schema that forbids extra keys). Two resources (`test://greeting`,
+`test://secrets/api-key`), a prompt (`review`) and completions exercise the other roads a
+policy judges; each one reached is noted in `count`'s `roads`.
 """
 
 import json
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from mcp.server.mcpserver import Context, MCPServer
 
 server = MCPServer("airlock-test-upstream")
-calls = {"n": 0, "log": [], "cancelled": 0}
+calls = {"n": 0, "log": [], "cancelled": 0, "roads": []}
 
 
 @server.tool()
@@ -63,7 +64,7 @@ def read_file(req: ReadRequest) -> dict:
 @server.tool()
 def count() -> dict:
     """How many echo calls reached this server, and their arguments."""
-    return {"calls": calls["n"], "log": calls["log"], "cancelled": calls["cancelled"]}
+    return {"calls": calls["n"], "log": calls["log"], "cancelled": calls["cancelled"], "roads": calls["roads"]}
 
 
 @server.tool()
@@ -169,13 +170,30 @@ async def grow(name: str, ctx: Context) -> str:
 @server.resource("test://greeting")
 def greeting() -> str:
     """A fixed text."""
+    calls["roads"].append("read test://greeting")
     return "hello from the upstream"
+
+
+@server.resource("test://secrets/api-key")
+def api_key() -> str:
+    """What a policy should keep from agents."""
+    calls["roads"].append("read test://secrets/api-key")
+    return "sk-live-do-not-leak"
 
 
 @server.prompt()
 def review(code: str) -> str:
     """Ask for a review."""
+    calls["roads"].append("prompt review")
     return f"Please review: {code}"
+
+
+@server.completion()
+async def complete(ref, argument, context):
+    import mcp_types as types
+
+    calls["roads"].append(f"complete {argument.name}")
+    return types.Completion(values=[argument.value + "-done"], total=1, has_more=False)
 
 
 if __name__ == "__main__":

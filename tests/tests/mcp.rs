@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -241,6 +242,141 @@ fn both_revisions_list_call_deny_and_refuse_bad_input() {
         };
         assert_eq!(e["front"], "mcp", "{r}");
     }
+}
+
+/// The other roads through the Python SDK's client: each road's line (`read`, `prompt`,
+/// `complete`, `subscribe`), keyed by road.
+fn roads(gw: &Gateway, who: &str, mode: &str, uri: &str, prompt: &str) -> BTreeMap<String, Value> {
+    client(gw, &format!("token-{who}"), mode, &["roads", uri, prompt])
+        .into_iter()
+        .map(|l| (l["road"].as_str().unwrap().to_owned(), l))
+        .collect()
+}
+
+/// What reached the upstream other than tool calls (`count`'s `roads`).
+fn roads_reached(gw: &Gateway) -> Vec<String> {
+    let r = call(gw, "agent1", "legacy", "up.count", json!({}));
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    let v: Value = serde_json::from_str(text).unwrap();
+    v["roads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn every_road_to_an_upstream_is_judged_in_both_revisions() {
+    let up = Upstream::start();
+    let policy = format!(
+        "{MCP_POLICY}\n[[rules]]\nid = \"no-secrets\"\nresources = [\"test://secrets/*\"]\ndecision = \"deny\"\nmessage = \"secrets stay with the upstream\"\n\
+         [[rules]]\nid = \"agent2-no-reviews\"\nprompts = [\"*.review\"]\nwhen = 'principal.id == \"agent2\"'\ndecision = \"deny\"\n"
+    );
+    let gw = mcp_gateway_with(&up, "5s", &policy);
+    let refused = |line: &Value, rule: &str| {
+        assert_eq!(line["error"]["code"], -32003, "{line}");
+        assert_eq!(line["error"]["data"]["code"], "policy.denied", "{line}");
+        assert!(
+            line["error"]["data"]["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == rule),
+            "{line}"
+        );
+    };
+    for mode in MODES {
+        // Allowed: each road reaches the upstream and answers as it did.
+        let ok = roads(&gw, "agent1", mode, "test://greeting", "up.review");
+        assert_eq!(
+            ok["read"]["result"]["contents"][0]["text"], "hello from the upstream",
+            "{mode}: {ok:?}"
+        );
+        assert!(
+            ok["prompt"]["result"]["messages"][0]["content"]["text"]
+                .as_str()
+                .unwrap()
+                .contains("Please review: x = 1"),
+            "{mode}: {ok:?}"
+        );
+        assert_eq!(
+            ok["complete"]["result"]["completion"]["values"],
+            json!(["x-done"]),
+            "{mode}: {ok:?}"
+        );
+        if mode == "legacy" {
+            assert_ne!(ok["subscribe"]["error"]["code"], -32003, "{ok:?}");
+        }
+        // Denied by URI, for everyone: a JSON-RPC error naming the rule, nothing upstream.
+        let no = roads(&gw, "agent1", mode, "test://secrets/api-key", "up.review");
+        refused(&no["read"], "no-secrets");
+        assert_eq!(
+            no["read"]["error"]["message"], "secrets stay with the upstream",
+            "{no:?}"
+        );
+        if mode == "legacy" {
+            refused(&no["subscribe"], "no-secrets");
+        }
+        // Denied by prompt, for one principal: the prompt and its completions.
+        let two = roads(&gw, "agent2", mode, "test://greeting", "up.review");
+        refused(&two["prompt"], "agent2-no-reviews");
+        refused(&two["complete"], "agent2-no-reviews");
+        assert!(two["read"].get("result").is_some(), "{two:?}");
+    }
+    let reached = roads_reached(&gw);
+    assert!(
+        !reached.iter().any(|r| r.contains("secrets")),
+        "a denied read reached the upstream: {reached:?}"
+    );
+    // agent1 asked for the prompt and its completion twice in each revision; agent2's never
+    // left the gateway.
+    for road in ["prompt review", "complete code"] {
+        assert_eq!(
+            reached.iter().filter(|r| *r == road).count(),
+            4,
+            "agent1's only: {reached:?}"
+        );
+    }
+
+    // Audited with the kind, counted by kind and decision.
+    let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    let decided: Vec<&Value> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "request.decided")
+        .collect();
+    assert!(
+        decided.iter().any(|r| r["request_kind"] == "resource"
+            && r["decision"] == "deny"
+            && r["uri"] == "test://secrets/api-key"
+            && r["server"].is_string()),
+        "{decided:?}"
+    );
+    assert!(decided
+        .iter()
+        .any(|r| r["request_kind"] == "completion" && r["principal"] == "agent2"));
+    let m = gw.metrics();
+    assert!(
+        m.contains("airlock_requests_total{decision=\"deny\",kind=\"resource\"} 3"),
+        "{m}"
+    );
+
+    // `[defaults] resources = "deny"`: every read no rule allows is refused.
+    gw.write_policy(&policy.replacen(
+        "decision = \"allow\"\n",
+        "decision = \"allow\"\nresources = \"deny\"\n",
+        1,
+    ));
+    let (s, b) = gw.req("POST", "/v1/policy/reload", Some("admin"), None, None);
+    assert_eq!(s, 200, "{b}");
+    let closed = roads(&gw, "agent1", "legacy", "test://greeting", "up.review");
+    assert_eq!(closed["read"]["error"]["code"], -32003, "{closed:?}");
+    assert!(
+        closed["prompt"].get("result").is_some(),
+        "prompts still allowed: {closed:?}"
+    );
 }
 
 #[test]

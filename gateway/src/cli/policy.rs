@@ -247,5 +247,6 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
         now,
         resume,
         definition,
+        request: airlock_policy::OwnedRequest::tool(),
     })
 }

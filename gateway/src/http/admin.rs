@@ -70,6 +70,7 @@ pub(super) async fn evaluate_policy(
             Some(d) => Some(d).filter(|d| !d.is_null()),
             None => crate::pipeline::decide::definition_of(gw, &tool).map(|d| (*d).clone()),
         },
+        request: airlock_policy::OwnedRequest::tool(),
     };
     let decision = evaluate(&gw.policy.load(), &request.input());
     Ok(json_response(

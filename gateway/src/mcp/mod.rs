@@ -7,15 +7,17 @@
 //!   capabilities in `params._meta`, with `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name`
 //!   headers that must agree with the body (`-32020`); results carry `resultType`.
 //!
-//! Every `tools/call` goes through the one flow ([`calls`] → [`crate::pipeline`]); the other
-//! methods are answered here (the lists: [`lists`]) or passed to the owning upstream
-//! ([`upstream`]). This module translates; it decides nothing.
+//! Every `tools/call` goes through the one flow ([`calls`] → [`crate::pipeline`]); resource
+//! reads and subscriptions, prompts and completions are judged by policy ([`requests`]) and
+//! then passed to the owning upstream ([`upstream`]); the lists are answered here
+//! ([`lists`]). This module translates; it decides nothing itself.
 
 pub mod calls;
 mod front;
 mod lists;
 pub mod parked;
 mod relay;
+mod requests;
 pub mod results;
 pub mod seal;
 mod stream;
@@ -24,6 +26,7 @@ pub mod wire;
 
 use std::sync::Arc;
 
+use airlock_policy::{OwnedRequest, RequestKind};
 use airlock_storage::Principal;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -449,7 +452,7 @@ fn initialize(
 /// The result of every method but `initialize` and `tools/call`: the gateway's own answers,
 /// and the upstreams' resources, prompts and completions, passed through.
 async fn answer(
-    gw: &Gateway,
+    gw: &Arc<Gateway>,
     principal: &Principal,
     method: &str,
     msg: &Message,
@@ -488,12 +491,23 @@ async fn answer(
                 // A subscription is bound to the client's session: it goes on the client's
                 // revision's path; a read goes where the resource is served.
                 Some((server, want)) => {
+                    let params = strip_meta(&msg.params);
+                    // Closing a subscription is not judged: it only stops what was allowed.
+                    if method != "resources/unsubscribe" {
+                        let request = OwnedRequest {
+                            kind: RequestKind::Resource,
+                            server: server.config.name.clone(),
+                            uri: Some(uri.to_owned()),
+                            prompt: None,
+                        };
+                        requests::judge(gw, principal, &request, &params, &id).await?;
+                    }
                     let want = if method == "resources/read" {
                         want
                     } else {
                         None
                     };
-                    pass(&server, method, strip_meta(&msg.params), want).await
+                    pass(&server, method, params, want).await
                 }
                 None => Err(RpcError::new(
                     id.clone(),
@@ -508,6 +522,13 @@ async fn answer(
             match gw.backends.mcp.prompt(name) {
                 Some((server, upstream_name, want)) => {
                     let mut p = strip_meta(&msg.params);
+                    let request = OwnedRequest {
+                        kind: RequestKind::Prompt,
+                        server: server.config.name.clone(),
+                        uri: None,
+                        prompt: Some(name.to_owned()),
+                    };
+                    requests::judge(gw, principal, &request, &p, &id).await?;
                     p["name"] = Value::String(upstream_name);
                     pass(&server, method, p, want).await
                 }
@@ -536,6 +557,20 @@ async fn answer(
             match owner {
                 Some((server, prompt_name, want)) => {
                     let mut p = strip_meta(&msg.params);
+                    let request = OwnedRequest {
+                        kind: RequestKind::Completion,
+                        server: server.config.name.clone(),
+                        uri: r.get("uri").and_then(Value::as_str).map(str::to_owned),
+                        prompt: prompt_name
+                            .as_ref()
+                            .and_then(|_| r.get("name").and_then(Value::as_str))
+                            .map(str::to_owned),
+                    };
+                    let request = OwnedRequest {
+                        uri: request.uri.filter(|_| request.prompt.is_none()),
+                        ..request
+                    };
+                    requests::judge(gw, principal, &request, &p, &id).await?;
                     if let Some(n) = prompt_name {
                         p["ref"]["name"] = Value::String(n);
                     }

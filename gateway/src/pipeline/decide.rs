@@ -190,6 +190,16 @@ async fn policies(
         } else {
             None
         };
+    // The MCP upstream a tool call goes to, looked up only when a rule reads `server`.
+    let server = if policy.reads("server") || shadow.as_ref().is_some_and(|s| s.reads("server")) {
+        gw.backends
+            .mcp
+            .resolve(&call.tool)
+            .map(|t| t.server.config.name.clone())
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
     let start = Instant::now();
     let input = Input {
         tool: &call.tool,
@@ -201,6 +211,10 @@ async fn policies(
         classifiers: &classifiers,
         resume,
         definition: definition.as_deref(),
+        request: airlock_policy::Request {
+            server: &server,
+            ..airlock_policy::Request::TOOL
+        },
     };
     let decision = evaluate(&policy, &input);
     gw.metrics

@@ -269,8 +269,32 @@ impl Builder {
             Some(g) => ctx.grant(g)?.over(DEFAULT_GRANT),
             None => DEFAULT_GRANT,
         };
+        // Requests other than tool calls are allowed or denied: a held one is not served yet.
+        let mut per_kind = [DecisionKind::Allow; 3];
+        for (i, (key, given)) in [
+            ("resources", &d.resources),
+            ("prompts", &d.prompts),
+            ("completions", &d.completions),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if let Some(g) = given {
+                if *g.get_ref() == DecisionKind::RequireApproval {
+                    return Err(ctx.err(
+                        "policy.invalid_decision",
+                        g.span(),
+                        format!("`{key}` must be `allow` or `deny`: holding a request other than a tool call for approval is not served yet"),
+                    ));
+                }
+                per_kind[i] = *g.get_ref();
+            }
+        }
         Ok(Defaults {
             decision: d.decision,
+            resources: per_kind[0],
+            prompts: per_kind[1],
+            completions: per_kind[2],
             on_error,
             approval: ApprovalSettings {
                 approvers: BTreeSet::new(),
@@ -352,6 +376,7 @@ impl Builder {
             return;
         }
         let tools = self.rule_tools(ctx, &r, &span, &id);
+        let (resources, prompts) = self.rule_requests(ctx, &r, &span, &id);
         let Some((approvers, quorum, approval_ttl, grant)) =
             self.rule_approval(ctx, &r, &span, &id)
         else {
@@ -378,6 +403,8 @@ impl Builder {
         let rule = Rule {
             id,
             tools,
+            resources,
+            prompts,
             when,
             decision: r.decision,
             message: r.message,
@@ -463,6 +490,63 @@ impl Builder {
             ).in_rule(id));
         }
         tools
+    }
+
+    /// A rule's `resources` (URI globs) and `prompts` (name globs): what requests other than
+    /// tool calls it is for. Such a rule allows or denies; it does not hold for approval.
+    fn rule_requests(
+        &mut self,
+        ctx: &FileCtx<'_>,
+        r: &RawRule,
+        span: &std::ops::Range<usize>,
+        id: &str,
+    ) -> (Vec<Glob>, Vec<Glob>) {
+        let mut out = (Vec::new(), Vec::new());
+        for (key, given, make, into) in [
+            (
+                "resources",
+                &r.resources,
+                Glob::uri as fn(&str) -> Result<Glob, String>,
+                0,
+            ),
+            (
+                "prompts",
+                &r.prompts,
+                Glob::new as fn(&str) -> Result<Glob, String>,
+                1,
+            ),
+        ] {
+            if given.as_ref().is_some_and(Vec::is_empty) {
+                self.errors.push(
+                    ctx.err(
+                        "policy.invalid_glob",
+                        span.clone(),
+                        format!("`{key}` is empty, so the rule could never apply to one; omit it"),
+                    )
+                    .in_rule(id),
+                );
+            }
+            for g in given.iter().flatten() {
+                match make(g.get_ref()) {
+                    Ok(glob) if into == 0 => out.0.push(glob),
+                    Ok(glob) => out.1.push(glob),
+                    Err(m) => self
+                        .errors
+                        .push(ctx.err("policy.invalid_glob", g.span(), m).in_rule(id)),
+                }
+            }
+        }
+        if (!out.0.is_empty() || !out.1.is_empty()) && r.decision == DecisionKind::RequireApproval {
+            self.errors.push(
+                ctx.err(
+                    "policy.invalid_decision",
+                    span.clone(),
+                    "a rule for `resources` or `prompts` must `allow` or `deny`: holding a request other than a tool call for approval is not served yet",
+                )
+                .in_rule(id),
+            );
+        }
+        out
     }
 
     /// A rule's approval settings, kept raw: they are resolved against the defaults in

@@ -51,7 +51,13 @@ pub struct Location {
 /// The policy-wide settings of `[defaults]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Defaults {
+    /// A tool call's, when no rule matches.
     pub decision: DecisionKind,
+    /// A resource read or subscription's, a prompt's and a completion's, when no rule
+    /// matches (`allow` unless the file says otherwise: they passed unjudged before).
+    pub resources: DecisionKind,
+    pub prompts: DecisionKind,
+    pub completions: DecisionKind,
     /// What a rule that fails to evaluate yields; never `Allow`.
     pub on_error: DecisionKind,
     pub approval: ApprovalSettings,
@@ -61,8 +67,12 @@ pub struct Defaults {
 #[derive(Debug)]
 pub struct Rule {
     pub id: String,
-    /// Tool-name pre-filter; empty means every tool.
+    /// Tool-name pre-filter; empty (with no `resources` or `prompts` either) means every tool.
     pub tools: Vec<Glob>,
+    /// Resource URIs it is for (reads, subscriptions, completions of them); none when empty.
+    pub resources: Vec<Glob>,
+    /// Prompt names it is for (`prompts/get`, completions of them); none when empty.
+    pub prompts: Vec<Glob>,
     /// The CEL source, as written.
     pub when: String,
     pub decision: DecisionKind,
@@ -82,9 +92,39 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// Whether the rule's tool pre-filter admits `tool`.
+    /// Whether the rule's tool pre-filter admits a call of `tool`: `tools` names it, or the
+    /// rule names no tools, resources or prompts at all (then it is for every tool call).
     pub fn applies_to(&self, tool: &str) -> bool {
-        self.tools.is_empty() || self.tools.iter().any(|g| g.matches(tool))
+        if self.tools.is_empty() {
+            self.resources.is_empty() && self.prompts.is_empty()
+        } else {
+            self.tools.iter().any(|g| g.matches(tool))
+        }
+    }
+
+    /// Whether the rule is for `input`: a tool call by `tools` ([`Rule::applies_to`]), any
+    /// other request by `resources` (its URI) or `prompts` (its prompt's name) alone.
+    pub fn applies(&self, input: &crate::Input<'_>) -> bool {
+        let r = &input.request;
+        if r.kind == crate::RequestKind::Tool {
+            return self.applies_to(input.tool);
+        }
+        r.uri
+            .is_some_and(|u| self.resources.iter().any(|g| g.matches(u)))
+            || r.prompt
+                .is_some_and(|p| self.prompts.iter().any(|g| g.matches(p)))
+    }
+}
+
+impl Defaults {
+    /// What decides a request of `kind` that no rule matched.
+    pub fn for_kind(&self, kind: crate::RequestKind) -> DecisionKind {
+        match kind {
+            crate::RequestKind::Tool => self.decision,
+            crate::RequestKind::Resource => self.resources,
+            crate::RequestKind::Prompt => self.prompts,
+            crate::RequestKind::Completion => self.completions,
+        }
     }
 }
 

@@ -26,6 +26,9 @@ pub(super) struct RawFile {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawDefaults {
     pub(super) decision: DecisionKind,
+    pub(super) resources: Option<Spanned<DecisionKind>>,
+    pub(super) prompts: Option<Spanned<DecisionKind>>,
+    pub(super) completions: Option<Spanned<DecisionKind>>,
     pub(super) on_error: Option<Spanned<DecisionKind>>,
     pub(super) approval_ttl: Option<Spanned<String>>,
     pub(super) grant: Option<Spanned<RawGrant>>,
@@ -66,6 +69,8 @@ pub(super) enum OneOrMany {
 pub(super) struct RawRule {
     pub(super) id: Spanned<String>,
     pub(super) tools: Option<Vec<Spanned<String>>>,
+    pub(super) resources: Option<Vec<Spanned<String>>>,
+    pub(super) prompts: Option<Vec<Spanned<String>>>,
     pub(super) when: Option<Spanned<String>>,
     pub(super) decision: DecisionKind,
     pub(super) message: Option<String>,

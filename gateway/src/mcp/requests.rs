@@ -1,0 +1,117 @@
+//! MCP requests other than `tools/call` that reach an upstream, judged by the live policy
+//! before they are sent: `resources/read` and `resources/subscribe` (kind `resource`, by their
+//! URI), `prompts/get` (`prompt`, by its visible name) and `completion/complete`
+//! (`completion`, by the prompt or resource its `ref` names). The request's `params` (without
+//! `_meta`) are what CEL reads as `args`, and what is fingerprinted, with the kind and the
+//! target (`{"kind", "target", "params"}`, RFC 8785).
+//!
+//! A refused request is a JSON-RPC error (`-32003`, `data.code` = `policy.denied`), since only
+//! a tool's result has `isError`; every decision is audited (`request.decided`) and counted
+//! (`airlock_requests_total`). Such requests are allowed or denied, never held: the policy
+//! loader refuses `require_approval` for them, and one that a failing rule would hold is
+//! refused. Classifiers run for tool calls only: a rule of another kind that names one fails,
+//! and is refused. Unsubscribing and the lists are not judged here.
+
+use std::sync::Arc;
+
+use airlock_policy::{evaluate, DecisionKind, Input, OwnedRequest, ToolCall};
+use airlock_storage::Principal;
+use serde_json::{json, Value};
+
+use super::wire::{RpcError, INVALID_PARAMS};
+use crate::clock::{now_ms, to_system_time};
+use crate::error::Code;
+use crate::state::{audit_fields, Gateway};
+
+/// The JSON-RPC error of a request policy refused.
+pub const REFUSED: i64 = -32003;
+
+/// Decides `request` (with its `params`) for `principal`: `Ok` to send it on, or the error to
+/// answer. Audited and counted either way.
+pub(super) async fn judge(
+    gw: &Arc<Gateway>,
+    principal: &Principal,
+    request: &OwnedRequest,
+    params: &Value,
+    id: &Value,
+) -> Result<(), RpcError> {
+    let context = json!({"agent_id": principal.id});
+    let call = ToolCall::request(
+        request.kind,
+        request.target(),
+        params.clone(),
+        Some(context),
+    )
+    .map_err(|e| {
+        RpcError::new(id.clone(), INVALID_PARAMS, e.to_string())
+            .with_data(json!({"code": e.code()}))
+    })?;
+    let who = crate::pipeline::decide::principal_json(principal);
+    let now = now_ms();
+    let none = Default::default();
+    let policy = gw.policy.load();
+    let decision = evaluate(
+        &policy,
+        &Input {
+            tool: "",
+            args: &call.args,
+            context: &call.context,
+            principal: &who,
+            fingerprint: call.fingerprint.as_str(),
+            now: to_system_time(now),
+            classifiers: &none,
+            resume: None,
+            definition: None,
+            request: request.as_request(),
+        },
+    );
+    let allowed = decision.decision == DecisionKind::Allow;
+    let kind = request.kind.as_str();
+    gw.metrics
+        .requests
+        .with_label_values(&[kind, if allowed { "allow" } else { "deny" }])
+        .inc();
+    let fields = audit_fields(json!({
+        "request_kind": kind, "server": request.server, "uri": request.uri,
+        "prompt": request.prompt, "principal": principal.id, "auth": principal.auth_record(),
+        "fingerprint": call.fingerprint.as_str(), "decision": decision.decision.as_str(),
+        "rules": decision.rules, "errors": decision.errors,
+        "policy_version": decision.policy_version,
+    }));
+    if let Err(e) = gw
+        .store_op(move |s| s.append_audit(airlock_storage::Kind::RequestDecided, fields, now))
+        .await
+    {
+        // Not audited: not sent.
+        return Err(
+            RpcError::new(id.clone(), -32603, e.message.clone()).with_data(json!({"code": e.code}))
+        );
+    }
+    if allowed {
+        return Ok(());
+    }
+    let message = match decision.decision {
+        DecisionKind::RequireApproval => format!(
+            "a rule for this {kind} failed to evaluate ({}), and a {kind} is never held for approval: refused",
+            decision
+                .errors
+                .iter()
+                .map(|e| format!("`{}`: {}", e.rule, e.reason))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        _ if decision.messages.is_empty() => format!("denied by policy: this {kind} is not allowed"),
+        _ => decision
+            .messages
+            .iter()
+            .map(|m| m.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
+    Err(
+        RpcError::new(id.clone(), REFUSED, message.clone()).with_data(json!({
+            "code": Code::PolicyDenied, "message": message, "kind": kind,
+            "rules": decision.rules, "policy_version": decision.policy_version,
+        })),
+    )
+}
