@@ -84,13 +84,16 @@ struct Recorded {
     /// have none: only their decision is compared).
     approval: Option<ApprovalSettings>,
     rules: Vec<String>,
+    /// An MCP request other than a tool call (`request.decided`): its kind and what it names.
+    request: Option<airlock_policy::OwnedRequest>,
 }
 
 /// A call whose replayed verdict differs from the recorded one.
 #[derive(Debug, Clone)]
 pub struct Changed {
     pub call_id: String,
-    /// `call`, `edited` (replayed with an approver's edit) or `resume`.
+    /// `call`, `edited` (replayed with an approver's edit), `resume` or `request` (an MCP
+    /// request other than a tool call; `tool` then says its kind and what it names).
     pub what: &'static str,
     pub tool: String,
     pub at: u64,
@@ -276,11 +279,11 @@ impl Replayer {
         let kind = r.get("kind").and_then(Value::as_str).unwrap_or("");
         let at = r.get("ts").and_then(Value::as_u64).unwrap_or(0);
         match kind {
-            "call.decided" | "call.resumed" | "call.resume_denied" => {
+            "call.decided" | "call.resumed" | "call.resume_denied" | "request.decided" => {
                 if at < self.since || at >= self.until {
                     return;
                 }
-                let resume = kind != "call.decided";
+                let resume = kind == "call.resumed" || kind == "call.resume_denied";
                 let recorded = match read(r, at, resume) {
                     Ok(c) => c,
                     Err(why) => return self.skip(why),
@@ -333,9 +336,17 @@ impl Replayer {
         if has_redacted(&c.args) || c.resume.as_ref().is_some_and(has_redacted) {
             return self.skip(NotReplayable::Redacted);
         }
-        let Ok(call) = ToolCall::new(&c.tool, c.args, Some(c.context)) else {
+        let call = match &c.request {
+            Some(r) => ToolCall::request(r.kind, r.target(), c.args, Some(c.context)),
+            None => ToolCall::new(&c.tool, c.args, Some(c.context)),
+        };
+        let Ok(call) = call else {
             return self.skip(NotReplayable::Unparsable);
         };
+        let request = c
+            .request
+            .clone()
+            .unwrap_or_else(airlock_policy::OwnedRequest::tool);
         let classifiers = match c.classifiers.as_ref().map(fixed_classifiers).transpose() {
             Ok(found) => found.unwrap_or_default(),
             Err(_) => return self.skip(NotReplayable::Unparsable),
@@ -352,7 +363,7 @@ impl Replayer {
                 classifiers: &classifiers,
                 resume: c.resume.as_ref(),
                 definition: None,
-                request: airlock_policy::Request::TOOL,
+                request: request.as_request(),
             },
         );
         let report = &mut self.report;
@@ -373,7 +384,10 @@ impl Replayer {
             report.changed.push(Changed {
                 call_id: c.call_id,
                 what: c.what,
-                tool: call.tool,
+                tool: match &c.request {
+                    Some(r) => format!("{} {}", r.kind.as_str(), r.target()),
+                    None => call.tool,
+                },
                 at: c.at,
                 recorded: c.decision,
                 replayed: decision.decision,
@@ -429,7 +443,11 @@ fn read(r: &Value, at: u64, resume: bool) -> Result<Recorded, NotReplayable> {
         .unwrap_or_default();
     Ok(Recorded {
         call_id: s("call_id"),
-        what: if resume { "resume" } else { "call" },
+        what: match (resume, r.get("request_kind").is_some()) {
+            (true, _) => "resume",
+            (false, true) => "request",
+            (false, false) => "call",
+        },
         tool: s("tool"),
         args: r.get("args").cloned().unwrap_or(Value::Null),
         context: r.get("context").cloned().unwrap_or_else(|| json!({})),
@@ -446,6 +464,20 @@ fn read(r: &Value, at: u64, resume: bool) -> Result<Recorded, NotReplayable> {
             .get("approval")
             .and_then(|a| serde_json::from_value(a.clone()).ok()),
         rules,
+        request: r
+            .get("request_kind")
+            .and_then(Value::as_str)
+            .map(|k| {
+                airlock_policy::RequestKind::parse(k)
+                    .map(|kind| airlock_policy::OwnedRequest {
+                        kind,
+                        server: s("server"),
+                        uri: r.get("uri").and_then(Value::as_str).map(str::to_owned),
+                        prompt: r.get("prompt").and_then(Value::as_str).map(str::to_owned),
+                    })
+                    .ok_or(NotReplayable::Unparsable)
+            })
+            .transpose()?,
     })
 }
 
@@ -524,5 +556,38 @@ mod tests {
         outside.record(&held);
         outside.record(&edit);
         assert_eq!(outside.finish().replayed(), 0);
+    }
+
+    #[test]
+    fn a_resource_read_is_replayed_as_the_request_it_was() {
+        let read = |uri: &str| {
+            json!({"kind": "request.decided", "ts": 3_000, "request_kind": "resource",
+                   "server": "fs", "uri": uri, "args": {"uri": uri}, "context": {},
+                   "principal": "a", "role": "agent", "groups": [], "decision": "allow",
+                   "rules": []})
+        };
+        let candidate = set("version = 1\n[defaults]\ndecision = \"allow\"\n[[rules]]\nid = \"no-keys\"\nresources = [\"file:///home/*/.ssh/*\"]\nwhen = 'server == \"fs\" && kind == \"resource\"'\ndecision = \"deny\"\n");
+        let mut r = Replayer::new(candidate, None, None);
+        r.record(&read("file:///home/ann/.ssh/id_ed25519"));
+        r.record(&read("file:///srv/readme"));
+        // A tool call reading the same path is not a resource read: no rule for it.
+        r.record(&call(
+            "c1",
+            "file:///home/ann/.ssh/id_ed25519",
+            "allow",
+            &[],
+        ));
+        let report = r.finish();
+        assert_eq!(report.replayed(), 3);
+        assert_eq!(report.changed.len(), 1, "{:?}", report.changed);
+        let c = &report.changed[0];
+        assert_eq!(
+            (c.what, c.tool.as_str(), c.replayed),
+            (
+                "request",
+                "resource file:///home/ann/.ssh/id_ed25519",
+                DecisionKind::Deny
+            )
+        );
     }
 }

@@ -363,6 +363,54 @@ fn every_road_to_an_upstream_is_judged_in_both_revisions() {
         "{m}"
     );
 
+    // A shadow set that would deny every read: counted, its calls named by what they read, and
+    // nothing changes for the agent.
+    let shadow_dir = tempfile::tempdir().unwrap();
+    let shadow_file = shadow_dir.path().join("shadow.toml");
+    std::fs::write(
+        &shadow_file,
+        format!("{MCP_POLICY}\n[[rules]]\nid = \"no-reads\"\nresources = [\"*\"]\ndecision = \"deny\"\n"),
+    )
+    .unwrap();
+    let mut s = mcp_base_config("5s").replacen(
+        "[server]\n",
+        &format!(
+            "[server]\nshadow_policy = {:?}\n",
+            shadow_file.to_str().unwrap()
+        ),
+        1,
+    );
+    s.push_str(&format!(
+        "[[mcp_servers]]\nname = \"up\"\nurl = \"http://127.0.0.1:{}/mcp\"\ntimeout = \"10s\"\n",
+        up.port
+    ));
+    let shadowed = Gateway::start_with(&s, MCP_POLICY);
+    shadowed.wait_reached(Duration::from_secs(20));
+    let ok = roads(
+        &shadowed,
+        "agent1",
+        "legacy",
+        "test://greeting",
+        "up.review",
+    );
+    assert!(ok["read"].get("result").is_some(), "{ok:?}");
+    let (_, summary) = shadowed.req("GET", "/v1/policy/shadow", Some("admin"), None, None);
+    let pair = summary["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["live"] == "allow" && t["shadow"] == "deny")
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        pair["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["tool"] == "resource test://greeting"),
+        "{pair}"
+    );
+    drop(shadowed);
+
     // `[defaults] resources = "deny"`: every read no rule allows is refused.
     gw.write_policy(&policy.replacen(
         "decision = \"allow\"\n",

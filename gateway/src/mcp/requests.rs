@@ -50,34 +50,64 @@ pub(super) async fn judge(
     let now = now_ms();
     let none = Default::default();
     let policy = gw.policy.load();
-    let decision = evaluate(
-        &policy,
-        &Input {
-            tool: "",
-            args: &call.args,
-            context: &call.context,
-            principal: &who,
-            fingerprint: call.fingerprint.as_str(),
-            now: to_system_time(now),
-            classifiers: &none,
-            resume: None,
-            definition: None,
-            request: request.as_request(),
-        },
-    );
+    let input = Input {
+        tool: "",
+        args: &call.args,
+        context: &call.context,
+        principal: &who,
+        fingerprint: call.fingerprint.as_str(),
+        now: to_system_time(now),
+        classifiers: &none,
+        resume: None,
+        definition: None,
+        request: request.as_request(),
+    };
+    let decision = evaluate(&policy, &input);
+    // The shadow set sees it too, and its verdict changes nothing.
+    let request_id = airlock_storage::new_id("req");
+    let shadow = gw.shadow.set().map(|set| evaluate(&set, &input));
+    if let Some(s) = &shadow {
+        let what = format!("{} {}", request.kind.as_str(), request.target());
+        gw.shadow
+            .observe(&request_id, &what, &principal.id, now, &decision, s);
+    }
     let allowed = decision.decision == DecisionKind::Allow;
     let kind = request.kind.as_str();
     gw.metrics
         .requests
         .with_label_values(&[kind, if allowed { "allow" } else { "deny" }])
         .inc();
-    let fields = audit_fields(json!({
+    // What a replay needs to judge it again: the params (redacted as a call's args are), the
+    // context and the principal as policy saw them.
+    let mut fields = audit_fields(json!({
         "request_kind": kind, "server": request.server, "uri": request.uri,
-        "prompt": request.prompt, "principal": principal.id, "auth": principal.auth_record(),
-        "fingerprint": call.fingerprint.as_str(), "decision": decision.decision.as_str(),
-        "rules": decision.rules, "errors": decision.errors,
-        "policy_version": decision.policy_version,
+        "prompt": request.prompt, "principal": principal.id, "role": principal.role,
+        "groups": principal.groups, "auth": principal.auth_record(),
+        "args": airlock_storage::redact(&call.args, &gw.config.redact),
+        "context": call.context, "fingerprint": call.fingerprint.as_str(),
+        "decision": decision.decision.as_str(), "rules": decision.rules,
+        "errors": decision.errors, "policy_version": decision.policy_version,
+        "request_id": request_id,
     }));
+    if let Some(s) = shadow
+        .as_ref()
+        .filter(|s| crate::shadow::differs(&decision, s))
+    {
+        fields.insert("shadow".into(), crate::shadow::record(&decision, s));
+    }
+    for (key, value) in [
+        ("issuer", who.get("issuer")),
+        ("actor", who.get("actor")),
+        (
+            "claims",
+            who.get("claims")
+                .filter(|c| c.as_object().is_some_and(|m| !m.is_empty())),
+        ),
+    ] {
+        if let Some(v) = value.filter(|v| !v.is_null()) {
+            fields.insert(key.into(), v.clone());
+        }
+    }
     if let Err(e) = gw
         .store_op(move |s| s.append_audit(airlock_storage::Kind::RequestDecided, fields, now))
         .await
