@@ -142,22 +142,34 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
     }
 }
 
-/// The bits of `tool` and `principal` in a rule's `uses` (their places in [`VARIABLES`]).
+/// The bits of the variables a list knows of an item, in a rule's `uses` (their places in
+/// [`VARIABLES`]): `tool`, `principal`, `kind`, `uri`, `prompt`; and `server`.
 const TOOL: u16 = 1 << 0;
 const PRINCIPAL: u16 = 1 << 3;
+const KIND: u16 = 1 << 9;
+const SERVER: u16 = 1 << 10;
+const URI: u16 = 1 << 11;
+const PROMPT: u16 = 1 << 12;
 
 /// Whether `set` denies `tool` to `principal` whatever else a call of it carries (args,
-/// context, time, classifier results): a deny rule for the tool whose condition reads nothing
-/// but `tool` and `principal` holds, or fails (a failing deny rule denies); or no rule but
-/// deny rules is for the tool and the default is deny. A rule that reads anything else cannot
-/// settle it, so it hides nothing. For lists: what an agent can never call, it need not see.
+/// context, time, classifier results): [`denies_request_outright`] for a tool call.
 pub fn denies_outright(set: &PolicySet, tool: &str, principal: &serde_json::Value) -> bool {
-    let applicable: Vec<&Rule> = set.rules.iter().filter(|r| r.applies_to(tool)).collect();
-    if set.defaults.decision == DecisionKind::Deny
-        && applicable.iter().all(|r| r.decision == DecisionKind::Deny)
-    {
-        return true;
-    }
+    denies_request_outright(set, tool, crate::Request::TOOL, principal)
+}
+
+/// Whether `set` denies a request (a call of `tool`, or a resource, prompt or completion as
+/// `request` names it) to `principal` whatever else it carries: a deny rule for it whose
+/// condition reads nothing but what a list knows of the item (`tool`, `principal`, `kind`,
+/// `uri`, `prompt`, and `server` when `request` names one) holds, or fails (a failing deny
+/// rule denies); or no rule but deny rules is for it and its kind's default is deny. A rule
+/// that reads anything else cannot settle it, so it hides nothing. For lists: what an agent
+/// can never use, it need not see.
+pub fn denies_request_outright(
+    set: &PolicySet,
+    tool: &str,
+    request: crate::Request<'_>,
+    principal: &serde_json::Value,
+) -> bool {
     let empty = serde_json::Value::Object(serde_json::Map::new());
     let none = BTreeMap::new();
     let input = Input {
@@ -170,14 +182,20 @@ pub fn denies_outright(set: &PolicySet, tool: &str, principal: &serde_json::Valu
         classifiers: &none,
         resume: None,
         definition: None,
-        request: crate::Request::TOOL,
+        request,
     };
+    let applicable: Vec<&Rule> = set.rules.iter().filter(|r| r.applies(&input)).collect();
+    if set.defaults.for_kind(request.kind) == DecisionKind::Deny
+        && applicable.iter().all(|r| r.decision == DecisionKind::Deny)
+    {
+        return true;
+    }
+    let known =
+        TOOL | PRINCIPAL | KIND | URI | PROMPT | if request.server.is_empty() { 0 } else { SERVER };
     applicable
         .into_iter()
         .filter(|r| {
-            r.decision == DecisionKind::Deny
-                && r.uses & !(TOOL | PRINCIPAL) == 0
-                && r.classifiers.is_empty()
+            r.decision == DecisionKind::Deny && r.uses & !known == 0 && r.classifiers.is_empty()
         })
         .any(|rule| {
             let meter = Meter::start(set.budget);

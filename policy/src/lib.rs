@@ -37,7 +37,7 @@ pub use cel::build_env;
 pub use classify::{BuiltinClassifier, MAX_MATCHES};
 pub use duration::{format_duration, parse_duration};
 pub use error::{PolicyError, PolicyErrors, RequestError};
-pub use eval::{denies_outright, evaluate};
+pub use eval::{denies_outright, denies_request_outright, evaluate};
 pub use expression::{evaluate_expression, ExpressionError};
 pub use glob::Glob;
 pub use load::{Defaults, Location, PolicySet, Rule, Source};

@@ -22,6 +22,7 @@ Usage: mcp_client.py URL TOKEN MODE SCENARIO [ARGS...]
                                resumed through the gateway's HTTP API with DATA (as TOKEN)
     states NAME ARGS_JSON      input_required by hand: the state, then a tampered, a replayed
                                and another principal's use of it (ARGS[4]: another token)
+    lists                      the resource URIs and prompt names listed
     roads URI PROMPT           the other roads to an upstream: read URI, get PROMPT, complete
                                its `code` argument, and (2025-11-25) subscribe to URI; one line
                                each, its result or its JSON-RPC error
@@ -101,6 +102,12 @@ async def main():
 
         async with client(url, token, mode, elicitation_callback=on_elicit) as c:
             await call(c, name, args)
+    elif scenario == "lists":
+        async with client(url, token, mode) as c:
+            resources = await c.list_resources()
+            prompts = await c.list_prompts()
+            out({"resources": [str(r.uri) for r in resources.resources],
+                 "prompts": [p.name for p in prompts.prompts]})
     elif scenario == "roads":
         uri, prompt = rest[0], rest[1]
 

@@ -324,6 +324,33 @@ fn every_road_to_an_upstream_is_judged_in_both_revisions() {
         refused(&two["complete"], "agent2-no-reviews");
         assert!(two["read"].get("result").is_some(), "{two:?}");
     }
+    // Lists leave out what each principal could never read or get.
+    for mode in MODES {
+        let listed = |who: &str| {
+            client(&gw, &format!("token-{who}"), mode, &["lists"])
+                .pop()
+                .unwrap()
+        };
+        let (one, two) = (listed("agent1"), listed("agent2"));
+        let has = |l: &Value, field: &str, item: &str| {
+            l[field].as_array().unwrap().iter().any(|v| v == item)
+        };
+        assert!(has(&one, "resources", "test://greeting"), "{mode}: {one}");
+        assert!(
+            !has(&one, "resources", "test://secrets/api-key"),
+            "{mode}: {one}"
+        );
+        assert!(
+            has(&one, "prompts", "up.review") && has(&one, "prompts", "local.review"),
+            "{mode}: {one}"
+        );
+        assert!(
+            !has(&two, "prompts", "up.review") && !has(&two, "prompts", "local.review"),
+            "{mode}: {two}"
+        );
+        assert!(has(&two, "resources", "test://greeting"), "{mode}: {two}");
+    }
+
     let reached = roads_reached(&gw);
     assert!(
         !reached.iter().any(|r| r.contains("secrets")),

@@ -17,11 +17,12 @@ pub(super) fn list(cx: Ctx<'_>) -> Result<Response<Body>, ApiError> {
     require(cx.role, &[Role::Agent, Role::Approver, Role::Admin])?;
     let mut tools = api::Tool::all(cx.gw, false);
     if cx.role == Role::Agent {
-        let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+        let items: Vec<(&str, &str)> = tools.iter().map(|t| ("", t.name.as_str())).collect();
         let hidden = cx.gw.visible.hidden(
             &cx.gw.policy.load(),
             &crate::pipeline::decide::principal_json(&cx.principal),
-            &names,
+            airlock_policy::RequestKind::Tool,
+            &items,
         );
         tools.retain(|t| !hidden.contains(&t.name));
     }

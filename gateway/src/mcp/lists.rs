@@ -5,6 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
+use airlock_policy::RequestKind;
 use airlock_storage::Principal;
 
 use crate::config::Upstream;
@@ -16,14 +17,15 @@ use super::PAGE;
 /// ([`crate::visible`]).
 pub(super) fn visible_tools(gw: &Gateway, principal: &Principal, modern: bool) -> Vec<Value> {
     let all = tools(gw, modern);
-    let names: Vec<&str> = all
+    let items: Vec<(&str, &str)> = all
         .iter()
-        .map(|t| t.get("name").and_then(Value::as_str).unwrap_or(""))
+        .map(|t| ("", t.get("name").and_then(Value::as_str).unwrap_or("")))
         .collect();
     let hidden = gw.visible.hidden(
         &gw.policy.load(),
         &crate::pipeline::decide::principal_json(principal),
-        &names,
+        RequestKind::Tool,
+        &items,
     );
     if hidden.is_empty() {
         return all;
@@ -97,9 +99,12 @@ pub(super) fn paginate(items: Vec<Value>, field: &str, params: &Value) -> Value 
 }
 
 /// A list gathered from every upstream, on every path each serves, each item once by `key`
-/// (an upstream that fails is left out). Prompts' names are prefixed.
+/// (an upstream that fails is left out). Prompts' names are prefixed. Resources and prompts
+/// the live policy denies `principal` outright are left out ([`crate::visible`]); templates
+/// are not (a template is not the URI a read names).
 pub(super) async fn aggregate(
     gw: &Gateway,
+    principal: &Principal,
     method: &str,
     field: &str,
     key: &str,
@@ -116,8 +121,39 @@ pub(super) async fn aggregate(
                     item["name"] = Value::String(format!("{}{n}", s.config.prefix));
                 }
             }
-            items.push(item);
+            items.push((s.config.name.as_str(), item));
         }
     }
-    paginate(items, field, params)
+    let kind = match field {
+        "resources" => Some(RequestKind::Resource),
+        "prompts" => Some(RequestKind::Prompt),
+        _ => None,
+    };
+    let name_key = if field == "prompts" { "name" } else { key };
+    let hidden = kind.map(|kind| {
+        let named: Vec<(&str, &str)> = items
+            .iter()
+            .map(|(server, item)| {
+                (
+                    *server,
+                    item.get(name_key).and_then(Value::as_str).unwrap_or(""),
+                )
+            })
+            .collect();
+        gw.visible.hidden(
+            &gw.policy.load(),
+            &crate::pipeline::decide::principal_json(principal),
+            kind,
+            &named,
+        )
+    });
+    let shown: Vec<Value> = items
+        .into_iter()
+        .filter(|(_, item)| {
+            let name = item.get(name_key).and_then(Value::as_str).unwrap_or("");
+            !hidden.as_ref().is_some_and(|h| h.contains(name))
+        })
+        .map(|(_, item)| item)
+        .collect();
+    paginate(shown, field, params)
 }

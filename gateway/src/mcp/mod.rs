@@ -473,18 +473,33 @@ async fn answer(
             "tools",
             &msg.params,
         )),
-        "resources/list" => {
-            Ok(aggregate(gw, "resources/list", "resources", "uri", &msg.params).await)
-        }
+        "resources/list" => Ok(aggregate(
+            gw,
+            principal,
+            "resources/list",
+            "resources",
+            "uri",
+            &msg.params,
+        )
+        .await),
         "resources/templates/list" => Ok(aggregate(
             gw,
+            principal,
             "resources/templates/list",
             "resourceTemplates",
             "uriTemplate",
             &msg.params,
         )
         .await),
-        "prompts/list" => Ok(aggregate(gw, "prompts/list", "prompts", "name", &msg.params).await),
+        "prompts/list" => Ok(aggregate(
+            gw,
+            principal,
+            "prompts/list",
+            "prompts",
+            "name",
+            &msg.params,
+        )
+        .await),
         "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
             let uri = msg.params.get("uri").and_then(Value::as_str).unwrap_or("");
             match gw.backends.mcp.resource(uri) {
