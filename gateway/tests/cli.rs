@@ -127,6 +127,62 @@ fn a_case_whose_rule_fails_says_so_in_words_and_how_to_expect_it() {
 }
 
 #[test]
+fn eval_judges_a_resource_read_as_the_gateway_would() {
+    let policy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/mcp");
+    let p = policy.to_str().unwrap();
+    let out = airlock(
+        &[
+            "policy",
+            "eval",
+            "--policy",
+            p,
+            "--kind",
+            "resource",
+            "--server",
+            "fs",
+            "--uri",
+            "file:///etc/shadow",
+            "--args",
+            r#"{"uri":"file:///etc/shadow"}"#,
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["decision"], "deny", "{v}");
+    assert_eq!(v["rules"], serde_json::json!(["deny-secret-resources"]));
+    assert_eq!(
+        (v["kind"].as_str(), v["uri"].as_str()),
+        (Some("resource"), Some("file:///etc/shadow"))
+    );
+    // The fingerprint is over the kind, the target and the params, not a tool's.
+    assert_eq!(
+        v["fingerprint"],
+        airlock_policy::request_fingerprint(
+            "resource",
+            "file:///etc/shadow",
+            &serde_json::json!({"uri": "file:///etc/shadow"})
+        )
+        .as_str()
+    );
+    // A resource without its URI, or with a tool, is bad input.
+    for extra in [
+        &["--kind", "resource"][..],
+        &["--kind", "prompt", "--tool", "a.b", "--prompt", "p"],
+    ] {
+        let mut args = vec!["policy", "eval", "--policy", p, "--args", "{}"];
+        args.extend_from_slice(extra);
+        let out = airlock(&args, None);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(
+            text(&out.stderr).contains("error[request.invalid_field]"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
 fn fingerprint_prints_canonical_args_and_reads_stdin() {
     let out = airlock(
         &[

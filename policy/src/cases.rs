@@ -447,40 +447,20 @@ fn case_request(case: &RawCase, set: &PolicySet) -> Result<EvalRequest, String> 
     })
 }
 
-/// A case's `kind`, `server`, `uri` and `prompt`, checked: a resource names its `uri`, a
-/// prompt its `prompt`, a completion one of them; a tool call neither.
+/// A case's `kind`, `server`, `uri` and `prompt`, checked ([`crate::OwnedRequest::checked`]).
 fn case_kind(case: &RawCase) -> Result<crate::OwnedRequest, String> {
-    use crate::RequestKind::*;
     let kind = match case.kind.as_deref() {
-        None => Tool,
+        None => crate::RequestKind::Tool,
         Some(k) => crate::RequestKind::parse(k).ok_or_else(|| {
             format!("invalid `kind` `{k}`: one of `tool`, `resource`, `prompt`, `completion`")
         })?,
     };
-    let ok = match kind {
-        Tool => case.uri.is_none() && case.prompt.is_none(),
-        Resource => case.uri.is_some() && case.prompt.is_none(),
-        Prompt => case.prompt.is_some() && case.uri.is_none(),
-        Completion => case.uri.is_some() != case.prompt.is_some(),
-    };
-    if !ok {
-        return Err(format!(
-            "a {} case names {}",
-            kind.as_str(),
-            match kind {
-                Tool => "neither `uri` nor `prompt`",
-                Resource => "its `uri` (and no `prompt`)",
-                Prompt => "its `prompt` (and no `uri`)",
-                Completion => "the `uri` or the `prompt` it completes",
-            }
-        ));
-    }
-    Ok(crate::OwnedRequest {
+    crate::OwnedRequest::checked(
         kind,
-        server: case.server.clone().unwrap_or_default(),
-        uri: case.uri.clone(),
-        prompt: case.prompt.clone(),
-    })
+        case.server.clone(),
+        case.uri.clone(),
+        case.prompt.clone(),
+    )
 }
 
 /// Names as a reader writes them: `a, b`, or `none`.

@@ -287,6 +287,58 @@ impl OwnedRequest {
         }
     }
 
+    /// A request as a case or `airlock policy eval` names it, checked: a resource names its
+    /// `uri`, a prompt its `prompt`, a completion one of them, a tool call neither.
+    pub fn checked(
+        kind: RequestKind,
+        server: Option<String>,
+        uri: Option<String>,
+        prompt: Option<String>,
+    ) -> Result<OwnedRequest, String> {
+        use RequestKind::*;
+        let ok = match kind {
+            Tool => uri.is_none() && prompt.is_none(),
+            Resource => uri.is_some() && prompt.is_none(),
+            Prompt => prompt.is_some() && uri.is_none(),
+            Completion => uri.is_some() != prompt.is_some(),
+        };
+        if !ok {
+            return Err(format!(
+                "a {} names {}",
+                kind.as_str(),
+                match kind {
+                    Tool => "neither `uri` nor `prompt`",
+                    Resource => "its `uri` (and no `prompt`)",
+                    Prompt => "its `prompt` (and no `uri`)",
+                    Completion => "the `uri` or the `prompt` it completes",
+                }
+            ));
+        }
+        Ok(OwnedRequest {
+            kind,
+            server: server.unwrap_or_default(),
+            uri,
+            prompt,
+        })
+    }
+
+    /// The call policy judges for this request: a tool call of `tool`, or the request itself
+    /// with `args` as its params.
+    pub fn call(
+        &self,
+        tool: Option<&str>,
+        args: Value,
+        context: Option<Value>,
+    ) -> Result<crate::ToolCall, String> {
+        let call = match (self.kind, tool) {
+            (RequestKind::Tool, Some(tool)) => crate::ToolCall::new(tool, args, context),
+            (RequestKind::Tool, None) => return Err("a tool call names its `tool`".into()),
+            (kind, Some(_)) => return Err(format!("a {} names no `tool`", kind.as_str())),
+            (kind, None) => crate::ToolCall::request(kind, self.target(), args, context),
+        };
+        call.map_err(|e| format!("{e} ({})", e.code()))
+    }
+
     /// What a request of this kind names: its URI or prompt ([`crate::request_fingerprint`]'s
     /// target).
     pub fn target(&self) -> &str {

@@ -43,11 +43,26 @@ pub struct EvalArgs {
     /// The policy set: a .toml file or a folder.
     #[arg(long)]
     pub policy: PathBuf,
+    /// The tool of a tool call (the default kind).
     #[arg(long)]
-    pub tool: String,
-    /// The args as a JSON object, or `-` to read them from stdin.
+    pub tool: Option<String>,
+    /// The args as a JSON object (for another kind, the request's params), or `-` to read
+    /// them from stdin.
     #[arg(long)]
     pub args: String,
+    /// `tool` (the default), or an MCP request of another kind: `resource`, `prompt`,
+    /// `completion`.
+    #[arg(long, default_value = "tool", value_parser = ["tool", "resource", "prompt", "completion"])]
+    pub kind: String,
+    /// The MCP upstream the request goes to (`server` in CEL).
+    #[arg(long)]
+    pub server: Option<String>,
+    /// A resource's URI (a resource read, or a completion of it).
+    #[arg(long)]
+    pub uri: Option<String>,
+    /// A prompt's visible name (a prompt, or a completion of it).
+    #[arg(long)]
+    pub prompt: Option<String>,
     /// `{"agent_id","run_id","thread_id","tool_call_id","labels"}`.
     #[arg(long)]
     pub context: Option<String>,
@@ -200,6 +215,13 @@ pub(super) fn policy_eval(args: &EvalArgs) -> u8 {
     );
     let mut out = cases::decision_json(&decision, &request.call);
     out["classifiers"] = cases::classifiers_json(&request.classifiers);
+    if request.request.kind != airlock_policy::RequestKind::Tool {
+        let r = &request.request;
+        out["kind"] = r.kind.as_str().into();
+        out["server"] = r.server.clone().into();
+        out["uri"] = r.uri.clone().into();
+        out["prompt"] = r.prompt.clone().into();
+    }
     say!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     0
 }
@@ -213,8 +235,23 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
         .as_deref()
         .map(|c| parse_json_flag(c, "context"))
         .transpose()?;
-    let call =
-        ToolCall::new(&args.tool, args_value, context).map_err(|e| bad_input(e.code(), e))?;
+    let kind =
+        airlock_policy::RequestKind::parse(&args.kind).unwrap_or(airlock_policy::RequestKind::Tool);
+    let request = airlock_policy::OwnedRequest::checked(
+        kind,
+        args.server.clone(),
+        args.uri.clone(),
+        args.prompt.clone(),
+    )
+    .map_err(|e| bad_input(Code::RequestInvalidField.as_str(), e))?;
+    let call = match (kind, args.tool.as_deref()) {
+        (airlock_policy::RequestKind::Tool, Some(tool)) => {
+            ToolCall::new(tool, args_value, context).map_err(|e| bad_input(e.code(), e))?
+        }
+        _ => request
+            .call(args.tool.as_deref(), args_value, context)
+            .map_err(|e| bad_input(Code::RequestInvalidField.as_str(), e))?,
+    };
     let principal = match &args.principal {
         Some(p) => cases::with_identity(parse_json_flag(p, "principal")?),
         None => cases::default_principal(),
@@ -247,6 +284,6 @@ fn eval_request(args: &EvalArgs) -> Result<EvalRequest, u8> {
         now,
         resume,
         definition,
-        request: airlock_policy::OwnedRequest::tool(),
+        request,
     })
 }
