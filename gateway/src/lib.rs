@@ -35,7 +35,7 @@
 //!                     config
 //!                     body · lanes · notices · replay · schemas
 //! leaves              clock · diff · error · events · metrics · shadow · signing · tls
-//!                     · urlencoded
+//!                     · urlencoded · visible
 //! other crates        airlock-storage (the store), airlock-policy (rules, CEL, canonical JSON)
 //! ```
 //!
