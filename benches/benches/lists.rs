@@ -93,7 +93,8 @@ fn start_gateway(bin: &std::path::Path, upstream: u16) -> GatewayProcess {
     GatewayProcess::start_bin(bin, &config, &policy())
 }
 
-async fn list(client: &HttpClient, port: u16, token: &str) -> usize {
+/// The names on the first page.
+async fn list(client: &HttpClient, port: u16, token: &str) -> Vec<String> {
     let req = Request::post(format!("http://127.0.0.1:{port}/mcp"))
         .header("content-type", "application/json")
         .header("accept", "application/json")
@@ -111,7 +112,14 @@ async fn list(client: &HttpClient, port: u16, token: &str) -> usize {
     assert_eq!(resp.status().as_u16(), 200);
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     let v: Value = serde_json::from_slice(&body).unwrap();
-    v["result"]["tools"].as_array().map_or(0, Vec::len)
+    v["result"]["tools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// p50 of `REQUESTS` lists, the two agents in turn.
@@ -150,9 +158,18 @@ fn main() {
     std::thread::sleep(Duration::from_secs(2));
     for (name, g) in &gateways {
         let (one, two) = rt.block_on(async {
-            (list(&client, g.port, TOKENS[0]).await, list(&client, g.port, TOKENS[1]).await)
+            (
+                list(&client, g.port, TOKENS[0]).await,
+                list(&client, g.port, TOKENS[1]).await,
+            )
         });
-        println!("{name}: the first page lists {one} tools to one, {two} to two");
+        println!(
+            "{name}: the first page lists {} tools to one (from {}), {} to two (from {})",
+            one.len(),
+            one.first().map_or("-", String::as_str),
+            two.len(),
+            two.first().map_or("-", String::as_str),
+        );
     }
     let mut p50s: Vec<Vec<Duration>> = vec![Vec::new(); gateways.len()];
     for _ in 0..ROUNDS {
