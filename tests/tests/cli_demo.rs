@@ -541,7 +541,7 @@ fn policy_and_config_errors_say_where_and_what_to_write_and_exit_2_for_bad_input
         "{err}"
     );
     assert!(
-        err.contains(", resume, definition (policy.unknown_variable)"),
+        err.contains(", resume, definition, kind, server, uri, prompt (policy.unknown_variable)"),
         "{err}"
     );
     assert!(
