@@ -114,32 +114,6 @@ pub(crate) struct EvaluateRequest {
     #[serde(default, deserialize_with = "given")]
     #[schemars(with = "Json")]
     pub definition: Option<Value>,
-    /// `tool` (the default), or an MCP request of another kind: `resource` (names its `uri`),
-    /// `prompt` (names its `prompt`) or `completion` (names the `uri` or `prompt` it
-    /// completes); those name no `tool`, and `args` are the request's params.
-    #[serde(default)]
-    #[schemars(with = "Option<KindName>")]
-    pub kind: Option<airlock_policy::RequestKind>,
-    /// The MCP upstream the request goes to (`server` in CEL).
-    #[serde(default)]
-    pub server: Option<String>,
-    /// A resource's URI.
-    #[serde(default)]
-    pub uri: Option<String>,
-    /// A prompt's visible name.
-    #[serde(default)]
-    pub prompt: Option<String>,
-}
-
-/// The kind of a request policy judges.
-#[derive(JsonSchema)]
-#[schemars(inline, rename_all = "snake_case")]
-#[allow(dead_code, reason = "a schema of `EvaluateRequest::kind`")]
-enum KindName {
-    Tool,
-    Resource,
-    Prompt,
-    Completion,
 }
 
 /// A classifier's result, or its failure.

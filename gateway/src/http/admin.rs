@@ -42,24 +42,7 @@ pub(super) async fn evaluate_policy(
         _ => String::new(),
     };
     let args = body.args.unwrap_or(Value::Null);
-    let kind = body.kind.unwrap_or(airlock_policy::RequestKind::Tool);
-    let request = airlock_policy::OwnedRequest::checked(
-        kind,
-        body.server.clone(),
-        body.uri.clone(),
-        body.prompt.clone(),
-    )
-    .map_err(|e| ApiError::new(Code::RequestInvalidField, e))?;
-    let call = match kind {
-        airlock_policy::RequestKind::Tool => ToolCall::new(&tool, args, body.context)?,
-        _ if body.tool.is_some() => {
-            return Err(ApiError::new(
-                Code::RequestInvalidField,
-                format!("a {} names no `tool`", kind.as_str()),
-            ))
-        }
-        _ => ToolCall::request(kind, request.target(), args, body.context)?,
-    };
+    let call = ToolCall::new(&tool, args, body.context)?;
     let principal = match body.principal {
         None => airlock_policy::cases::default_principal(),
         Some(p @ Value::Object(_)) => p,
@@ -85,12 +68,9 @@ pub(super) async fn evaluate_policy(
         // The definition given, else the one a call of the tool would be judged with.
         definition: match body.definition {
             Some(d) => Some(d).filter(|d| !d.is_null()),
-            None if request.kind == airlock_policy::RequestKind::Tool => {
-                crate::pipeline::decide::definition_of(gw, &tool).map(|d| (*d).clone())
-            }
-            None => None,
+            None => crate::pipeline::decide::definition_of(gw, &tool).map(|d| (*d).clone()),
         },
-        request,
+        request: airlock_policy::OwnedRequest::tool(),
     };
     let decision = evaluate(&gw.policy.load(), &request.input());
     Ok(json_response(
