@@ -594,6 +594,11 @@ fn mcp_is_an_oauth_resource_server_and_the_official_python_client_calls_it_with_
     let (s, _, doc) = send(gw, "GET", "/v1/openapi.json", None, None);
     assert_eq!(s, 200);
     assert!(doc["paths"]["/.well-known/oauth-protected-resource/mcp"]["get"].is_object());
+    // Its text, the issuer-only parts included, never sends a reader to the internal contract.
+    let text = doc.to_string();
+    for cited in ["DESIGN", "\u{a7}"] {
+        assert!(!text.contains(cited), "the document cites `{cited}`");
+    }
     let scheme = doc["components"]["securitySchemes"]
         .as_object()
         .unwrap()

@@ -1,7 +1,7 @@
-//! The inbox's "Sign in with …" (DESIGN §16): `GET /inbox/oidc/start` sends the browser to
-//! the identity provider with a sign-in bound to it by a cookie (`HttpOnly`, `SameSite=Lax` so
-//! the provider's redirect carries it, `Path=/inbox/oidc`, 10 minutes); `GET
-//! /inbox/oidc/callback` takes that sign-in (once), checks `state` (and RFC 9207 `iss`), has
+//! The inbox's sign-in with an identity provider ("Sign in with …"): `GET /inbox/oidc/start`
+//! sends the browser to the identity provider with a sign-in bound to it by a cookie
+//! (`HttpOnly`, `SameSite=Lax` so the provider's redirect carries it, `Path=/inbox/oidc`, 10
+//! minutes); `GET /inbox/oidc/callback` takes that sign-in (once), checks `state` (and RFC 9207 `iss`), has
 //! `crate::identity::oidc` exchange the code and check the ID token, and starts the session of
 //! §12. Each failure is a page that says what failed; nobody is signed in by one.
 //!

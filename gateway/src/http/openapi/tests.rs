@@ -306,30 +306,3 @@ fn the_components_are_the_types_the_operations_name_and_nothing_else() {
         "no integer format OpenAPI does not define"
     );
 }
-
-#[test]
-fn the_document_never_sends_a_reader_to_the_internal_contract() {
-    // With an issuer, so the issuer-only text is in the document too.
-    let mut config = Config::demo();
-    config.public_url = Some("https://airlock.example".into());
-    config.issuers.push(crate::config::IssuerConfig {
-        id: "corp".into(),
-        issuer: "https://idp.example".into(),
-        jwks_uri: None,
-        audience: None,
-        principal_claim: "sub".into(),
-        groups_claim: "groups".into(),
-        roles: vec![],
-        scopes: vec![],
-        claims: vec![],
-        ca: None,
-        rate: None,
-        max_pending: None,
-        jwks_ttl: std::time::Duration::from_secs(300),
-        agents: vec![],
-    });
-    let text = document(&config).to_string();
-    for cited in ["DESIGN", "§"] {
-        assert!(!text.contains(cited), "the document cites `{cited}`");
-    }
-}
