@@ -111,13 +111,8 @@ pub(super) fn approvals(cmd: ApprovalsCommand) -> u8 {
     };
     match c.send(method, &path, body.as_ref(), None) {
         Ok((status, body)) => print_answer_hinted(remote.json, status, &body, || {
-            if let Some(code) = client::error_code(&body) {
-                return format!(
-                    "{status} {code}: {}",
-                    body.pointer("/error/message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                );
+            if let Some(line) = client::refusal_line(status, &body) {
+                return line;
             }
             match &cmd {
                 ApprovalsCommand::List { .. } => client::approvals_table(

@@ -94,6 +94,17 @@ pub fn error_code(body: &Value) -> Option<&str> {
     body.pointer("/error/code").and_then(Value::as_str)
 }
 
+/// A refusal on one line, for people: `403 auth.forbidden: <message>`; `None` for an answer
+/// that is not one.
+pub fn refusal_line(status: u16, body: &Value) -> Option<String> {
+    let code = error_code(body)?;
+    let message = body
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    Some(format!("{status} {code}: {message}"))
+}
+
 /// A short, aligned table of approvals.
 pub fn approvals_table(list: &[Value]) -> String {
     let mut rows = vec![[
@@ -337,12 +348,11 @@ fn review_details(a: &Value) -> String {
 /// A tool call's answer, for people; `url_flag` is what the printed follow-up command needs to
 /// reach the same gateway (see `Remote::url_flag`).
 pub fn call_summary(status: u16, body: &Value, url_flag: &str) -> String {
-    match (status, error_code(body)) {
-        (_, Some(code)) => format!(
-            "{status} {code}: {}",
-            body.pointer("/error/message").and_then(Value::as_str).unwrap_or("")
-        ),
-        (202, None) if body["status"] == "suspended" => format!(
+    if let Some(line) = refusal_line(status, body) {
+        return line;
+    }
+    match status {
+        202 if body["status"] == "suspended" => format!(
             "202 suspended: the tool asks for input\ncall      {}\nasks      {}\nschema    {}\ninbox     {}\nexpires   {}\nanswer with: airlock call --resume {}{url_flag} --data '<JSON>'",
             body["call_id"].as_str().unwrap_or(""),
             body.pointer("/suspend/payload").map(|v| v.to_string()).unwrap_or_default(),
@@ -351,7 +361,7 @@ pub fn call_summary(status: u16, body: &Value, url_flag: &str) -> String {
             body["expires_at"].as_str().unwrap_or(""),
             body["call_id"].as_str().unwrap_or(""),
         ),
-        (202, None) => format!(
+        202 => format!(
             "202 held for approval\ncall      {}\napproval  {}\ninbox     {}\napprovers {} (quorum {})\nexpires   {}\nresume with: airlock call --resume {}{url_flag}",
             body["call_id"].as_str().unwrap_or(""),
             body.pointer("/approval/id").and_then(Value::as_str).unwrap_or(""),

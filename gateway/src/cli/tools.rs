@@ -37,13 +37,8 @@ pub(super) fn tools(cmd: ToolsCommand) -> u8 {
     };
     match c.send(reqwest::Method::GET, &path, None, None) {
         Ok((status, body)) => print_answer_hinted(remote.json, status, &body, || {
-            if let Some(code) = client::error_code(&body) {
-                return format!(
-                    "{status} {code}: {}",
-                    body.pointer("/error/message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                );
+            if let Some(line) = client::refusal_line(status, &body) {
+                return line;
             }
             match &cmd {
                 ToolsCommand::List { .. } => {

@@ -3,7 +3,7 @@
 
 use crate::signing;
 use clap::Subcommand;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::remote::{print_answer_hinted, remote_client, Remote, ADMIN_TOKEN};
 use super::{bad_input, client, read_stdin};
@@ -106,13 +106,8 @@ pub(super) fn webhooks(cmd: WebhooksCommand) -> u8 {
                 None,
             ) {
                 Ok((status, body)) => print_answer_hinted(remote.json, status, &body, || {
-                    match client::error_code(&body) {
-                        Some(code) => format!(
-                            "{status} {code}: {}",
-                            body.pointer("/error/message")
-                                .and_then(Value::as_str)
-                                .unwrap_or("")
-                        ),
+                    match client::refusal_line(status, &body) {
+                        Some(line) => line,
                         None => format!(
                             "queued test delivery {}",
                             body["delivery_id"].as_str().unwrap_or("")
