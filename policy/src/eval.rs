@@ -99,21 +99,7 @@ pub fn evaluate(set: &PolicySet, input: &Input<'_>) -> Decision {
         }
     }
 
-    // `[agents]` and `[tools]` flags are about tool calls.
-    let mut flagged = false;
-    let tool_call = input.request.kind == crate::RequestKind::Tool;
-    if let Some(agent) = input.context.get("agent_id").and_then(|a| a.as_str()) {
-        if tool_call && set.agents.contains(agent) {
-            rules.push(format!("agent:{agent}"));
-            flagged = true;
-        }
-    }
-    for glob in set.tool_flags.iter().filter(|_| tool_call) {
-        if glob.matches(input.tool) {
-            rules.push(format!("tool:{}", glob.as_str()));
-            flagged = true;
-        }
-    }
+    let flagged = flags(set, input, &mut rules);
 
     let mut decision = decision.unwrap_or(set.defaults.for_kind(input.request.kind));
     if flagged && decision == DecisionKind::Allow {
@@ -206,6 +192,28 @@ pub fn denies_request_outright(
                 Outcome::NoMatch
             )
         })
+}
+
+/// The `[agents]` and `[tools]` flags that apply to a tool call (`agent:<id>`, `tool:<pattern>`,
+/// added to `rules`); whether any did. They are about tool calls only.
+fn flags(set: &PolicySet, input: &Input<'_>, rules: &mut Vec<String>) -> bool {
+    if input.request.kind != crate::RequestKind::Tool {
+        return false;
+    }
+    let mut flagged = false;
+    if let Some(agent) = input.context.get("agent_id").and_then(|a| a.as_str()) {
+        if set.agents.contains(agent) {
+            rules.push(format!("agent:{agent}"));
+            flagged = true;
+        }
+    }
+    for glob in &set.tool_flags {
+        if glob.matches(input.tool) {
+            rules.push(format!("tool:{}", glob.as_str()));
+            flagged = true;
+        }
+    }
+    flagged
 }
 
 fn run(

@@ -14,9 +14,9 @@
 
 use std::sync::Arc;
 
-use airlock_policy::{evaluate, DecisionKind, Input, OwnedRequest, ToolCall};
+use airlock_policy::{evaluate, Decision, DecisionKind, Input, OwnedRequest, ToolCall};
 use airlock_storage::Principal;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::wire::{RpcError, INVALID_PARAMS};
 use crate::clock::{now_ms, to_system_time};
@@ -46,10 +46,47 @@ pub(super) async fn judge(
         RpcError::new(id.clone(), INVALID_PARAMS, e.to_string())
             .with_data(json!({"code": e.code()}))
     })?;
-    let who = crate::pipeline::decide::principal_json(principal);
     let now = now_ms();
+    let request_id = airlock_storage::new_id("req");
+    let (decision, shadow) = decide(gw, principal, request, &call, &request_id, now);
+    let allowed = decision.decision == DecisionKind::Allow;
+    gw.metrics
+        .requests
+        .with_label_values(&[
+            request.kind.as_str(),
+            if allowed { "allow" } else { "deny" },
+        ])
+        .inc();
+    let mut fields = audit(gw, principal, request, &call, &decision, shadow.as_ref());
+    fields.insert("request_id".into(), request_id.into());
+    if let Err(e) = gw
+        .store_op(move |s| s.append_audit(airlock_storage::Kind::RequestDecided, fields, now))
+        .await
+    {
+        // Not audited: not sent.
+        return Err(
+            RpcError::new(id.clone(), -32603, e.message.clone()).with_data(json!({"code": e.code}))
+        );
+    }
+    if allowed {
+        Ok(())
+    } else {
+        Err(refusal(request, &decision, id))
+    }
+}
+
+/// The live verdict on `call`, and the shadow set's (which it shows, and which changes
+/// nothing).
+fn decide(
+    gw: &Gateway,
+    principal: &Principal,
+    request: &OwnedRequest,
+    call: &ToolCall,
+    request_id: &str,
+    now: u64,
+) -> (Decision, Option<Decision>) {
+    let who = crate::pipeline::decide::principal_json(principal);
     let none = Default::default();
-    let policy = gw.policy.load();
     let input = Input {
         tool: "",
         args: &call.args,
@@ -62,64 +99,45 @@ pub(super) async fn judge(
         definition: None,
         request: request.as_request(),
     };
-    let decision = evaluate(&policy, &input);
-    // The shadow set sees it too, and its verdict changes nothing.
-    let request_id = airlock_storage::new_id("req");
+    let decision = evaluate(&gw.policy.load(), &input);
     let shadow = gw.shadow.set().map(|set| evaluate(&set, &input));
     if let Some(s) = &shadow {
         let what = format!("{} {}", request.kind.as_str(), request.target());
         gw.shadow
-            .observe(&request_id, &what, &principal.id, now, &decision, s);
+            .observe(request_id, &what, &principal.id, now, &decision, s);
     }
-    let allowed = decision.decision == DecisionKind::Allow;
-    let kind = request.kind.as_str();
-    gw.metrics
-        .requests
-        .with_label_values(&[kind, if allowed { "allow" } else { "deny" }])
-        .inc();
-    // What a replay needs to judge it again: the params (redacted as a call's args are), the
-    // context and the principal as policy saw them.
-    let mut fields = audit_fields(json!({
-        "request_kind": kind, "server": request.server, "uri": request.uri,
-        "prompt": request.prompt, "principal": principal.id, "role": principal.role,
-        "groups": principal.groups, "auth": principal.auth_record(),
-        "args": airlock_storage::redact(&call.args, &gw.config.redact),
+    (decision, shadow)
+}
+
+/// The `request.decided` record: what a replay needs to judge it again (the params, redacted
+/// as a call's args are, the context and the principal as policy saw them), the verdict, and
+/// the shadow's when it differs.
+fn audit(
+    gw: &Gateway,
+    principal: &Principal,
+    request: &OwnedRequest,
+    call: &ToolCall,
+    decision: &Decision,
+    shadow: Option<&Decision>,
+) -> Map<String, Value> {
+    let mut fields = airlock_storage::principal_fields(principal);
+    fields.extend(audit_fields(json!({
+        "request_kind": request.kind.as_str(), "server": request.server, "uri": request.uri,
+        "prompt": request.prompt, "args": airlock_storage::redact(&call.args, &gw.config.redact),
         "context": call.context, "fingerprint": call.fingerprint.as_str(),
         "decision": decision.decision.as_str(), "rules": decision.rules,
         "errors": decision.errors, "policy_version": decision.policy_version,
-        "request_id": request_id,
-    }));
-    if let Some(s) = shadow
-        .as_ref()
-        .filter(|s| crate::shadow::differs(&decision, s))
-    {
-        fields.insert("shadow".into(), crate::shadow::record(&decision, s));
+    })));
+    if let Some(s) = shadow.filter(|s| crate::shadow::differs(decision, s)) {
+        fields.insert("shadow".into(), crate::shadow::record(decision, s));
     }
-    for (key, value) in [
-        ("issuer", who.get("issuer")),
-        ("actor", who.get("actor")),
-        (
-            "claims",
-            who.get("claims")
-                .filter(|c| c.as_object().is_some_and(|m| !m.is_empty())),
-        ),
-    ] {
-        if let Some(v) = value.filter(|v| !v.is_null()) {
-            fields.insert(key.into(), v.clone());
-        }
-    }
-    if let Err(e) = gw
-        .store_op(move |s| s.append_audit(airlock_storage::Kind::RequestDecided, fields, now))
-        .await
-    {
-        // Not audited: not sent.
-        return Err(
-            RpcError::new(id.clone(), -32603, e.message.clone()).with_data(json!({"code": e.code}))
-        );
-    }
-    if allowed {
-        return Ok(());
-    }
+    fields
+}
+
+/// A refused request's JSON-RPC error: the deny rules' messages in words, or why a request a
+/// failing rule would hold is refused.
+fn refusal(request: &OwnedRequest, decision: &Decision, id: &Value) -> RpcError {
+    let kind = request.kind.as_str();
     let message = match decision.decision {
         DecisionKind::RequireApproval => format!(
             "a rule for this {kind} failed to evaluate ({}), and a {kind} is never held for approval: refused",
@@ -138,10 +156,8 @@ pub(super) async fn judge(
             .collect::<Vec<_>>()
             .join("; "),
     };
-    Err(
-        RpcError::new(id.clone(), REFUSED, message.clone()).with_data(json!({
-            "code": Code::PolicyDenied, "message": message, "kind": kind,
-            "rules": decision.rules, "policy_version": decision.policy_version,
-        })),
-    )
+    RpcError::new(id.clone(), REFUSED, message.clone()).with_data(json!({
+        "code": Code::PolicyDenied, "message": message, "kind": kind,
+        "rules": decision.rules, "policy_version": decision.policy_version,
+    }))
 }

@@ -107,32 +107,39 @@ fn with_run(mut f: Map<String, Value>, call: &CallRecord) -> Map<String, Value> 
     f
 }
 
+/// A requester in an audit record as policy read it: its id, role, groups and how it proved
+/// who it is, and its issuer, actor and claims when it has them; what a replay judges by.
+pub fn principal_fields(p: &crate::model::Principal) -> Map<String, Value> {
+    let mut f = fields(json!({
+        "principal": p.id,
+        "role": p.role,
+        "groups": p.groups,
+        "auth": p.auth_record(),
+    }));
+    if let Some(issuer) = &p.issuer {
+        f.insert("issuer".into(), Value::from(issuer.clone()));
+    }
+    if let Some(actor) = &p.actor {
+        f.insert("actor".into(), Value::from(actor.clone()));
+    }
+    if !p.claims.is_empty() {
+        f.insert("claims".into(), Value::Object(p.claims.clone()));
+    }
+    f
+}
+
 impl Store {
     /// The audit copy of a call: its identity, redacted args, and the requester as policy read
-    /// it (role, groups, and its issuer, actor and claims when it has them), so a replay
-    /// judges the call as it was judged.
+    /// it ([`principal_fields`]), so a replay judges the call as it was judged.
     fn call_fields(redact_ptrs: &[String], call: &CallRecord) -> Map<String, Value> {
-        let p = &call.requester;
-        let mut f = fields(json!({
+        let mut f = principal_fields(&call.requester);
+        f.extend(fields(json!({
             "call_id": call.call_id,
             "tool": call.tool,
             "fingerprint": call.fingerprint,
             "args": redact(&call.args, redact_ptrs),
-            "principal": call.requester.id,
-            "role": call.requester.role,
-            "groups": call.requester.groups,
-            "auth": call.requester.auth_record(),
             "context": call.context,
-        }));
-        if let Some(issuer) = &p.issuer {
-            f.insert("issuer".into(), Value::from(issuer.clone()));
-        }
-        if let Some(actor) = &p.actor {
-            f.insert("actor".into(), Value::from(actor.clone()));
-        }
-        if !p.claims.is_empty() {
-            f.insert("claims".into(), Value::Object(p.claims.clone()));
-        }
+        })));
         f
     }
 
