@@ -56,6 +56,23 @@ pub fn peers() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("peers")
 }
 
+/// `airlock serve --config CONFIG`, which must refuse to start; what it said on stderr.
+pub fn refused_at_start(config: &Path) -> String {
+    let out = Command::new(airlock_bin())
+        .args([
+            "serve",
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "it started: {err}");
+    err
+}
+
 /// A loopback port nothing listens on right now, for a process that must be told its port before
 /// it starts (a URL in another's config). It is taken below the kernel's ephemeral range, where
 /// `bind(…:0)` never hands out ports: a port from that range could be given to another process
