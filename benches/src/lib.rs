@@ -64,6 +64,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
     let call = CallRecord {
         call_id: call_id.into(),
         tool: "payments.refund".into(),
+        request: None,
         args: args.clone(),
         fingerprint: fingerprint.into(),
         requester: requester.clone(),
@@ -86,6 +87,7 @@ pub fn held(call_id: &str, fingerprint: &str, now: u64) -> (CallRecord, Approval
         id: airlock_storage::new_id("apr"),
         call_id: call_id.into(),
         tool: call.tool.clone(),
+        request: None,
         args,
         fingerprint: fingerprint.into(),
         requester,

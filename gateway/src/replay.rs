@@ -336,10 +336,7 @@ impl Replayer {
         if has_redacted(&c.args) || c.resume.as_ref().is_some_and(has_redacted) {
             return self.skip(NotReplayable::Redacted);
         }
-        let call = match &c.request {
-            Some(r) => ToolCall::request(r.kind, r.target(), c.args, Some(c.context)),
-            None => ToolCall::new(&c.tool, c.args, Some(c.context)),
-        };
+        let call = ToolCall::again(&c.tool, c.request.as_ref(), c.args, Some(c.context));
         let Ok(call) = call else {
             return self.skip(NotReplayable::Unparsable);
         };

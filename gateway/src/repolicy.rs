@@ -79,7 +79,12 @@ pub async fn pending(gw: &Arc<Gateway>) {
 /// What `policy` says of the pending approval `a`: `None` when it allows the call or asks for
 /// an approval no stricter than `a`'s (the store keeps only what is stricter).
 fn judge(gw: &Gateway, policy: &PolicySet, a: &Approval) -> Option<Repolicy> {
-    let call = match ToolCall::new(&a.tool, a.effective_args().clone(), Some(a.context.clone())) {
+    let call = match ToolCall::again(
+        &a.tool,
+        a.request.as_ref(),
+        a.effective_args().clone(),
+        Some(a.context.clone()),
+    ) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(approval_id = %a.id, "a pending approval's call does not parse again: {e}");

@@ -149,8 +149,8 @@ fn eval_judges_a_resource_read_as_the_gateway_would() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["decision"], "deny", "{v}");
-    assert_eq!(v["rules"], serde_json::json!(["deny-secret-resources"]));
+    assert_eq!(v["decision"], "require_approval", "{v}");
+    assert_eq!(v["rules"], serde_json::json!(["hold-secret-resources"]));
     assert_eq!(
         (v["kind"].as_str(), v["uri"].as_str()),
         (Some("resource"), Some("file:///etc/shadow"))

@@ -28,6 +28,9 @@ pub struct ToolCall {
     /// RFC 8785 form of `args`: what is fingerprinted and what the backend receives.
     pub canonical_args: String,
     pub fingerprint: Fingerprint,
+    /// What an MCP request of another kind than a tool call asks (its kind, upstream and
+    /// URI or prompt); `None` for a tool call.
+    pub request: Option<crate::OwnedRequest>,
 }
 
 impl ToolCall {
@@ -45,6 +48,7 @@ impl ToolCall {
             context,
             canonical_args,
             fingerprint,
+            request: None,
         })
     }
 
@@ -52,8 +56,7 @@ impl ToolCall {
     /// request's params without `_meta`) in the place of args, no tool name, fingerprinted
     /// over `{"kind", "target", "params"}` ([`canonical::request_fingerprint`]).
     pub fn request(
-        kind: crate::RequestKind,
-        target: &str,
+        request: crate::OwnedRequest,
         params: Value,
         context: Option<Value>,
     ) -> Result<ToolCall, RequestError> {
@@ -62,14 +65,37 @@ impl ToolCall {
         }
         let context = validate_context(context.unwrap_or_else(|| Value::Object(Map::new())))?;
         let canonical_args = canonical::canonicalize(&params);
-        let fingerprint = canonical::request_fingerprint(kind.as_str(), target, &params);
+        let fingerprint =
+            canonical::request_fingerprint(request.kind.as_str(), request.target(), &params);
         Ok(ToolCall {
             tool: String::new(),
             args: params,
             context,
             canonical_args,
             fingerprint,
+            request: Some(request),
         })
+    }
+
+    /// A recorded call built again from its parts: a tool call of `tool`, or `request` with
+    /// `args` as its params.
+    pub fn again(
+        tool: &str,
+        request: Option<&crate::OwnedRequest>,
+        args: Value,
+        context: Option<Value>,
+    ) -> Result<ToolCall, RequestError> {
+        match request {
+            Some(r) => ToolCall::request(r.clone(), args, context),
+            None => ToolCall::new(tool, args, context),
+        }
+    }
+
+    /// What policy judges this call as: a tool call, or the request it carries.
+    pub fn judged_as(&self) -> crate::Request<'_> {
+        self.request
+            .as_ref()
+            .map_or(crate::Request::TOOL, crate::OwnedRequest::as_request)
     }
 
     /// Parses a request body `{"tool","args","context"?}`.

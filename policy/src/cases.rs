@@ -408,7 +408,7 @@ fn case_request(case: &RawCase, set: &PolicySet) -> Result<EvalRequest, String> 
             return Err("a tool call's case names its `tool`".into())
         }
         (_, Some(_)) => return Err(format!("a {} case names no `tool`", request.kind.as_str())),
-        (kind, None) => ToolCall::request(*kind, request.target(), args, context),
+        (_, None) => ToolCall::request(request.clone(), args, context),
     }
     .map_err(|e| format!("{e} ({})", e.code()))?;
     let principal = match &case.principal {

@@ -42,7 +42,7 @@ pub use expression::{evaluate_expression, ExpressionError};
 pub use glob::Glob;
 pub use load::{Defaults, Location, PolicySet, Rule, Source};
 pub use model::{
-    ApprovalSettings, Change, ClassifierOutcome, ClassifierResult, Decision, DecisionKind,
+    subject, ApprovalSettings, Change, ClassifierOutcome, ClassifierResult, Decision, DecisionKind,
     GrantScope, GrantSettings, Input, OwnedRequest, Request, RequestKind, RuleError, RuleMessage,
 };
 pub use near::{edit_distance, nearest};

@@ -258,12 +258,15 @@ impl Request<'_> {
     };
 }
 
-/// [`Request`], owned: what cases, `airlock policy eval` and the evaluate route hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// [`Request`], owned: what cases, `airlock policy eval`, a request's call and its records
+/// hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnedRequest {
     pub kind: RequestKind,
     pub server: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
 }
 
@@ -334,9 +337,21 @@ impl OwnedRequest {
             (RequestKind::Tool, Some(tool)) => crate::ToolCall::new(tool, args, context),
             (RequestKind::Tool, None) => return Err("a tool call names its `tool`".into()),
             (kind, Some(_)) => return Err(format!("a {} names no `tool`", kind.as_str())),
-            (kind, None) => crate::ToolCall::request(kind, self.target(), args, context),
+            (_, None) => crate::ToolCall::request(self.clone(), args, context),
         };
         call.map_err(|e| format!("{e} ({})", e.code()))
+    }
+
+    /// What the request asks, in words, where a tool call shows its tool's name:
+    /// `resource file:///etc/hosts (fs)`, `prompt review (gh)`,
+    /// `completion for prompt review (gh)`.
+    pub fn subject(&self) -> String {
+        let what = match (self.kind, &self.uri) {
+            (RequestKind::Completion, Some(_)) => "completion for resource",
+            (RequestKind::Completion, None) => "completion for prompt",
+            (kind, _) => kind.as_str(),
+        };
+        format!("{what} {} ({})", self.target(), self.server)
     }
 
     /// What a request of this kind names: its URI or prompt ([`crate::request_fingerprint`]'s
@@ -407,4 +422,10 @@ pub struct Decision {
     /// Steps of the evaluation budget the decision used (not part of its JSON).
     #[serde(skip)]
     pub steps: u64,
+}
+
+/// A call's subject in words: the tool's name, or what its request asks
+/// ([`OwnedRequest::subject`]).
+pub fn subject(tool: &str, request: Option<&OwnedRequest>) -> String {
+    request.map_or_else(|| tool.to_owned(), OwnedRequest::subject)
 }

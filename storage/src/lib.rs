@@ -44,8 +44,8 @@ pub use model::{
     PinReview, Principal, Suspension, ToolPin,
 };
 pub use ops::{
-    check_decider, principal_fields, ApprovalFilter, Begin, Expired, NewDelivery, OutboxStats,
-    PinSeen, Repolicy, Seen, Suspend, Verdict, PARKED, POLICY_DECIDER,
+    check_decider, principal_fields, request_fields, ApprovalFilter, Begin, Expired, NewDelivery,
+    OutboxStats, PinSeen, Repolicy, Seen, Suspend, Verdict, PARKED, POLICY_DECIDER,
 };
 pub use writer::Durability;
 

@@ -317,6 +317,9 @@ pub struct Approval {
     pub kind: ApprovalKind,
     pub call_id: String,
     pub tool: String,
+    /// The call's request when it is not a tool call ([`CallRecord::request`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<airlock_policy::OwnedRequest>,
     /// The canonical args as requested.
     pub args: Value,
     pub fingerprint: String,
@@ -465,7 +468,12 @@ pub struct CallOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CallRecord {
     pub call_id: String,
+    /// The tool's visible name; `""` for a request of another kind (`request`).
     pub tool: String,
+    /// An MCP request other than a tool call (a resource read, a prompt, a completion): its
+    /// kind, upstream and URI or prompt. `args` are then its params.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<airlock_policy::OwnedRequest>,
     /// The canonical args that run (edited ones after an edit).
     pub args: Value,
     pub fingerprint: String,

@@ -26,6 +26,12 @@ Usage: mcp_client.py URL TOKEN MODE SCENARIO [ARGS...]
     roads URI PROMPT           the other roads to an upstream: read URI, get PROMPT, complete
                                its `code` argument, and (2025-11-25) subscribe to URI; one line
                                each, its result or its JSON-RPC error
+    held-read URI API APPROVER_TOKEN VERB
+                               a resource read held for approval, its URL decided through the
+                               gateway's HTTP API (VERB: approve | decline): in 2026-07-28 the
+                               SDK's own input_required loop, in 2025-11-25 the URL elicitation
+                               error (-32042) then a retry; then the same read `again`, whose
+                               first answer is printed as it is
 """
 
 import asyncio
@@ -124,6 +130,39 @@ async def main():
                 types.PromptReference(type="ref/prompt", name=prompt), {"name": "code", "value": "x"}))
             if mode == "legacy":
                 await attempt("subscribe", lambda: c.subscribe_resource(uri))
+    elif scenario == "held-read":
+        uri, api, approver, verb = rest[:4]
+
+        async def decide(link):
+            approval_id = link.rstrip("/").split("/")[-1]
+            body = {"reason": "not this one"} if verb == "decline" else {}
+            async with httpx2.AsyncClient() as h:
+                r = await h.post(f"{api}/v1/approvals/{approval_id}/{verb}", json=body,
+                                 headers={"authorization": f"Bearer {approver}"})
+            return r.status_code
+
+        async def on_elicit(context, params):
+            out({"elicited": {"mode": params.mode, "url": params.url, "message": params.message,
+                              "decided": await decide(params.url)}})
+            return types.ElicitResult(action="accept")
+
+        async def attempt(label, fn):
+            try:
+                out({"road": label, "result": dump(await fn())})
+            except MCPError as e:
+                out({"road": label, "error": {"code": e.error.code, "message": e.error.message, "data": e.error.data}})
+                return e
+
+        async with client(url, token, mode, elicitation_callback=on_elicit) as c:
+            e = await attempt("first", lambda: c.read_resource(uri))
+            if e is not None and e.error.code == -32042:
+                link = e.error.data["elicitations"][0]["url"]
+                out({"elicited": {"url": link, "decided": await decide(link)}})
+                await attempt("retry", lambda: c.read_resource(uri))
+            if mode == "legacy":
+                await attempt("again", lambda: c.read_resource(uri))
+            else:
+                await attempt("again", lambda: c.session.read_resource(uri, allow_input_required=True))
     elif scenario == "sample":
         name, args = rest[0], json.loads(rest[1])
 

@@ -433,7 +433,7 @@ fn every_road_to_an_upstream_is_judged_in_both_revisions() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|c| c["tool"] == "resource test://greeting"),
+            .any(|c| c["tool"] == "resource test://greeting (up)"),
         "{pair}"
     );
     drop(shadowed);
@@ -451,6 +451,141 @@ fn every_road_to_an_upstream_is_judged_in_both_revisions() {
     assert!(
         closed["prompt"].get("result").is_some(),
         "prompts still allowed: {closed:?}"
+    );
+}
+
+/// `held-read`'s lines, keyed by road (`first`, `retry`, `again`) and `elicited` (a list).
+fn held_read(
+    gw: &Gateway,
+    mode: &str,
+    uri: &str,
+    verb: &str,
+) -> (BTreeMap<String, Value>, Vec<Value>) {
+    let lines = client(
+        gw,
+        "token-agent1",
+        mode,
+        &["held-read", uri, &gw.base, "token-ops", verb],
+    );
+    let mut roads = BTreeMap::new();
+    let mut elicited = Vec::new();
+    for l in lines {
+        match l["road"].as_str() {
+            Some(r) => {
+                roads.insert(r.to_owned(), l);
+            }
+            None => elicited.push(l["elicited"].clone()),
+        }
+    }
+    (roads, elicited)
+}
+
+#[test]
+fn a_held_resource_read_is_approved_and_read_once_in_both_revisions() {
+    let up = Upstream::start();
+    let policy = format!(
+        "{MCP_POLICY}\n[[rules]]\nid = \"hold-secrets\"\nresources = [\"test://secrets/*\"]\ndecision = \"require_approval\"\ngrant = {{ uses = 1, scope = \"call\" }}\nmessage = \"secrets need a yes\"\n"
+    );
+    let gw = mcp_gateway_with(&up, "3s", &policy);
+    let secret = "test://secrets/api-key";
+    for mode in MODES {
+        let (roads, elicited) = held_read(&gw, mode, secret, "approve");
+        // Asked to open the approval's page, which an approver decides through the API.
+        assert!(
+            elicited[0]["url"]
+                .as_str()
+                .unwrap()
+                .contains("/inbox/approvals/apr_"),
+            "{mode}: {elicited:?}"
+        );
+        assert_eq!(elicited[0]["decided"], 200, "{mode}: {elicited:?}");
+        let read = if mode == "legacy" {
+            // 2025-11-25: the URL elicitation error, then the retry reads.
+            let first = &roads["first"]["error"];
+            assert_eq!(first["code"], -32042, "{roads:?}");
+            let e = &first["data"]["elicitations"][0];
+            assert_eq!(e["mode"], "url", "{first}");
+            assert!(e["elicitationId"].as_str().unwrap().starts_with("apr_"));
+            assert!(
+                e["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("resource test://secrets/api-key (up)"),
+                "{first}"
+            );
+            &roads["retry"]
+        } else {
+            // 2026-07-28: the SDK's own input_required loop reads once approved.
+            assert_eq!(elicited[0]["mode"], "url", "{elicited:?}");
+            &roads["first"]
+        };
+        assert_eq!(
+            read["result"]["contents"][0]["text"], "sk-live-do-not-leak",
+            "{mode}: {roads:?}"
+        );
+        // Once: the same read again is held again.
+        let again = &roads["again"];
+        if mode == "legacy" {
+            assert_eq!(again["error"]["code"], -32042, "{roads:?}");
+        } else {
+            assert_eq!(again["result"]["resultType"], "input_required", "{roads:?}");
+        }
+    }
+    // Declined: the approver's reason comes back as the refusal.
+    let (roads, _) = held_read(&gw, "legacy", secret, "decline");
+    let e = &roads["retry"]["error"];
+    assert_eq!(e["code"], -32003, "{roads:?}");
+    assert_eq!(e["data"]["code"], "approval.declined", "{roads:?}");
+    assert!(
+        e["message"].as_str().unwrap().contains("not this one"),
+        "{e}"
+    );
+
+    // Only the two approved reads reached the upstream.
+    let reached = roads_reached(&gw);
+    assert_eq!(
+        reached.iter().filter(|r| r.contains("secrets")).count(),
+        2,
+        "{reached:?}"
+    );
+    // The approval says what it holds: a resource read, its server and URI.
+    let (_, list) = gw.req(
+        "GET",
+        "/v1/approvals?status=approved",
+        Some("admin"),
+        None,
+        None,
+    );
+    let a = &list["approvals"][0];
+    assert_eq!(a["tool"], "", "{a}");
+    assert_eq!(
+        a["request"],
+        json!({"kind": "resource", "server": "up", "uri": secret, "prompt": null}),
+        "{a}"
+    );
+    assert_eq!(a["args"], json!({"uri": secret}), "{a}");
+    // Audited as a call of kind `resource`, through the one flow.
+    let (_, audit) = gw.req("GET", "/v1/audit?limit=1000", Some("admin"), None, None);
+    let records = audit["records"].as_array().unwrap();
+    let held: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "call.decided" && r["request_kind"] == "resource")
+        .collect();
+    assert!(
+        held.iter()
+            .all(|r| r["uri"] == secret && r["decision"] == "require_approval"),
+        "{held:?}"
+    );
+    // Each retry joins its approval (an identical waiting request is joined, not asked again).
+    assert!(held.len() >= 3, "{}: {held:?}", held.len());
+    assert!(records.iter().any(|r| r["kind"] == "call.attached"));
+    assert!(records
+        .iter()
+        .any(|r| r["kind"] == "call.completed" && r["request_kind"] == "resource"));
+    let m = gw.metrics();
+    assert!(
+        m.contains("airlock_requests_total{decision=\"require_approval\",kind=\"resource\"}"),
+        "{m}"
     );
 }
 

@@ -21,7 +21,11 @@ pub(crate) struct Approval {
     #[schemars(with = "ApprovalKind")]
     pub kind: &'static str,
     pub call_id: String,
+    /// The tool's visible name; `""` for an MCP request of another kind (`request`).
     pub tool: String,
+    /// For an MCP request other than a tool call (a resource read, a prompt, a completion):
+    /// what it asks of which upstream; `args` are then its params. `null` for a tool call.
+    pub request: Option<McpRequest>,
     /// The canonical args as requested.
     #[schemars(with = "serde_json::Map<String, Value>")]
     pub args: Value,
@@ -46,6 +50,39 @@ pub(crate) struct Approval {
     #[schemars(with = "Option<serde_json::Map<String, Value>>")]
     pub edited_args: Option<Value>,
     pub edited_fingerprint: Option<String>,
+}
+
+/// An MCP request other than a tool call, as policy judged it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct McpRequest {
+    #[schemars(with = "RequestKind")]
+    pub kind: &'static str,
+    /// The upstream's name (`[[mcp_servers]] name`).
+    pub server: String,
+    /// The resource's URI (a resource read, or the resource a completion is for).
+    pub uri: Option<String>,
+    /// The prompt's visible name (a prompt, or the prompt a completion is for).
+    pub prompt: Option<String>,
+}
+
+impl McpRequest {
+    pub(crate) fn of(r: &airlock_policy::OwnedRequest) -> McpRequest {
+        McpRequest {
+            kind: r.kind.as_str(),
+            server: r.server.clone(),
+            uri: r.uri.clone(),
+            prompt: r.prompt.clone(),
+        }
+    }
+}
+
+#[derive(JsonSchema)]
+#[schemars(inline, rename_all = "snake_case")]
+#[allow(dead_code, reason = "a schema of `McpRequest::kind`")]
+enum RequestKind {
+    Resource,
+    Prompt,
+    Completion,
 }
 
 #[derive(JsonSchema)]
@@ -133,6 +170,7 @@ impl Approval {
             kind: a.kind.as_str(),
             call_id: a.call_id.clone(),
             tool: a.tool.clone(),
+            request: a.request.as_ref().map(McpRequest::of),
             args: a.args.clone(),
             fingerprint: a.fingerprint.clone(),
             requester: Requester {
@@ -175,6 +213,7 @@ impl Approval {
             kind: Default::default(),
             call_id: "c-1".into(),
             tool: "db.query".into(),
+            request: None,
             args: serde_json::json!({"sql": "DELETE FROM users"}),
             fingerprint: format!("sha256:{}", "0".repeat(64)),
             requester: airlock_storage::Principal {

@@ -477,7 +477,7 @@ enum Refused {
 
 /// Opens and spends a `requestState`: sealed by us, for this principal, tool and arguments,
 /// not expired, and never used before. Every refusal is audited.
-async fn redeem(
+pub(super) async fn redeem(
     gw: &Arc<Gateway>,
     front: &McpFront,
     tag: &Front,

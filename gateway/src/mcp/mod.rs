@@ -26,7 +26,6 @@ pub mod wire;
 
 use std::sync::Arc;
 
-use airlock_policy::{OwnedRequest, RequestKind};
 use airlock_storage::Principal;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -311,7 +310,7 @@ async fn message(
             let answer = crate::backends::mcp::INPUT_RELAY
                 .scope(
                     relay,
-                    answer(gw, &principal, &method, &msg, exchange.modern()),
+                    answer(gw, front, &principal, &exchange, &method, &msg),
                 )
                 .await;
             respond(answer, id, &method, exchange.modern())
@@ -453,12 +452,13 @@ fn initialize(
 /// and the upstreams' resources, prompts and completions, passed through.
 async fn answer(
     gw: &Arc<Gateway>,
+    front: &Arc<McpFront>,
     principal: &Principal,
+    exchange: &Exchange,
     method: &str,
     msg: &Message,
-    modern: bool,
 ) -> Result<Value, RpcError> {
-    let id = msg.id();
+    let (id, modern) = (msg.id(), exchange.modern());
     match method {
         // The 2026-07-28 schema puts the server's identity in `_meta`.
         "server/discover" => Ok(json!({
@@ -500,11 +500,19 @@ async fn answer(
             &msg.params,
         )
         .await),
-        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-            resource(gw, principal, method, msg).await
+        "resources/read"
+        | "resources/subscribe"
+        | "resources/unsubscribe"
+        | "prompts/get"
+        | "completion/complete" => {
+            let ask = requests::Asker {
+                gw,
+                front,
+                principal,
+                exchange,
+            };
+            requests::serve(&ask, method, &msg.params, &id).await
         }
-        "prompts/get" => get_prompt(gw, principal, msg).await,
-        "completion/complete" => complete(gw, principal, msg).await,
         "logging/setLevel" => {
             for s in &gw.backends.mcp.servers {
                 let _ = s.request(method, strip_meta(&msg.params), None, None).await;
@@ -517,111 +525,6 @@ async fn answer(
             format!("method `{other}` is not supported"),
         )),
     }
-}
-
-/// A resource read or (un)subscription: judged (closing a subscription is not: it only stops
-/// what was allowed), then sent to the upstream that listed the URI.
-async fn resource(
-    gw: &Arc<Gateway>,
-    principal: &Principal,
-    method: &str,
-    msg: &Message,
-) -> Result<Value, RpcError> {
-    let id = msg.id();
-    let uri = msg.params.get("uri").and_then(Value::as_str).unwrap_or("");
-    let Some((server, want)) = gw.backends.mcp.resource(uri) else {
-        return Err(RpcError::new(
-            id,
-            wire::INVALID_PARAMS,
-            format!("no upstream listed the resource `{uri}`"),
-        )
-        .with_data(json!({"uri": uri})));
-    };
-    let params = strip_meta(&msg.params);
-    if method != "resources/unsubscribe" {
-        let request = OwnedRequest {
-            kind: RequestKind::Resource,
-            server: server.config.name.clone(),
-            uri: Some(uri.to_owned()),
-            prompt: None,
-        };
-        requests::judge(gw, principal, &request, &params, &id).await?;
-    }
-    // A subscription is bound to the client's session: it goes on the client's revision's
-    // path; a read goes where the resource is served.
-    let want = if method == "resources/read" {
-        want
-    } else {
-        None
-    };
-    pass(&server, method, params, want).await
-}
-
-/// `prompts/get`: judged by the prompt's visible name, then asked of its upstream under its
-/// own name.
-async fn get_prompt(
-    gw: &Arc<Gateway>,
-    principal: &Principal,
-    msg: &Message,
-) -> Result<Value, RpcError> {
-    let id = msg.id();
-    let name = msg.params.get("name").and_then(Value::as_str).unwrap_or("");
-    let Some((server, upstream_name, want)) = gw.backends.mcp.prompt(name) else {
-        return Err(RpcError::new(
-            id,
-            wire::INVALID_PARAMS,
-            format!("no prompt `{name}`"),
-        ));
-    };
-    let mut p = strip_meta(&msg.params);
-    let request = OwnedRequest {
-        kind: RequestKind::Prompt,
-        server: server.config.name.clone(),
-        uri: None,
-        prompt: Some(name.to_owned()),
-    };
-    requests::judge(gw, principal, &request, &p, &id).await?;
-    p["name"] = Value::String(upstream_name);
-    pass(&server, "prompts/get", p, want).await
-}
-
-/// `completion/complete`: judged by the prompt or resource its `ref` names, then asked of
-/// that one's upstream; a reference nobody serves completes to nothing.
-async fn complete(
-    gw: &Arc<Gateway>,
-    principal: &Principal,
-    msg: &Message,
-) -> Result<Value, RpcError> {
-    let r = &msg.params["ref"];
-    let text = |k: &str| r.get(k).and_then(Value::as_str);
-    let owner = match text("type") {
-        Some("ref/prompt") => text("name")
-            .and_then(|n| gw.backends.mcp.prompt(n))
-            .map(|(s, n, want)| (s, Some(n), want)),
-        Some("ref/resource") => text("uri")
-            .and_then(|u| gw.backends.mcp.resource(u))
-            .map(|(s, want)| (s, None, want)),
-        _ => None,
-    };
-    let Some((server, prompt_name, want)) = owner else {
-        return Ok(json!({"completion": {"values": [], "hasMore": false}}));
-    };
-    let mut p = strip_meta(&msg.params);
-    let (uri, prompt) = match &prompt_name {
-        Some(_) => (None, text("name")),
-        None => (text("uri"), None),
-    };
-    let request = OwnedRequest {
-        kind: RequestKind::Completion,
-        server: server.config.name.clone(),
-        uri: uri.map(str::to_owned),
-        prompt: prompt.map(str::to_owned),
-    };
-    requests::judge(gw, principal, &request, &p, &msg.id()).await?;
-    if let Some(n) = prompt_name {
-        p["ref"]["name"] = Value::String(n);
-    }
-    pass(&server, "completion/complete", p, want).await
 }
 
 /// A method's answer as JSON-RPC, in the revision's shape: a 2026-07-28 result says it is

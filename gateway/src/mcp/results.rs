@@ -216,7 +216,7 @@ fn relayed_input(
 
 /// A 2026-07-28 client that opens URLs is asked to open the approval's inbox page; its retry
 /// brings back the sealed state that finds the call again.
-fn approval_input(
+pub(super) fn approval_input(
     gw: &Gateway,
     front: &McpFront,
     principal: &Principal,
@@ -228,7 +228,7 @@ fn approval_input(
         "params": {
             "mode": "url",
             "url": link(gw, &p.approval_id),
-            "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", call.tool),
+            "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", airlock_policy::subject(&call.tool, call.request.as_ref())),
         },
     });
     let state = State {

@@ -58,6 +58,7 @@ impl Decided {
         CallRecord {
             call_id: self.call_id.clone(),
             tool: call.tool.clone(),
+            request: call.request.clone(),
             args: call.args.clone(),
             fingerprint: call.fingerprint.to_string(),
             requester: principal.clone(),
@@ -191,7 +192,8 @@ async fn policies(
             None
         };
     // The MCP upstream a tool call goes to, looked up only when a rule reads `server`.
-    let server = if policy.reads("server") || shadow.as_ref().is_some_and(|s| s.reads("server")) {
+    let reads_server = policy.reads("server") || shadow.as_ref().is_some_and(|s| s.reads("server"));
+    let server = if reads_server && call.request.is_none() {
         gw.backends
             .mcp
             .resolve(&call.tool)
@@ -211,9 +213,12 @@ async fn policies(
         classifiers: &classifiers,
         resume,
         definition: definition.as_deref(),
-        request: airlock_policy::Request {
-            server: &server,
-            ..airlock_policy::Request::TOOL
+        request: match &call.request {
+            Some(r) => r.as_request(),
+            None => airlock_policy::Request {
+                server: &server,
+                ..airlock_policy::Request::TOOL
+            },
         },
     };
     let decision = evaluate(&policy, &input);

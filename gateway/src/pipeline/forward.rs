@@ -1,6 +1,7 @@
 //! The forward stage: a claimed call's canonical args (re-fingerprinted first: what runs is
 //! what was approved) go to its backend, and the answer is recorded ([`super::outcome`]) or
-//! stored as a suspension. The backend is named by the tool's route;
+//! stored as a suspension. A held MCP request of another kind goes to its upstream as that
+//! request, its JSON-RPC answer kept whole. The backend is named by the tool's route;
 //! the pipeline does not know whether it is an HTTP tool or an MCP upstream
 //! ([`crate::backends`]).
 
@@ -29,7 +30,10 @@ pub(super) async fn run(
     let canonical = airlock_policy::canonicalize(&call.args);
     // INVARIANT: what runs is what was approved. The bytes sent are re-fingerprinted and must
     // match the call's fingerprint; if they ever did not, nothing is sent.
-    let fp = airlock_policy::fingerprint_canonical(&call.tool, canonical.as_bytes());
+    let fp = match &call.request {
+        None => airlock_policy::fingerprint_canonical(&call.tool, canonical.as_bytes()),
+        Some(r) => airlock_policy::request_fingerprint(r.kind.as_str(), r.target(), &call.args),
+    };
     let answer = if fp.as_str() != call.fingerprint {
         Err(ApiError::new(
             Code::CallFingerprintMismatch,
@@ -81,6 +85,16 @@ async fn forward(
     canonical: &str,
     resume: Option<&Value>,
 ) -> Result<Answer, ApiError> {
+    // A held MCP request of another kind (never suspended): its upstream's JSON-RPC answer.
+    if let Some(request) = &call.request {
+        let start = std::time::Instant::now();
+        let answer = gw.backends.mcp.send_request(request, &call.args).await;
+        gw.metrics
+            .upstream_seconds
+            .with_label_values(&[request.server.as_str()])
+            .observe(start.elapsed().as_secs_f64());
+        return answer.map(|a| Answer::Result(None, a));
+    }
     let route = match gw.route(&call.tool) {
         None => return Err(super::admit::unknown_tool(gw, &call.tool)),
         // Checked again when it runs: a definition that changed while the call waited for

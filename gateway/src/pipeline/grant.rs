@@ -81,7 +81,9 @@ pub(super) async fn spend(
 }
 
 /// An identical call of this principal in this run that waits for an approval (or has one
-/// and has not run): this call joins it, audited `call.attached`, and its id is returned.
+/// and has not run): this call joins it, audited `call.attached`, and its id is returned. A
+/// held request of another kind that was declined or expired is joined once more, so that its
+/// retry hears why.
 pub(super) async fn join(gw: &Arc<Gateway>, d: &Decided) -> Result<Option<String>, ApiError> {
     let key = attach_key(
         &d.principal.id,
@@ -93,12 +95,20 @@ pub(super) async fn join(gw: &Arc<Gateway>, d: &Decided) -> Result<Option<String
     };
     let id = existing.clone();
     let found = gw.store_op(move |s| s.call(&id)).await?;
-    let Some(c) =
-        found.filter(|c| matches!(c.status, CallStatus::PendingApproval | CallStatus::Approved))
-    else {
+    // A held request of another kind is told by its retry (no one waits on it): a decline
+    // or an expiry is that retry's answer, once; the next one asks anew.
+    let told_once = |c: &CallRecord| {
+        c.request.is_some() && matches!(c.status, CallStatus::Declined | CallStatus::Expired)
+    };
+    let Some(c) = found.filter(|c| {
+        matches!(c.status, CallStatus::PendingApproval | CallStatus::Approved) || told_once(c)
+    }) else {
         gw.detach(&key, &existing);
         return Ok(None);
     };
+    if told_once(&c) {
+        gw.detach(&key, &existing);
+    }
     tracing::info!(attached_to = %c.call_id, "an identical call joins its pending approval");
     let fields = audit_fields(json!({
         "call_id": c.call_id, "approval_id": c.approval_id,

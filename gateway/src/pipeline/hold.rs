@@ -36,6 +36,7 @@ fn approval_of(
         id: airlock_storage::new_id("apr"),
         call_id: d.call_id.clone(),
         tool: call.tool.clone(),
+        request: call.request.clone(),
         args: call.args.clone(),
         fingerprint: call.fingerprint.to_string(),
         requester: principal.clone(),

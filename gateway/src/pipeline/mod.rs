@@ -183,6 +183,45 @@ async fn stages(
     }
 }
 
+/// An MCP request of another kind than a tool call that policy holds, as the MCP front end
+/// judged it (`call_id`, `decision`, the shadow set's `shadow`, at `now`): the grant, join and hold
+/// stages of a tool call's, in its span. Allowed and denied ones never come here.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of a decision the front end made"
+)]
+pub async fn hold_request(
+    gw: &Arc<Gateway>,
+    call_id: String,
+    principal: Principal,
+    call: ToolCall,
+    decision: airlock_policy::Decision,
+    shadow: Option<airlock_policy::Decision>,
+    front: Front,
+    now: u64,
+    hold: Hold,
+) -> Result<Outcome, ApiError> {
+    let span = tracing::info_span!(
+        "call",
+        call_id = %call_id,
+        request = %call.request.as_ref().map(airlock_policy::OwnedRequest::subject).unwrap_or_default(),
+        fingerprint = %call.fingerprint,
+        principal = %principal.id,
+        decision = decision.decision.as_str(),
+    );
+    let d = decide::Decided {
+        call_id,
+        call,
+        principal,
+        decision,
+        classified: Default::default(),
+        front,
+        now,
+        shadow,
+    };
+    Box::pin(needs_approval(gw, d, hold)).instrument(span).await
+}
+
 /// A call that needs approval: a grant's use spent, an identical waiting call joined, or an
 /// approval opened and the request held.
 async fn needs_approval(

@@ -135,6 +135,15 @@ async fn edit(
             "`args`: a tool definition's review is approved as it is; it has no args to edit",
         ));
     }
+    if let Some(r) = &a.request {
+        return Err(ApiError::new(
+            Code::RequestInvalidField,
+            format!(
+                "`args`: a held {} is approved as it was asked; its params cannot be edited",
+                r.kind.as_str()
+            ),
+        ));
+    }
     let edited = ToolCall::new(&a.tool, args, Some(a.context.clone()))?;
     let (d, _) = super::decide::policy(gw, &edited, &a.requester, None, now_ms()).await;
     if d.decision == DecisionKind::Deny {

@@ -268,6 +268,7 @@ mod tests {
             kind: ApprovalKind::Call,
             call_id: "call_1".into(),
             tool: "db.query".into(),
+            request: None,
             args: json!({"sql": "select 1"}),
             fingerprint: "f".into(),
             requester: Principal {

@@ -269,27 +269,8 @@ impl Builder {
             Some(g) => ctx.grant(g)?.over(DEFAULT_GRANT),
             None => DEFAULT_GRANT,
         };
-        // Requests other than tool calls are allowed or denied: a held one is not served yet.
-        let mut per_kind = [DecisionKind::Allow; 3];
-        for (i, (key, given)) in [
-            ("resources", &d.resources),
-            ("prompts", &d.prompts),
-            ("completions", &d.completions),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            if let Some(g) = given {
-                if *g.get_ref() == DecisionKind::RequireApproval {
-                    return Err(ctx.err(
-                        "policy.invalid_decision",
-                        g.span(),
-                        format!("`{key}` must be `allow` or `deny`: holding a request other than a tool call for approval is not served yet"),
-                    ));
-                }
-                per_kind[i] = *g.get_ref();
-            }
-        }
+        let per_kind = [&d.resources, &d.prompts, &d.completions]
+            .map(|given| given.as_ref().map_or(DecisionKind::Allow, |g| *g.get_ref()));
         Ok(Defaults {
             decision: d.decision,
             resources: per_kind[0],
@@ -535,16 +516,6 @@ impl Builder {
                         .push(ctx.err("policy.invalid_glob", g.span(), m).in_rule(id)),
                 }
             }
-        }
-        if (!out.0.is_empty() || !out.1.is_empty()) && r.decision == DecisionKind::RequireApproval {
-            self.errors.push(
-                ctx.err(
-                    "policy.invalid_decision",
-                    span.clone(),
-                    "a rule for `resources` or `prompts` must `allow` or `deny`: holding a request other than a tool call for approval is not served yet",
-                )
-                .in_rule(id),
-            );
         }
         out
     }

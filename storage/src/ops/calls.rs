@@ -64,20 +64,17 @@ fn end_call(
     } else {
         Kind::CallFailed
     };
-    tx.audit(
-        now,
-        kind,
-        with_run(
-            fields(json!({
-                "call_id": call.call_id,
-                "tool": call.tool,
-                "fingerprint": call.fingerprint,
-                "upstream_status": outcome.upstream_status,
-                "error": outcome.error,
-            })),
-            &call,
-        ),
-    );
+    let mut f = fields(json!({
+        "call_id": call.call_id,
+        "tool": call.tool,
+        "fingerprint": call.fingerprint,
+        "upstream_status": outcome.upstream_status,
+        "error": outcome.error,
+    }));
+    if let Some(r) = &call.request {
+        f.extend(super::request_fields(r));
+    }
+    tx.audit(now, kind, with_run(f, &call));
     tx.delete(
         Ks::ApprovalIndex,
         keys::index_key(IDX_EXECUTING, "", &call.call_id),

@@ -128,6 +128,15 @@ pub fn principal_fields(p: &crate::model::Principal) -> Map<String, Value> {
     f
 }
 
+/// What an audit record says of an MCP request of another kind than a tool call: its kind
+/// (`request_kind`), upstream, and URI or prompt, as `request.decided` and the records of a
+/// held request's call both write them.
+pub fn request_fields(r: &airlock_policy::OwnedRequest) -> Map<String, Value> {
+    fields(json!({
+        "request_kind": r.kind.as_str(), "server": r.server, "uri": r.uri, "prompt": r.prompt,
+    }))
+}
+
 impl Store {
     /// The audit copy of a call: its identity, redacted args, and the requester as policy read
     /// it ([`principal_fields`]), so a replay judges the call as it was judged.
@@ -140,6 +149,9 @@ impl Store {
             "args": redact(&call.args, redact_ptrs),
             "context": call.context,
         })));
+        if let Some(r) = &call.request {
+            f.extend(request_fields(r));
+        }
         f
     }
 

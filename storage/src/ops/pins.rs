@@ -229,6 +229,7 @@ fn review_of(pin: &ToolPin, seen: &PinSeen, now: Millis) -> Approval {
         kind: ApprovalKind::ToolDefinition,
         call_id: String::new(),
         tool: seen.visible.clone(),
+        request: None,
         args: json!({
             "server": seen.server,
             "tool": seen.tool,

@@ -128,6 +128,7 @@ pub fn call(
     CallRecord {
         call_id: call_id.into(),
         tool: "payments.refund".into(),
+        request: None,
         args: json!({"amount": 900, "password": "hunter2"}),
         fingerprint: fingerprint.into(),
         requester: requester.clone(),
@@ -176,6 +177,7 @@ pub fn held(
         id: airlock_storage::new_id("apr"),
         call_id: call_id.into(),
         tool: c.tool.clone(),
+        request: None,
         args: c.args.clone(),
         fingerprint: fingerprint.into(),
         requester: requester.clone(),

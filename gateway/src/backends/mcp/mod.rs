@@ -18,10 +18,12 @@
 mod http;
 pub mod pins;
 mod registry;
+mod requests;
 mod stdio;
 mod tool_call;
 
 pub use registry::{McpTool, Registry};
+pub use requests::Unrouted;
 
 pub(crate) use tool_call::InFlight;
 pub use tool_call::{required_capabilities, ToolAnswer};
