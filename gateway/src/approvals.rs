@@ -25,6 +25,20 @@ pub fn approval_event(config: &Config, id: &str, face: Value) -> Value {
     v
 }
 
+/// What an approval's face (JSON) holds: the kind (a tool call, or an MCP request's), and in
+/// words the tool's name or what the request asks.
+pub fn subject_of(face: &Value) -> (airlock_policy::RequestKind, String) {
+    let request =
+        serde_json::from_value::<airlock_policy::OwnedRequest>(face["request"].clone()).ok();
+    let tool = face["tool"].as_str().unwrap_or("");
+    (
+        request
+            .as_ref()
+            .map_or(airlock_policy::RequestKind::Tool, |r| r.kind),
+        airlock_policy::subject(tool, request.as_ref()),
+    )
+}
+
 /// The inbox page of an approval: `<public_url>/inbox/approvals/{id}`.
 pub fn inbox_link(config: &Config, approval_id: &str) -> String {
     format!("{}/inbox/approvals/{approval_id}", public_base(config))

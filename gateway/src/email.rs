@@ -132,7 +132,8 @@ fn compose_summary(s: &Value) -> (String, String, String) {
 /// The subject, text and HTML of an approval's mail.
 fn compose(a: &Value) -> (String, String, String) {
     let s = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or("");
-    let tool = line(s("tool"));
+    let (kind, subject) = crate::approvals::subject_of(a);
+    let tool = line(&subject);
     let requester = line(a["requester"]["principal"].as_str().unwrap_or(""));
     let review = s("kind") == "tool_definition";
     let subject = if review {
@@ -154,12 +155,13 @@ fn compose(a: &Value) -> (String, String, String) {
     let expires = s("expires_at");
     let quorum = a["quorum"].as_u64().unwrap_or(1);
     let what = if review {
-        "An MCP tool's definition changed and waits for a reviewer."
+        "An MCP tool's definition changed and waits for a reviewer.".to_owned()
     } else {
-        "A tool call is held until an approver decides."
+        format!("A {} is held until an approver decides.", kind.noun())
     };
+    let label = kind.label();
     let text = format!(
-        "{what}\n\nTool: {tool}\nRequested by: {requester}\nRules: {rules}\n{}Approvals needed: {quorum}\nExpires: {expires}\n\nArguments (canonical JSON):\n{args}\n\nTo decide, open the approval in the inbox and sign in:\n{link}\n\nThis mail decides nothing by itself: only a person signed in to the inbox can approve or decline.\n",
+        "{what}\n\n{label}: {tool}\nRequested by: {requester}\nRules: {rules}\n{}Approvals needed: {quorum}\nExpires: {expires}\n\nArguments (canonical JSON):\n{args}\n\nTo decide, open the approval in the inbox and sign in:\n{link}\n\nThis mail decides nothing by itself: only a person signed in to the inbox can approve or decline.\n",
         messages
             .iter()
             .map(|m| format!("Why: {}\n", line(m)))
@@ -168,7 +170,7 @@ fn compose(a: &Value) -> (String, String, String) {
     let html = html! {
         p { (what) }
         table {
-            tr { th align="left" { "Tool" } td { code { (tool) } } }
+            tr { th align="left" { (label) } td { code { (tool) } } }
             tr { th align="left" { "Requested by" } td { (requester) } }
             tr { th align="left" { "Rules" } td { (rules) } }
             @for m in &messages { tr { th align="left" { "Why" } td { (m) } } }

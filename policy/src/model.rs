@@ -223,6 +223,28 @@ impl RequestKind {
         }
     }
 
+    /// A field's label for this kind where a tool call says `Tool`: `Resource`, `Prompt`,
+    /// `Completion`.
+    pub fn label(self) -> &'static str {
+        match self {
+            RequestKind::Tool => "Tool",
+            RequestKind::Resource => "Resource",
+            RequestKind::Prompt => "Prompt",
+            RequestKind::Completion => "Completion",
+        }
+    }
+
+    /// What a held request of this kind is called in a sentence: `tool call`, `resource read`,
+    /// `prompt`, `completion`.
+    pub fn noun(self) -> &'static str {
+        match self {
+            RequestKind::Tool => "tool call",
+            RequestKind::Resource => "resource read",
+            RequestKind::Prompt => "prompt",
+            RequestKind::Completion => "completion",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<RequestKind> {
         [
             RequestKind::Tool,

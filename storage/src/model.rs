@@ -345,6 +345,18 @@ pub struct Approval {
 }
 
 impl Approval {
+    /// What it holds, in words: the tool's name, or what its request asks.
+    pub fn subject(&self) -> String {
+        airlock_policy::subject(&self.tool, self.request.as_ref())
+    }
+
+    /// The kind of what it holds: a tool call, or its request's kind.
+    pub fn request_kind(&self) -> airlock_policy::RequestKind {
+        self.request
+            .as_ref()
+            .map_or(airlock_policy::RequestKind::Tool, |r| r.kind)
+    }
+
     /// The fingerprint that approvals count toward and the grant binds: the edited one if any.
     pub fn effective_fingerprint(&self) -> &str {
         self.edited_fingerprint
@@ -522,6 +534,11 @@ pub(crate) struct CallEnd {
 }
 
 impl CallRecord {
+    /// What it runs, in words: the tool's name, or what its request asks.
+    pub fn subject(&self) -> String {
+        airlock_policy::subject(&self.tool, self.request.as_ref())
+    }
+
     /// The record as it stands: `end` is asked for how the call ended when the stored record
     /// says it is executing (only an executing call can have an end stored apart).
     pub(crate) fn with_end<E>(

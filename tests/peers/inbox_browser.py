@@ -665,6 +665,31 @@ def main():
             WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.decided")))
             out(asked_to_sign_in=asked_to_sign_in, landed=landed,
                 decided=d.find_element(By.CSS_SELECTOR, "p.decided").text)
+        elif SCENARIO == "request":
+            # A held MCP resource read (the test held it): shown as what it is, at both widths,
+            # with no way to edit its params; then approved.
+            sign_in(d, "ops")
+            rows = wait_rows(d, 1)
+            row_text = rows[0].text
+            shot(d, "inbox-request-list-1280")
+            open_first_row(d)
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "pre.args")))
+            facts = {dt.text: dd.text for dt, dd in zip(d.find_elements(By.CSS_SELECTOR, "dl dt"),
+                                                        d.find_elements(By.CSS_SELECTOR, "dl dd"))}
+            heading = d.find_element(By.CSS_SELECTOR, "h1").text
+            section = [h.text for h in d.find_elements(By.CSS_SELECTOR, "h2")]
+            can_edit = len(d.find_elements(By.CSS_SELECTOR, "details.edit")) > 0
+            shot(d, "inbox-request-1280")
+            d.set_window_size(375, 812)
+            time.sleep(0.2)
+            shot(d, "inbox-request-375")
+            page_width = d.execute_script("return document.documentElement.scrollWidth")
+            d.set_window_size(1280, 900)
+            d.find_element(By.CSS_SELECTOR, "form[action$='/approve'] button.approve").click()
+            WebDriverWait(d, 10).until(EC.presence_of_element_located((By.CSS_SELECTOR, "p.decided")))
+            out(row=row_text, heading=heading, facts=facts, sections=section, can_edit=can_edit,
+                page_width=page_width, decided_heading=d.find_element(By.CSS_SELECTOR, "h1").text,
+                notice=d.find_element(By.CSS_SELECTOR, "p.decided").text)
         else:
             raise SystemExit(f"unknown scenario {SCENARIO}")
     finally:

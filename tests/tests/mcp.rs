@@ -590,6 +590,90 @@ fn a_held_resource_read_is_approved_and_read_once_in_both_revisions() {
 }
 
 #[test]
+fn approvers_see_a_held_resource_read_as_what_it_is() {
+    let up = Upstream::start();
+    let policy = format!(
+        "{MCP_POLICY}\n[[rules]]\nid = \"hold-secrets\"\nresources = [\"test://secrets/*\"]\ndecision = \"require_approval\"\nmessage = \"secrets need a yes\"\n"
+    );
+    let gw = mcp_gateway_with(&up, "1s", &policy);
+    let secret = "test://secrets/api-key";
+    // A client that opens no URL waits the hold, then hears it is pending, with its approval.
+    let r = roads(&gw, "agent1", "legacy", secret, "up.review");
+    let e = &r["read"]["error"];
+    assert_eq!(
+        (e["code"].as_i64(), e["data"]["code"].as_str()),
+        (Some(-32003), Some("approval.pending")),
+        "{r:?}"
+    );
+    // A subscription to it is never held: refused, and never opened upstream.
+    assert_eq!(
+        r["subscribe"]["error"]["data"]["code"], "approval.required",
+        "{r:?}"
+    );
+    let approval = e["data"]["approval_id"].as_str().unwrap().to_owned();
+
+    // The command line names the request where a call names its tool.
+    let out = output_of(
+        std::process::Command::new(airlock_bin())
+            .args(["approvals", "show", &approval, "--url", &gw.base])
+            .env("AIRLOCK_TOKEN", "token-ops"),
+    );
+    assert!(
+        out.contains("resource test://secrets/api-key (up)") && out.contains("params"),
+        "{out}"
+    );
+    let out = output_of(
+        std::process::Command::new(airlock_bin())
+            .args(["approvals", "list", "--url", &gw.base])
+            .env("AIRLOCK_TOKEN", "token-ops"),
+    );
+    assert!(
+        out.contains("resource test://secrets/api-key (up)"),
+        "{out}"
+    );
+
+    // The inbox, in a browser at 1280 and 375 px: the kind, the server and the URI; no edit.
+    let b = browser_scenario(&gw.base, "request");
+    assert_eq!(
+        b["heading"], "Approve the resource read test://secrets/api-key from up?",
+        "{b}"
+    );
+    assert!(
+        b["row"]
+            .as_str()
+            .unwrap()
+            .contains("resource test://secrets/api-key (up)"),
+        "{b}"
+    );
+    assert_eq!(b["facts"]["Kind"], "resource read", "{b}");
+    assert_eq!(b["facts"]["Server"], "up", "{b}");
+    assert_eq!(b["facts"]["URI"], secret, "{b}");
+    assert!(
+        b["sections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h == "Params"),
+        "{b}"
+    );
+    assert_eq!(b["can_edit"], false, "{b}");
+    assert!(b["page_width"].as_f64().unwrap() <= 375.0, "{b}");
+    assert!(
+        b["notice"]
+            .as_str()
+            .unwrap()
+            .starts_with("This resource read is approved."),
+        "{b}"
+    );
+    // Approved there, the same read asked again reads, once.
+    let r = roads(&gw, "agent1", "legacy", secret, "up.review");
+    assert_eq!(
+        r["read"]["result"]["contents"][0]["text"], "sk-live-do-not-leak",
+        "{r:?}"
+    );
+}
+
+#[test]
 fn lists_leave_out_what_a_principal_can_never_call_in_both_revisions() {
     let up = Upstream::start();
     // agent2 may never call `*.count`; a rule that reads args hides nothing.

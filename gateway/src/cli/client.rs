@@ -111,7 +111,7 @@ pub fn approvals_table(list: &[Value]) -> String {
         "ID".to_owned(),
         "CALL".into(),
         "STATUS".into(),
-        "TOOL".into(),
+        "TOOL OR REQUEST".into(),
         "REQUESTER".into(),
         "QUORUM".into(),
         "EXPIRES".into(),
@@ -133,7 +133,7 @@ pub fn approvals_table(list: &[Value]) -> String {
             s("id"),
             call,
             s("status"),
-            s("tool"),
+            crate::approvals::subject_of(a).1,
             a.pointer("/requester/principal")
                 .and_then(Value::as_str)
                 .unwrap_or("")
@@ -257,6 +257,11 @@ pub fn approval_details(a: &Value) -> String {
     ];
     if a.get("kind").and_then(Value::as_str) == Some("tool_definition") {
         return review_details(a);
+    }
+    // A held MCP request says what it is where a tool call names its tool, and its params.
+    if let Ok(r) = serde_json::from_value::<airlock_policy::OwnedRequest>(a["request"].clone()) {
+        rows[3] = ("request", r.subject());
+        rows[4].0 = "params";
     }
     for (rule, reason) in rule_errors(a) {
         rows.push(("error", format!("{rule} failed to evaluate: {reason}")));

@@ -229,12 +229,12 @@ pub fn pending_table(shown: &[Approval], now: u64) -> Markup {
             p.empty { "Nothing is waiting for a decision." }
         } @else {
             table.pending {
-                thead { tr { th { "Tool" } th { "Requester" } th.wide { "Run" } th { "Time left" } th.wide { "Quorum" } } }
+                thead { tr { th { "Tool or request" } th { "Requester" } th.wide { "Run" } th { "Time left" } th.wide { "Quorum" } } }
                 tbody {
                     @for a in shown {
                         tr {
                             td {
-                                a.row href={ "/inbox/approvals/" (a.id) } { (a.tool) }
+                                a.row href={ "/inbox/approvals/" (a.id) } { (a.subject()) }
                                 // What sets one row apart from the next: its args, in short.
                                 @if a.kind == ApprovalKind::ToolDefinition {
                                     code.args { "its definition changed: review it" }
@@ -339,14 +339,14 @@ pub fn approval(
     let (short, was_folded) = folded(&a.args);
     let pending = a.status.as_str() == "pending";
     layout(
-        &format!("{} · approval · airlock inbox", a.tool),
+        &format!("{} · approval · airlock inbox", a.subject()),
         Some(who),
         html! {
             @if pending {
-                h1 { "Approve " code { (a.tool) } "?" }
+                h1 { "Approve " (subject(a)) "?" }
             } @else {
-                h1 { (status_title(a.status.as_str())) ": " code { (a.tool) } }
-                (decided_note(a, "call", next))
+                h1 { (status_title(a.status.as_str())) ": " (subject(a)) }
+                (decided_note(a, a.request_kind().noun(), next))
             }
             @if let Some(e) = error {
                 p.error role="alert" data-canonical={ "/inbox/approvals/" (a.id) } { (in_words(e)) }
@@ -356,10 +356,10 @@ pub fn approval(
                 @if pending { " · " span data-expires=(a.expires_at) { (time_left(a.expires_at, now)) } }
                 " · approvals " (a.approvals_counted()) " of " (a.quorum)
             }
-            h2 { "Arguments" }
+            h2 { @if a.request.is_some() { "Params" } @else { "Arguments" } }
             pre.args { (short) }
             @if was_folded {
-                details { summary { "Show the full arguments" } pre.args { (pretty) } }
+                details { summary { "Show them whole" } pre.args { (pretty) } }
             }
             (facts(a))
             (why_held(a))
@@ -369,10 +369,27 @@ pub fn approval(
     )
 }
 
+/// What an approval holds, for a heading: the tool's name, or what the request asks of which
+/// server.
+fn subject(a: &Approval) -> Markup {
+    let Some(r) = &a.request else {
+        return html! { code { (a.tool) } };
+    };
+    html! {
+        "the " (r.kind.noun()) " " code { (r.target()) } " from " code { (r.server) }
+    }
+}
+
 /// An approval's facts: its fingerprint, who asked, its context, its groups and times.
 fn facts(a: &Approval) -> Markup {
     html! {
         dl {
+            @if let Some(r) = &a.request {
+                dt { "Kind" } dd { (r.kind.noun()) }
+                dt { "Server" } dd { code { (r.server) } }
+                @if let Some(u) = &r.uri { dt { "URI" } dd { code { (u) } } }
+                @if let Some(p) = &r.prompt { dt { "Prompt" } dd { code { (p) } } }
+            }
             dt { "Fingerprint" } dd { code.fp { (a.fingerprint) } }
             dt { "Requester" } dd { (a.requester.id) }
             @for key in ["agent_id", "run_id", "thread_id", "tool_call_id"] {
@@ -461,7 +478,8 @@ fn decide_section(a: &Approval, who: &Who, pretty: &str) -> Markup {
     html! {
         section.actions aria-label="Decide" {
             (decide_forms(a, who, ["Approve", "Reason (required: the agent reads it)", "Decline"], grant_fields(a)))
-            details.edit {
+            // A held MCP request is approved as it was asked: its params are not edited.
+            @if a.request.is_none() { details.edit {
                 summary { "Edit the arguments, then approve" }
                 form #edit-form method="post" action={ "/inbox/approvals/" (a.id) "/approve" } data-preview={ "/inbox/approvals/" (a.id) "/preview" } {
                     input type="hidden" name="csrf" value=(who.csrf);
@@ -473,7 +491,7 @@ fn decide_section(a: &Approval, who: &Who, pretty: &str) -> Markup {
                     div #preview aria-live="polite" {}
                     button.approve type="submit" { "Approve the edited call" }
                 }
-            }
+            } }
             @if who.admin && a.kind == ApprovalKind::Call {
                 details.flood {
                     summary { "Decline every pending call of " code { (a.requester.id) } }
@@ -537,11 +555,11 @@ pub fn history(who: &Who, decided: &[Approval]) -> Markup {
             h1 { "Decided approvals" }
             @if decided.is_empty() { p.empty { "Nothing has been decided yet." } } @else {
                 table {
-                    thead { tr { th { "Tool" } th.wide { "Requester" } th { "Status" } th.wide { "Decided" } th { "By" } } }
+                    thead { tr { th { "Tool or request" } th.wide { "Requester" } th { "Status" } th.wide { "Decided" } th { "By" } } }
                     tbody {
                         @for a in decided {
                             tr {
-                                td { a href={ "/inbox/approvals/" (a.id) } { (a.tool) } }
+                                td { a href={ "/inbox/approvals/" (a.id) } { (a.subject()) } }
                                 td.wide { (a.requester.id) }
                                 td { span class={ "badge status-" (a.status.as_str()) } { (a.status.as_str()) } }
                                 td.wide { (a.decided_at.map(rfc3339).unwrap_or_default()) }
@@ -648,7 +666,7 @@ pub(super) fn decided_note(a: &Approval, what: &str, next: Option<&Approval>) ->
         p class={ "decided status-" (a.status.as_str()) } role="status" {
             "This " (what) " is " (a.status.as_str()) ". "
             @if let Some(n) = next {
-                "Next waiting: " a href={ "/inbox/approvals/" (n.id) } { (n.tool) }
+                "Next waiting: " a href={ "/inbox/approvals/" (n.id) } { (n.subject()) }
                 @if n.kind == ApprovalKind::Call { " " code.args { (args_summary(&n.args)) } }
             } @else {
                 "Nothing else is waiting. " a href="/inbox/" { "Back to the inbox" }

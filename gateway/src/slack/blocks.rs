@@ -116,7 +116,7 @@ fn escape(s: &str) -> String {
 fn headline(a: &Approval) -> String {
     match a.kind {
         ApprovalKind::ToolDefinition => format!("Review the changed definition of {}", a.tool),
-        ApprovalKind::Call => format!("Approval needed: {}", a.tool),
+        ApprovalKind::Call => format!("Approval needed: {}", a.subject()),
     }
 }
 
@@ -246,7 +246,7 @@ pub fn decline_modal(a: &Approval, meta: &str) -> Value {
         "submit": plain("Decline", 24),
         "close": plain("Cancel", 24),
         "blocks": [
-            {"type": "section", "text": plain(&format!("Decline {} for {}. The reason is sent back to the agent.", a.tool, a.requester.id), 3000)},
+            {"type": "section", "text": plain(&format!("Decline {} for {}. The reason is sent back to the agent.", a.subject(), a.requester.id), 3000)},
             {"type": "input", "block_id": REASON, "label": plain("Reason", 2000),
              "element": {"type": "plain_text_input", "action_id": REASON, "multiline": true, "min_length": 1, "max_length": 2000}},
         ],
