@@ -314,4 +314,21 @@ mod tests {
         // The only link is the inbox page.
         assert_eq!(html.matches("<a ").count(), 1);
     }
+
+    #[test]
+    fn a_held_mcp_request_is_named_as_what_it_is() {
+        let a = json!({
+            "tool": "", "kind": "call", "requester": {"principal": "agent1"},
+            "request": {"kind": "resource", "server": "fs", "uri": "file:///etc/shadow", "prompt": null},
+            "args": {"uri": "file:///etc/shadow"}, "rules": ["hold-secret-resources"], "quorum": 1,
+            "links": {"inbox": "https://airlock.example/inbox/approvals/apr_1"},
+        });
+        let (subject, text, html) = compose(&a);
+        assert_eq!(
+            subject,
+            "[airlock] Approval needed: resource file:///etc/shadow (fs) for agent1"
+        );
+        assert!(text.starts_with("A resource read is held until an approver decides.\n\nResource: resource file:///etc/shadow (fs)\n"), "{text}");
+        assert!(html.contains("<th align=\"left\">Resource</th>"), "{html}");
+    }
 }

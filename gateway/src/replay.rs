@@ -381,10 +381,7 @@ impl Replayer {
             report.changed.push(Changed {
                 call_id: c.call_id,
                 what: c.what,
-                tool: match &c.request {
-                    Some(r) => format!("{} {}", r.kind.as_str(), r.target()),
-                    None => call.tool,
-                },
+                tool: airlock_policy::subject(&call.tool, c.request.as_ref()),
                 at: c.at,
                 recorded: c.decision,
                 replayed: decision.decision,
@@ -567,6 +564,12 @@ mod tests {
         let mut r = Replayer::new(candidate, None, None);
         r.record(&read("file:///home/ann/.ssh/id_ed25519"));
         r.record(&read("file:///srv/readme"));
+        // A held read is recorded as its call's decision, with the same request fields.
+        let mut held = read("file:///home/bob/.ssh/id_rsa");
+        held["kind"] = json!("call.decided");
+        held["call_id"] = json!("c7");
+        held["decision"] = json!("require_approval");
+        r.record(&held);
         // A tool call reading the same path is not a resource read: no rule for it.
         r.record(&call(
             "c1",
@@ -575,14 +578,24 @@ mod tests {
             &[],
         ));
         let report = r.finish();
-        assert_eq!(report.replayed(), 3);
-        assert_eq!(report.changed.len(), 1, "{:?}", report.changed);
+        assert_eq!(report.replayed(), 4);
+        assert_eq!(report.changed.len(), 2, "{:?}", report.changed);
         let c = &report.changed[0];
         assert_eq!(
             (c.what, c.tool.as_str(), c.replayed),
             (
                 "request",
-                "resource file:///home/ann/.ssh/id_ed25519",
+                "resource file:///home/ann/.ssh/id_ed25519 (fs)",
+                DecisionKind::Deny
+            )
+        );
+        let c = &report.changed[1];
+        assert_eq!(
+            (c.call_id.as_str(), c.tool.as_str(), c.recorded, c.replayed),
+            (
+                "c7",
+                "resource file:///home/bob/.ssh/id_rsa (fs)",
+                DecisionKind::RequireApproval,
                 DecisionKind::Deny
             )
         );

@@ -200,7 +200,7 @@ pub fn message(a: &Approval, args: &Value, inbox: &str, now: Millis) -> Value {
         ));
     }
     blocks.push(json!({"type": "rich_text", "elements": [
-        {"type": "rich_text_section", "elements": [{"type": "text", "text": "Arguments (canonical JSON)", "style": {"bold": true}}]},
+        {"type": "rich_text_section", "elements": [{"type": "text", "text": if a.request.is_some() { "Params (canonical JSON)" } else { "Arguments (canonical JSON)" }, "style": {"bold": true}}]},
         {"type": "rich_text_preformatted", "elements": [{"type": "text", "text": text}]},
     ]}));
     let expires = a.expires_at / 1000;
@@ -400,6 +400,24 @@ mod tests {
         assert!(message(&e, &e.args, "x", 0)
             .to_string()
             .contains("Expired at"));
+    }
+
+    #[test]
+    fn a_held_mcp_request_is_named_as_what_it_is() {
+        let mut a = approval(ApprovalStatus::Pending, false, GrantScopeName::Call);
+        a.tool = String::new();
+        a.request = Some(airlock_policy::OwnedRequest {
+            kind: airlock_policy::RequestKind::Prompt,
+            server: "gh".into(),
+            uri: None,
+            prompt: Some("gh.triage".into()),
+        });
+        let m = message(&a, &json!({"name": "gh.triage"}), "x", 0);
+        assert_eq!(
+            m["blocks"][0]["text"]["text"],
+            "Approval needed: prompt gh.triage (gh)"
+        );
+        assert!(m.to_string().contains("Params (canonical JSON)"), "{m}");
     }
 
     #[test]
