@@ -112,6 +112,8 @@ pub fn status_for(code: Code) -> StatusCode {
         | UpstreamInvalidResponse
         | CallInterrupted => StatusCode::BAD_GATEWAY,
         UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+        UpstreamCredentialsUnavailable => StatusCode::BAD_GATEWAY,
+        CredentialsNoSubject => StatusCode::FORBIDDEN,
         GatewayTooManyHeld
         | PrincipalRateLimited
         | PrincipalTooManyPending

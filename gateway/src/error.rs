@@ -96,6 +96,10 @@ airlock_policy::stable_names! {
         UpstreamTooLarge = "upstream.too_large",
         UpstreamInvalidSuspend = "upstream.invalid_suspend",
         UpstreamInvalidResponse = "upstream.invalid_response",
+        // The upstream's credential could not be had from its token endpoint (DESIGN §25).
+        UpstreamCredentialsUnavailable = "upstream.credentials_unavailable",
+        // Token exchange needs the caller's own JWT; a static token has none (DESIGN §25).
+        CredentialsNoSubject = "credentials.no_subject",
         // MCP: an upstream's input request needs a capability the client did not declare.
         McpMissingCapability = "mcp.missing_capability",
         // The gateway itself.
@@ -146,6 +150,7 @@ impl Code {
                 | Code::PrincipalTooManyHeld
                 | Code::CallInProgress
                 | Code::UpstreamUnavailable
+                | Code::UpstreamCredentialsUnavailable
                 | Code::GatewayOverloaded
                 | Code::GatewayShuttingDown
                 | Code::GatewayTooManyHeld

@@ -56,6 +56,7 @@ pub(crate) mod classifiers;
 pub mod cli;
 pub(crate) mod clock;
 pub(crate) mod config;
+pub(crate) mod credentials;
 pub(crate) mod deliveries;
 pub(crate) mod diff;
 pub(crate) mod email;

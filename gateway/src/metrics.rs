@@ -14,6 +14,9 @@ pub struct Metrics {
     /// MCP requests other than tool calls by `kind` (resource, prompt, completion) and
     /// `decision` (allow, deny).
     pub requests: IntCounterVec,
+    /// Credentials asked of the vault by configured `upstream`, `kind` (client_credentials,
+    /// token_exchange) and `result` (cached, fetched, failed, no_subject).
+    pub credential_requests: IntCounterVec,
     pub policy_eval_seconds: Histogram,
     /// Rules that ran out of the evaluation budget (each yielded `on_error`).
     pub policy_budget_exceeded: IntCounter,
@@ -140,6 +143,11 @@ fn build() -> Result<Metrics, prometheus::Error> {
             "airlock_requests_total",
             "MCP requests other than tool calls, by kind and decision",
             &["kind", "decision"],
+        )?,
+        credential_requests: r.counters(
+            "airlock_credential_requests_total",
+            "Upstream credentials asked for, by upstream, kind and result",
+            &["upstream", "kind", "result"],
         )?,
         policy_eval_seconds: r.histogram(
             "airlock_policy_eval_seconds",

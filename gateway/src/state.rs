@@ -225,12 +225,16 @@ impl Gateway {
         let (deadlines, remote_rx) = listen_for_changes(&store, &holds);
         // One set of per-thread connection pools for HTTP backends and MCP upstreams alike.
         let pool = Arc::new(Upstreams::new(&config)?);
+        let vault = Arc::new(crate::credentials::Vault::new(
+            metrics.credential_requests.clone(),
+        )?);
         let gw = Gateway {
             approval_face,
             visible: Default::default(),
             backends: Backends::new(
                 pool.clone(),
-                Arc::new(McpRegistry::new(&config.mcp_servers, pool)?),
+                Arc::new(McpRegistry::new(&config.mcp_servers, pool, vault.clone())?),
+                vault,
                 &config,
             ),
             auth: Auth::new(&config)?,

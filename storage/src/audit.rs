@@ -60,6 +60,9 @@ airlock_policy::stable_names! {
         // An MCP request other than a tool call (a resource read or subscription, a prompt, a
         // completion) decided by policy before it reached its upstream.
         RequestDecided = "request.decided",
+        // An upstream's credential airlock could not get for an allowed call (a token
+        // endpoint's refusal, with its error code; no subject for a token exchange).
+        CredentialRefused = "credential.refused",
         // MCP tool definitions (DESIGN §20): pinned when first seen, a change seen and held
         // for review, the review withdrawn (the upstream went back, or changed again), and a
         // reviewed definition pinned.

@@ -52,6 +52,8 @@ pub struct CallHeaders<'a> {
     pub approval_id: Option<&'a str>,
     /// A resume of a suspended call: sent as `airlock-resume: <call id>` (DESIGN §11).
     pub resume: bool,
+    /// The route's credential (`credentials`): headers only airlock holds.
+    pub credential: &'a [(hyper::header::HeaderName, hyper::header::HeaderValue)],
 }
 
 /// An HTTP/1.1 connection to a backend: the handle requests are sent through, and the
@@ -151,6 +153,9 @@ impl Upstreams {
         }
         if let Some(basic) = &target.basic {
             req = req.header(hyper::header::AUTHORIZATION, basic.as_str());
+        }
+        for (name, value) in h.credential {
+            req = req.header(name, value);
         }
         let req = req
             .body(Full::new(Bytes::copy_from_slice(body.as_bytes())))
@@ -450,6 +455,7 @@ mod tests {
     }
 
     const HEADERS: CallHeaders<'static> = CallHeaders {
+        credential: &[],
         call_id: "call_1",
         fingerprint: "sha256:00",
         approval_id: None,

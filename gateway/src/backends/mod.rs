@@ -20,7 +20,7 @@ use std::time::Instant;
 use airlock_storage::{CallRecord, Suspend};
 use serde_json::{json, Map, Value};
 
-use crate::config::{Config, ToolRoute};
+use crate::config::{Config, Credentials, ToolRoute};
 use crate::error::{ApiError, Code};
 use crate::metrics::Metrics;
 use http::{CallHeaders, Upstreams};
@@ -50,14 +50,22 @@ pub struct Backends {
     pub mcp: Arc<Registry>,
     /// How long a suspension the backend asks for may wait (`server.suspend_ttl`), in ms.
     suspend_ttl_ms: u64,
+    /// The upstreams' OAuth tokens airlock fetches and holds.
+    pub vault: Arc<crate::credentials::Vault>,
 }
 
 impl Backends {
-    pub fn new(http: Arc<Upstreams>, mcp: Arc<Registry>, config: &Config) -> Backends {
+    pub fn new(
+        http: Arc<Upstreams>,
+        mcp: Arc<Registry>,
+        vault: Arc<crate::credentials::Vault>,
+        config: &Config,
+    ) -> Backends {
         Backends {
             http,
             mcp,
             suspend_ttl_ms: config.suspend_ttl.as_millis() as u64,
+            vault,
         }
     }
 
@@ -136,11 +144,33 @@ impl Backends {
         resume: Option<&Value>,
         metrics: &Metrics,
     ) -> Result<Answer, ApiError> {
+        // The route's credential, attached now that the call may run: never the agent's own.
+        let credential = match &route.credentials {
+            None => Vec::new(),
+            Some(Credentials::Static { headers }) => headers
+                .iter()
+                .filter_map(|(h, v)| {
+                    let name = hyper::header::HeaderName::from_bytes(h.as_bytes()).ok()?;
+                    let mut value = hyper::header::HeaderValue::from_str(v).ok()?;
+                    value.set_sensitive(true);
+                    Some((name, value))
+                })
+                .collect(),
+            Some(Credentials::OAuth(client)) => {
+                let value = self
+                    .vault
+                    .authorization(route.pattern.as_str(), client, &call.requester.id)
+                    .await
+                    .map_err(crate::credentials::Refused::into_api_error)?;
+                vec![(hyper::header::AUTHORIZATION, value)]
+            }
+        };
         let headers = CallHeaders {
             call_id: &call.call_id,
             fingerprint: &call.fingerprint,
             approval_id: call.approval_id.as_deref(),
             resume: resume.is_some(),
+            credential: &credential,
         };
         // Both canonical, and the keys in JCS order: the body is itself canonical JSON.
         let body = match resume {

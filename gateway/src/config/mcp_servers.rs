@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::credentials::{Credentials, Grant, OAuthClient};
 use super::raw::RawMcpServer;
 use super::{duration, err, secret, ConfigError};
 
@@ -67,6 +68,10 @@ pub struct McpServerConfig {
     /// `sampling`, `elicitation` and `roots`, all three unless the config names fewer. Any
     /// other is answered `-32601` and audited.
     pub relay: Vec<&'static str>,
+    /// An OAuth client whose token airlock attaches to every request it sends this server
+    /// (`credentials = { kind = "client_credentials", … }`); a `static` one is in its
+    /// transport's headers.
+    pub credentials: Option<OAuthClient>,
 }
 
 impl McpServerConfig {
@@ -124,7 +129,31 @@ pub(super) fn validate(raw: Vec<RawMcpServer>) -> Result<Vec<McpServerConfig>, C
                 ),
             ));
         }
-        let transport = transport(&key, m.url, m.command, m.args, m.env, m.headers)?;
+        let mut transport = transport(&key, m.url, m.command, m.args, m.env, m.headers)?;
+        let credentials = match (m.credentials, &mut transport) {
+            (None, _) => None,
+            (Some(_), McpTransport::Stdio { .. }) => {
+                return Err(err(
+                    format!("{key}.credentials"),
+                    "`credentials` are for `url`: a child process gets `env`",
+                ))
+            }
+            (Some(c), McpTransport::Http { headers, .. }) => {
+                match super::credentials::validate(&format!("{key}.credentials"), c)? {
+                    _ if !headers.is_empty() => {
+                        return Err(err(format!("{key}.credentials"), "give `headers` or `credentials`, not both"))
+                    }
+                    Credentials::Static { headers: h } => {
+                        *headers = h;
+                        None
+                    }
+                    Credentials::OAuth(o) if o.grant == Grant::TokenExchange => {
+                        return Err(err(format!("{key}.credentials"), "`token_exchange` is for `[[tools]]`: one MCP session carries every agent's calls; use `client_credentials`"))
+                    }
+                    Credentials::OAuth(o) => Some(o),
+                }
+            }
+        };
         let prefix = m.prefix.unwrap_or_else(|| format!("{}.", m.name));
         let timeout = duration(
             &format!("{key}.timeout"),
@@ -151,6 +180,7 @@ pub(super) fn validate(raw: Vec<RawMcpServer>) -> Result<Vec<McpServerConfig>, C
             refresh,
             validate_args: m.validate_args.unwrap_or(true),
             relay: relay(&key, m.relay)?,
+            credentials,
         });
     }
     Ok(mcp_servers)

@@ -17,6 +17,7 @@ use airlock_policy::{parse_duration, Glob};
 use sha2::{Digest, Sha256};
 
 mod classifiers;
+mod credentials;
 mod email;
 mod issuers;
 mod mcp_servers;
@@ -30,6 +31,7 @@ mod tools;
 mod webhooks;
 
 pub use classifiers::{ClassifierConfig, ClassifierKind};
+pub use credentials::{Credentials, Endpoint, Grant, OAuthClient};
 pub use email::{EmailConfig, SmtpTls};
 pub use issuers::{fetchable, InboxOidcConfig, IssuerConfig};
 pub use mcp_servers::{McpServerConfig, McpTransport, PinMode};
@@ -284,6 +286,7 @@ impl Config {
                     upstream: Upstream::Builtin((*name).into()),
                     timeout: Duration::from_secs(5),
                     schema: None,
+                    credentials: None,
                 })
             })
             .collect();

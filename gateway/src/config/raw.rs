@@ -63,6 +63,7 @@ pub(super) struct RawMcpServer {
     pub(super) refresh: Option<String>,
     pub(super) validate_args: Option<bool>,
     pub(super) relay: Option<Vec<String>>,
+    pub(super) credentials: Option<super::credentials::RawCredentials>,
 }
 
 #[derive(Deserialize)]
@@ -153,6 +154,7 @@ pub(super) struct RawTool {
     pub(super) upstream: String,
     pub(super) timeout: Option<String>,
     pub(super) schema: Option<PathBuf>,
+    pub(super) credentials: Option<super::credentials::RawCredentials>,
 }
 
 #[derive(Deserialize, Default)]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use airlock_policy::Glob;
 use serde_json::Value;
 
+use super::credentials::Credentials;
 use super::raw::RawTool;
 use super::target::{Target, BUILTINS};
 use super::{duration, err, ConfigError};
@@ -29,6 +30,8 @@ pub struct ToolRoute {
     /// The JSON Schema (2020-12) its calls' args must fit (`schema = "file.json"`), read and
     /// checked to compile when the config loads.
     pub schema: Option<Arc<Value>>,
+    /// What airlock attaches to the calls it sends (`credentials`).
+    pub credentials: Option<Credentials>,
 }
 
 /// Each route, checked: a valid pattern, an http(s) URL or a known built-in, a timeout.
@@ -70,11 +73,31 @@ pub(super) fn validate(
             None => None,
             Some(path) => Some(Arc::new(schema(&format!("{key}.schema"), &resolve(path))?)),
         };
+        let credentials = match t.credentials {
+            None => None,
+            Some(_) if matches!(upstream, Upstream::Builtin(_)) => {
+                return Err(err(
+                    format!("{key}.credentials"),
+                    "a built-in tool takes no credentials",
+                ))
+            }
+            Some(_) if matches!(&upstream, Upstream::Http(t) if t.basic.is_some()) => {
+                return Err(err(
+                    format!("{key}.credentials"),
+                    "the upstream URL carries a user and password already: give one credential",
+                ))
+            }
+            Some(c) => Some(super::credentials::validate(
+                &format!("{key}.credentials"),
+                c,
+            )?),
+        };
         tools.push(ToolRoute {
             pattern,
             upstream,
             timeout,
             schema,
+            credentials,
         });
     }
     Ok(tools)

@@ -89,6 +89,8 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
         .unwrap_or(0);
     let id = params.first().copied().unwrap_or("");
+    // A caller authenticated by its JWT is the subject of the token exchanges its calls need.
+    let subject = crate::credentials::subject_of(&principal, req.headers());
     if gw.heavy.takes(declared) {
         let (there, op, id) = (gw.clone(), route.op, id.to_owned());
         let work = Box::pin(async move {
@@ -99,7 +101,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 query: &query,
                 limit,
             };
-            dispatch(cx, op, &id, req).await
+            crate::credentials::with_subject(subject, dispatch(cx, op, &id, req)).await
         });
         return gw.heavy.run(work).await?;
     }
@@ -110,7 +112,7 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         query: &query,
         limit,
     };
-    dispatch(cx, route.op, id, req).await
+    crate::credentials::with_subject(subject, dispatch(cx, route.op, id, req)).await
 }
 
 /// `431` when the request's headers are larger than `server.max_header_bytes`.

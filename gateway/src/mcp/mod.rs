@@ -143,7 +143,10 @@ pub async fn handle(
         return e.into_response();
     }
     match *req.method() {
-        Method::POST => post(&gw, &front, principal, req).await,
+        Method::POST => {
+            let subject = crate::credentials::subject_of(&principal, req.headers());
+            crate::credentials::with_subject(subject, post(&gw, &front, principal, req)).await
+        }
         Method::DELETE => {
             let session = header(&req, "mcp-session-id");
             let mut sessions = front.sessions.lock().unwrap_or_else(|e| e.into_inner());

@@ -118,7 +118,36 @@ async fn forward(
     if let (Some(server), false) = (server, refused.is_empty()) {
         audit_refused(gw, call, &server, refused).await;
     }
+    if let Err(e) = &answer {
+        if matches!(
+            e.code,
+            Code::UpstreamCredentialsUnavailable | Code::CredentialsNoSubject
+        ) {
+            audit_credential_refused(gw, call, e).await;
+        }
+    }
     answer
+}
+
+/// `credential.refused`: an allowed call went nowhere for want of its upstream's credential
+/// (the token endpoint's error code, never a token).
+async fn audit_credential_refused(gw: &Arc<Gateway>, call: &CallRecord, e: &ApiError) {
+    let fields = crate::state::audit_fields(serde_json::json!({
+        "call_id": call.call_id, "principal": call.requester.id, "tool": call.tool,
+        "code": e.code.as_str(), "provider_error": e.details.get("provider_error"),
+        "message": e.message,
+    }));
+    let now = crate::clock::now_ms();
+    if let Err(e) = gw
+        .store_op(move |s| s.append_audit(airlock_storage::Kind::CredentialRefused, fields, now))
+        .await
+    {
+        tracing::error!(
+            code = e.code.as_str(),
+            "cannot audit a refused credential: {}",
+            e.message
+        );
+    }
 }
 
 /// `mcp.relayed` with `direction: "refused"`: what an upstream asked the agent's client during

@@ -73,6 +73,17 @@ pub struct HttpConn {
     next_id: AtomicU64,
     /// Told when the upstream says one of its lists changed.
     changed: Arc<tokio::sync::Notify>,
+    /// The OAuth client whose token every request carries (`credentials`), and the
+    /// `Authorization` value last attached, for the requests sent out of band.
+    oauth: Option<OAuthSource>,
+    bearer: Mutex<Option<hyper::header::HeaderValue>>,
+}
+
+/// Where an upstream's token comes from: the vault, as this client, under this name.
+pub struct OAuthSource {
+    pub vault: Arc<crate::credentials::Vault>,
+    pub client: crate::config::OAuthClient,
+    pub upstream: String,
 }
 
 fn build_client() -> Result<reqwest::Client, String> {
@@ -92,6 +103,7 @@ impl HttpConn {
         headers: Vec<(String, String)>,
         changed: Arc<tokio::sync::Notify>,
         pool: Arc<Upstreams>,
+        oauth: Option<OAuthSource>,
     ) -> Result<HttpConn, String> {
         // Built once here so a client that cannot be built is an error at start.
         let client = build_client()?;
@@ -111,7 +123,31 @@ impl HttpConn {
             learnt: tokio::sync::Mutex::new(None),
             next_id: AtomicU64::new(1),
             changed,
+            oauth,
+            bearer: Mutex::new(None),
         })
+    }
+
+    /// The upstream's token, from the vault (cached there until shortly before it expires),
+    /// kept for the requests sent out of band.
+    async fn authorize(&self) -> Result<(), Failure> {
+        let Some(o) = &self.oauth else {
+            return Ok(());
+        };
+        let value = o
+            .vault
+            .authorization(&o.upstream, &o.client, "")
+            .await
+            .map_err(|r| Failure::Credentials(r.error.message))?;
+        *self.bearer.lock().unwrap_or_else(|e| e.into_inner()) = Some(value);
+        Ok(())
+    }
+
+    fn bearer(&self) -> Option<hyper::header::HeaderValue> {
+        self.bearer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// This thread's client, built on first use.
@@ -364,6 +400,9 @@ impl HttpConn {
         for (k, v) in configured.chain(extra) {
             req = req.header(k, v);
         }
+        if let Some(b) = self.bearer() {
+            req = req.header(hyper::header::AUTHORIZATION, b);
+        }
         req
     }
 
@@ -395,6 +434,9 @@ impl HttpConn {
         }
         for (k, v) in &self.fixed.headers {
             h.append(k.clone(), v.clone());
+        }
+        if let Some(b) = self.bearer() {
+            h.insert(hyper::header::AUTHORIZATION, b);
         }
         let mut bad = None;
         Self::protocol_headers(mode, method, params, |k, v| {
@@ -451,6 +493,7 @@ impl HttpConn {
             params,
         })
         .map_err(|e| Failure::Unavailable(format!("cannot write the request: {e}")))?;
+        self.authorize().await?;
         let req = self.pooled(mode, method, &params.fields, body)?;
         let read =
             |resp: hyper::Response<hyper::body::Incoming>| self.read(resp, mode, id, notify, asks);
@@ -615,7 +658,7 @@ fn answered(f: &Failure) -> bool {
     match f {
         Failure::Rpc(_) => true,
         Failure::Unavailable(why) => why.starts_with("HTTP "),
-        Failure::Timeout => false,
+        Failure::Timeout | Failure::Credentials(_) => false,
     }
 }
 

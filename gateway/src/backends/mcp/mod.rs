@@ -131,6 +131,8 @@ pub enum Failure {
     Unavailable(String),
     /// No answer in time: `upstream.timeout`.
     Timeout,
+    /// Its credential could not be had (`upstream.credentials_unavailable`): nothing was sent.
+    Credentials(String),
 }
 
 impl Failure {
@@ -153,6 +155,9 @@ impl Failure {
                 Code::UpstreamTimeout,
                 format!("MCP server `{server}` did not answer in time"),
             ),
+            Failure::Credentials(why) => {
+                ApiError::new(Code::UpstreamCredentialsUnavailable, why).retry_after(5)
+            }
         }
     }
 }

@@ -44,6 +44,7 @@ impl Registry {
     pub fn new(
         configs: &[McpServerConfig],
         pool: Arc<crate::backends::http::Upstreams>,
+        vault: Arc<crate::credentials::Vault>,
     ) -> Result<Registry, String> {
         let mut servers = Vec::new();
         for c in configs {
@@ -54,6 +55,11 @@ impl Registry {
                     headers.clone(),
                     changed.clone(),
                     pool.clone(),
+                    c.credentials.clone().map(|client| http::OAuthSource {
+                        vault: vault.clone(),
+                        client,
+                        upstream: c.name.clone(),
+                    }),
                 )?)),
                 McpTransport::Stdio { command, args, env } => Conn::Stdio(stdio::StdioConn::new(
                     &c.name,

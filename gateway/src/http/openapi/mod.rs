@@ -224,7 +224,7 @@ fn wait_param() -> Value {
 }
 
 /// The codes of reading a call's outcome: what the policy, the approvers and the backend said.
-const OUTCOME: [Code; 16] = [
+const OUTCOME: [Code; 18] = [
     Code::ToolDefinitionChanged,
     Code::CallNotFound,
     Code::PolicyDenied,
@@ -240,6 +240,8 @@ const OUTCOME: [Code; 16] = [
     Code::UpstreamTooLarge,
     Code::UpstreamInvalidSuspend,
     Code::UpstreamInvalidResponse,
+    Code::UpstreamCredentialsUnavailable,
+    Code::CredentialsNoSubject,
     Code::GatewayShuttingDown,
 ];
 
@@ -520,6 +522,7 @@ fn agent_operation(op: Op) -> Operation {
                   Code::CallInProgress, Code::CallExpired,
                   Code::CallFingerprintMismatch, Code::UpstreamUnavailable, Code::UpstreamTimeout,
                   Code::UpstreamTooLarge, Code::UpstreamInvalidSuspend, Code::UpstreamInvalidResponse,
+                  Code::UpstreamCredentialsUnavailable, Code::CredentialsNoSubject,
                   Code::PrincipalTooManyPending, Code::PrincipalTooManyHeld, Code::GatewayTooManyHeld, Code::GatewayShuttingDown,
                   Code::StoreCorrupt])
         },
