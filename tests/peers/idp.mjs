@@ -12,6 +12,12 @@
 //   AIRLOCK_INBOX_REDIRECT);
 // - users (any password): alice and bob (sec-approvers), carol (airlock-admins), robot
 //   (agents), eve (no group);
+// - clients for airlock as an upstream's OAuth client (DESIGN §25): `tools-svc` (client
+//   credentials, scope `tools:call`) and `exchange-svc` (RFC 8693 token exchange, registered
+//   with `registerGrantType`: the subject token must be one this provider signed; the new
+//   token is for its `sub`, with `act` naming the client); a resource whose URL ends in
+//   `/short` gets tokens that live 3 s;
+// - `GET /test/counts`: the token requests that succeeded and failed, by grant type;
 // - with `--mint-port`, a second listener that signs the claims it is given with the
 //   provider's own key (or a key it never published): the tokens a provider would never
 //   issue (expired, another audience, `act` for a user), for the refusal tests.
@@ -62,8 +68,29 @@ const service = (id) => ({
   id_token_signed_response_alg: 'ES256',
 });
 
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
+const ttlFor = (resource) => (String(resource).endsWith('/short') ? 3 : 300);
+
 const provider = new Provider(issuer, {
   clients: [
+    {
+      client_id: 'tools-svc',
+      client_secret: 'tools-svc-secret',
+      grant_types: ['client_credentials'],
+      response_types: [],
+      redirect_uris: [],
+      scope: 'tools:call',
+      id_token_signed_response_alg: 'ES256',
+    },
+    {
+      client_id: 'exchange-svc',
+      client_secret: 'exchange-svc-secret',
+      grant_types: [TOKEN_EXCHANGE],
+      response_types: [],
+      redirect_uris: [],
+      scope: 'tools:call',
+      id_token_signed_response_alg: 'ES256',
+    },
     service('agent-svc'),
     service('approver-svc'),
     service('nobody-svc'),
@@ -80,7 +107,7 @@ const provider = new Provider(issuer, {
   jwks: { keys },
   cookies: { keys: ['airlock-test-idp'] },
   pkce: { required: () => true },
-  scopes: ['openid', 'profile', 'groups', 'airlock:call'],
+  scopes: ['openid', 'profile', 'groups', 'airlock:call', 'tools:call'],
   claims: { openid: ['sub'], profile: ['name'], groups: ['groups'] },
   findAccount: async (ctx, id) => ({
     accountId: id,
@@ -98,10 +125,10 @@ const provider = new Provider(issuer, {
       getResourceServerInfo: (ctx, resource) => {
         if (!resource.startsWith('http://127.0.0.1:')) throw new errors.InvalidTarget();
         return {
-          scope: 'airlock:call',
+          scope: 'airlock:call tools:call',
           audience: resource,
           accessTokenFormat: 'jwt',
-          accessTokenTTL: 300,
+          accessTokenTTL: ttlFor(resource),
           jwt: { sign: { alg: 'ES256' } },
         };
       },
@@ -110,7 +137,67 @@ const provider = new Provider(issuer, {
 });
 provider.proxy = false;
 
-const server = http.createServer(provider.callback());
+// RFC 8693 token exchange, through the provider's own token endpoint (client authentication,
+// parameters, errors); the subject token is checked against this provider's keys.
+const publicKeys = jose.createLocalJWKSet({ keys: keys.map(({ d, ...pub }) => pub) });
+const signingKey = await jose.importJWK(keys[0], 'ES256');
+provider.registerGrantType(
+  TOKEN_EXCHANGE,
+  async (ctx) => {
+    const p = ctx.oidc.params;
+    const types = ['urn:ietf:params:oauth:token-type:jwt', 'urn:ietf:params:oauth:token-type:access_token'];
+    if (!types.includes(p.subject_token_type)) {
+      throw new errors.InvalidRequest('unsupported subject_token_type');
+    }
+    let subject;
+    try {
+      ({ payload: subject } = await jose.jwtVerify(p.subject_token, publicKeys, { issuer }));
+    } catch {
+      throw new errors.InvalidGrant('the subject token is not one this provider issued, or it expired');
+    }
+    const audience = p.audience || p.resource;
+    if (!audience) throw new errors.InvalidTarget('name the audience or the resource');
+    const granted = (p.scope || '').split(' ').filter((s) => s === 'tools:call');
+    const now = Math.floor(Date.now() / 1000);
+    const ttl = ttlFor(audience);
+    const clientId = ctx.oidc.client.clientId;
+    const token = await new jose.SignJWT({ sub: subject.sub, scope: granted.join(' '), client_id: clientId, act: { sub: clientId } })
+      .setProtectedHeader({ alg: 'ES256', kid: keys[0].kid, typ: 'at+jwt' })
+      .setIssuer(issuer)
+      .setAudience(audience)
+      .setIssuedAt(now)
+      .setExpirationTime(now + ttl)
+      .setJti(`x-${now}-${Math.random().toString(36).slice(2)}`)
+      .sign(signingKey);
+    ctx.body = {
+      access_token: token,
+      issued_token_type: 'urn:ietf:params:oauth:token-type:access_token',
+      token_type: 'Bearer',
+      expires_in: ttl,
+      scope: granted.join(' '),
+    };
+  },
+  ['subject_token', 'subject_token_type', 'requested_token_type', 'audience', 'resource', 'scope', 'actor_token', 'actor_token_type'],
+);
+
+const counts = {};
+const tally = (ctx, result) => {
+  const grant = ctx.oidc?.params?.grant_type ?? 'unknown';
+  counts[grant] = counts[grant] ?? { ok: 0, failed: 0 };
+  counts[grant][result] += 1;
+};
+provider.on('grant.success', (ctx) => tally(ctx, 'ok'));
+provider.on('grant.error', (ctx) => tally(ctx, 'failed'));
+
+const callback = provider.callback();
+const server = http.createServer((req, res) => {
+  if (req.url === '/test/counts') {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(counts));
+    return;
+  }
+  callback(req, res);
+});
 server.listen(Number(port), '127.0.0.1', async () => {
   if (mintPort) {
     const signing = await jose.importJWK(keys[0], 'ES256');

@@ -54,7 +54,9 @@ def out(obj):
 
 
 def client(url, token, mode, **kw):
-    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=60)
+    # A cookie as a browser-hosted agent would send: it must never reach an upstream.
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}", "cookie": "agent_session=stays-at-airlock"},
+                              timeout=60)
     return Client(streamable_http_client(url, http_client=http), mode=mode, **kw)
 
 

@@ -8,7 +8,8 @@ this process, and how many `wait`s were cancelled), `crash` (exits the process m
 "which environment?" by form elicitation mid-call, and deploys there), `ask_model` (asks its
 client's model to answer a prompt: sampling), `grow` (adds a tool named NAME and says the
 tool list changed), `weather` (a typed result, so it declares an `outputSchema`), `read_file`
-(an input schema that forbids extra keys). Two resources (`test://greeting`,
+(an input schema that forbids extra keys), `headers` (the HTTP headers its call arrived
+with). Two resources (`test://greeting`,
 `test://secrets/api-key`), a prompt (`review`) and completions exercise the other roads a
 policy judges; each one reached is noted in `count`'s `roads`.
 """
@@ -59,6 +60,14 @@ def read_file(req: ReadRequest) -> dict:
     calls["n"] += 1
     calls["log"].append({"read": req.path})
     return {"path": req.path}
+
+
+@server.tool()
+def headers(ctx: Context) -> dict:
+    """The HTTP headers this call arrived with (authorization and cookies included): what the
+    tests read to prove that an agent's own credentials never reach an upstream."""
+    seen = ctx.headers or {}
+    return {"headers": {k.lower(): v for k, v in seen.items()}}
 
 
 @server.tool()

@@ -674,6 +674,23 @@ fn approvers_see_a_held_resource_read_as_what_it_is() {
 }
 
 #[test]
+fn no_upstream_receives_the_agents_token_or_cookies_in_either_revision() {
+    let up = Upstream::start();
+    let gw = mcp_gateway(&up, "2s");
+    for mode in MODES {
+        // The SDK's client sends its bearer token and a cookie; the upstream sees neither.
+        let r = call(&gw, "agent1", mode, "up.headers", json!({}));
+        let text: Value =
+            serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+        let seen = &text["headers"];
+        assert!(seen["host"].is_string(), "{mode}: {r}");
+        assert_eq!(seen.get("authorization"), None, "{mode}: {seen}");
+        assert_eq!(seen.get("cookie"), None, "{mode}: {seen}");
+        assert!(!seen.to_string().contains("token-agent1"), "{mode}: {seen}");
+    }
+}
+
+#[test]
 fn lists_leave_out_what_a_principal_can_never_call_in_both_revisions() {
     let up = Upstream::start();
     // agent2 may never call `*.count`; a rule that reads args hides nothing.

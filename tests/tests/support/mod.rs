@@ -388,6 +388,11 @@ impl Gateway {
         self.child = Some(child);
     }
 
+    /// What the gateway has logged so far (its stderr).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+    }
+
     /// The exit status, if the process has exited.
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child.as_mut().unwrap().try_wait().unwrap()
