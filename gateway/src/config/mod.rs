@@ -458,6 +458,45 @@ mod tests {
     }
 
     #[test]
+    fn credentials_are_checked_and_their_secrets_never_printed() {
+        let tool = "[[tools]]\nname = \"crm.*\"\nupstream = \"https://crm.internal/x\"\n";
+        let mcp = "[[mcp_servers]]\nname = \"gh\"\nurl = \"https://mcp.internal/mcp\"\n";
+        let cc = "kind = \"client_credentials\", client_id = \"a\", client_secret = \"s3cr3t\"";
+        let cases = [
+            (format!("{tool}credentials = {{ {cc} }}\n"), "tools[0].credentials"),
+            (format!("{tool}credentials = {{ {cc}, token_url = \"https://i/t\", issuer = \"https://i\" }}\n"), "tools[0].credentials"),
+            (format!("{tool}credentials = {{ {cc}, token_url = \"ftp://i/t\" }}\n"), "tools[0].credentials.token_url"),
+            (format!("{tool}credentials = {{ {cc}, issuer = \"https://i\", audience = \"x\" }}\n"), "tools[0].credentials.audience"),
+            (format!("{tool}credentials = {{ kind = \"user_oauth\", client_id = \"a\" }}\n"), "line "),
+            (format!("{tool}credentials = {{ kind = \"static\", headers = {{ \"bad header\" = \"x\" }} }}\n"), "tools[0].credentials.headers"),
+            (format!("{tool}credentials = {{ kind = \"static\", headers = {{ authorization = \"env:AIRLOCK_TEST_UNSET_VAR\" }} }}\n"), "tools[0].credentials.headers.authorization"),
+            ("[[tools]]\nname = \"x\"\nupstream = \"https://u:p@crm.internal/x\"\ncredentials = { kind = \"static\", headers = { a = \"b\" } }\n".to_owned(), "tools[0].credentials"),
+            ("[[tools]]\nname = \"x\"\nupstream = \"builtin:demo.echo\"\ncredentials = { kind = \"static\", headers = { a = \"b\" } }\n".to_owned(), "tools[0].credentials"),
+            (format!("{mcp}credentials = {{ kind = \"token_exchange\", client_id = \"a\", client_secret = \"b\", token_url = \"https://i/t\" }}\n"), "mcp_servers[0].credentials"),
+            (format!("{mcp}headers = {{ a = \"b\" }}\ncredentials = {{ kind = \"static\", headers = {{ a = \"b\" }} }}\n"), "mcp_servers[0].credentials"),
+        ];
+        for (text, key) in cases {
+            let e = parse(&text).unwrap_err();
+            assert!(e.key.starts_with(key), "{text}: {e}");
+        }
+        let c = parse(&format!("{tool}credentials = {{ {cc}, issuer = \"https://idp.internal/\", scopes = [\"crm\"] }}\n")).unwrap();
+        let Some(Credentials::OAuth(o)) = &c.tools[0].credentials else {
+            panic!("{:?}", c.tools[0].credentials)
+        };
+        assert_eq!(o.endpoint, Endpoint::Issuer("https://idp.internal".into()));
+        assert!(!format!("{o:?}").contains("s3cr3t"));
+        // A static credential on an MCP server is its headers.
+        let c = parse(&format!("{mcp}credentials = {{ kind = \"static\", headers = {{ authorization = \"Bearer x\" }} }}\n")).unwrap();
+        assert_eq!(
+            c.mcp_servers[0].transport,
+            McpTransport::Http {
+                url: "https://mcp.internal/mcp".into(),
+                headers: vec![("authorization".into(), "Bearer x".into())]
+            }
+        );
+    }
+
+    #[test]
     fn issuers_are_checked_before_any_key_is_fetched() {
         let roles = "roles = { agent = [\"agents\"] }\n";
         let cases = [
