@@ -32,6 +32,7 @@
 //!                     outbox
 //!                     auth · email
 //! the domain's parts  approvals · backends · classifiers · identity · limits · webhooks
+//!                     credentials
 //!                     config
 //!                     body · lanes · notices · replay · schemas
 //! leaves              clock · diff · error · events · metrics · shadow · signing · tls

@@ -81,7 +81,7 @@ pub async fn pending(gw: &Arc<Gateway>) {
 fn judge(gw: &Gateway, policy: &PolicySet, a: &Approval) -> Option<Repolicy> {
     let call = match ToolCall::again(
         &a.tool,
-        a.request.as_ref(),
+        a.request.as_deref(),
         a.effective_args().clone(),
         Some(a.context.clone()),
     ) {

@@ -29,8 +29,9 @@ pub struct ToolCall {
     pub canonical_args: String,
     pub fingerprint: Fingerprint,
     /// What an MCP request of another kind than a tool call asks (its kind, upstream and
-    /// URI or prompt); `None` for a tool call.
-    pub request: Option<crate::OwnedRequest>,
+    /// URI or prompt); `None` for a tool call. Boxed: a tool call, the common case, carries
+    /// one pointer's worth of it through every stage.
+    pub request: Option<Box<crate::OwnedRequest>>,
 }
 
 impl ToolCall {
@@ -73,7 +74,7 @@ impl ToolCall {
             context,
             canonical_args,
             fingerprint,
-            request: Some(request),
+            request: Some(Box::new(request)),
         })
     }
 
@@ -95,7 +96,7 @@ impl ToolCall {
     pub fn judged_as(&self) -> crate::Request<'_> {
         self.request
             .as_ref()
-            .map_or(crate::Request::TOOL, crate::OwnedRequest::as_request)
+            .map_or(crate::Request::TOOL, |r| r.as_request())
     }
 
     /// Parses a request body `{"tool","args","context"?}`.

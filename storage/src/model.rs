@@ -319,7 +319,7 @@ pub struct Approval {
     pub tool: String,
     /// The call's request when it is not a tool call ([`CallRecord::request`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<airlock_policy::OwnedRequest>,
+    pub request: Option<Box<airlock_policy::OwnedRequest>>,
     /// The canonical args as requested.
     pub args: Value,
     pub fingerprint: String,
@@ -347,7 +347,7 @@ pub struct Approval {
 impl Approval {
     /// What it holds, in words: the tool's name, or what its request asks.
     pub fn subject(&self) -> String {
-        airlock_policy::subject(&self.tool, self.request.as_ref())
+        airlock_policy::subject(&self.tool, self.request.as_deref())
     }
 
     /// The kind of what it holds: a tool call, or its request's kind.
@@ -485,7 +485,7 @@ pub struct CallRecord {
     /// An MCP request other than a tool call (a resource read, a prompt, a completion): its
     /// kind, upstream and URI or prompt. `args` are then its params.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request: Option<airlock_policy::OwnedRequest>,
+    pub request: Option<Box<airlock_policy::OwnedRequest>>,
     /// The canonical args that run (edited ones after an edit).
     pub args: Value,
     pub fingerprint: String,
@@ -536,7 +536,7 @@ pub(crate) struct CallEnd {
 impl CallRecord {
     /// What it runs, in words: the tool's name, or what its request asks.
     pub fn subject(&self) -> String {
-        airlock_policy::subject(&self.tool, self.request.as_ref())
+        airlock_policy::subject(&self.tool, self.request.as_deref())
     }
 
     /// The record as it stands: `end` is asked for how the call ended when the stored record

@@ -170,7 +170,7 @@ impl Approval {
             kind: a.kind.as_str(),
             call_id: a.call_id.clone(),
             tool: a.tool.clone(),
-            request: a.request.as_ref().map(McpRequest::of),
+            request: a.request.as_deref().map(McpRequest::of),
             args: a.args.clone(),
             fingerprint: a.fingerprint.clone(),
             requester: Requester {

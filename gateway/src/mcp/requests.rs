@@ -365,7 +365,7 @@ fn answer(
         principal,
         exchange,
     } = *ask;
-    let subject = airlock_policy::subject(&call.tool, call.request.as_ref());
+    let subject = airlock_policy::subject(&call.tool, call.request.as_deref());
     match outcome {
         // The upstream's JSON-RPC answer, whole: its result, or its error as it is.
         Ok(Outcome::Completed(c)) => match c.result.get("error") {

@@ -228,7 +228,7 @@ pub(super) fn approval_input(
         "params": {
             "mode": "url",
             "url": link(gw, &p.approval_id),
-            "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", airlock_policy::subject(&call.tool, call.request.as_ref())),
+            "message": format!("`{}` needs approval. Open the link to see the call and decide; then the call continues.", airlock_policy::subject(&call.tool, call.request.as_deref())),
         },
     });
     let state = State {

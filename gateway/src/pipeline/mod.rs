@@ -204,7 +204,7 @@ pub async fn hold_request(
     let span = tracing::info_span!(
         "call",
         call_id = %call_id,
-        request = %call.request.as_ref().map(airlock_policy::OwnedRequest::subject).unwrap_or_default(),
+        request = %call.request.as_deref().map(airlock_policy::OwnedRequest::subject).unwrap_or_default(),
         fingerprint = %call.fingerprint,
         principal = %principal.id,
         decision = decision.decision.as_str(),

@@ -406,12 +406,12 @@ mod tests {
     fn a_held_mcp_request_is_named_as_what_it_is() {
         let mut a = approval(ApprovalStatus::Pending, false, GrantScopeName::Call);
         a.tool = String::new();
-        a.request = Some(airlock_policy::OwnedRequest {
+        a.request = Some(Box::new(airlock_policy::OwnedRequest {
             kind: airlock_policy::RequestKind::Prompt,
             server: "gh".into(),
             uri: None,
             prompt: Some("gh.triage".into()),
-        });
+        }));
         let m = message(&a, &json!({"name": "gh.triage"}), "x", 0);
         assert_eq!(
             m["blocks"][0]["text"]["text"],
