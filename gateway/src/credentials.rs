@@ -64,17 +64,6 @@ pub fn subject_of(
     }))
 }
 
-/// Runs `fut` with [`SUBJECT`] set to `subject`, if there is one.
-pub async fn with_subject<F: std::future::Future>(
-    subject: Option<Arc<Subject>>,
-    fut: F,
-) -> F::Output {
-    match subject {
-        Some(s) => SUBJECT.scope(s, fut).await,
-        None => fut.await,
-    }
-}
-
 /// Tokens by (upstream, subject), and the token endpoints discovered by issuer.
 pub struct Vault {
     http: reqwest::Client,

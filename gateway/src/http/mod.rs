@@ -101,7 +101,16 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
                 query: &query,
                 limit,
             };
-            crate::credentials::with_subject(subject, dispatch(cx, op, &id, req)).await
+            // Matched here, not in a helper: the dispatch future is large, and is not moved
+            // into another one for the common call that has no subject.
+            match subject {
+                Some(s) => {
+                    crate::credentials::SUBJECT
+                        .scope(s, dispatch(cx, op, &id, req))
+                        .await
+                }
+                None => dispatch(cx, op, &id, req).await,
+            }
         });
         return gw.heavy.run(work).await?;
     }
@@ -112,7 +121,14 @@ async fn route(gw: &Arc<Gateway>, req: Request<Incoming>) -> Result<Response<Bod
         query: &query,
         limit,
     };
-    crate::credentials::with_subject(subject, dispatch(cx, route.op, id, req)).await
+    match subject {
+        Some(s) => {
+            crate::credentials::SUBJECT
+                .scope(s, dispatch(cx, route.op, id, req))
+                .await
+        }
+        None => dispatch(cx, route.op, id, req).await,
+    }
 }
 
 /// `431` when the request's headers are larger than `server.max_header_bytes`.

@@ -144,8 +144,17 @@ pub async fn handle(
     }
     match *req.method() {
         Method::POST => {
-            let subject = crate::credentials::subject_of(&principal, req.headers());
-            crate::credentials::with_subject(subject, post(&gw, &front, principal, req)).await
+            // A caller authenticated by its JWT is the subject of its calls' token exchanges.
+            // Matched here: the large request future is not moved into another for the
+            // common call that has no subject.
+            match crate::credentials::subject_of(&principal, req.headers()) {
+                Some(s) => {
+                    crate::credentials::SUBJECT
+                        .scope(s, post(&gw, &front, principal, req))
+                        .await
+                }
+                None => post(&gw, &front, principal, req).await,
+            }
         }
         Method::DELETE => {
             let session = header(&req, "mcp-session-id");
