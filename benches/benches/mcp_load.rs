@@ -21,6 +21,9 @@
 //! profiler attached to the gateway; no medians are printed then. With
 //! `AIRLOCK_BENCH_SHADOW=<policy path>` the gateway evaluates that set too, as its
 //! `shadow_policy` (`bash benches/callgrind.sh` with and without it gives the shadow's cost).
+//! With `AIRLOCK_BENCH_CREDENTIALS=1`, the HTTP tool and the MCP server get OAuth client
+//! credentials from a token endpoint on another thread (a token that lives an hour): every
+//! call but the first carries the cached token, which is what that costs.
 //!
 //! Run: `cargo build --release -p airlock-gateway && cargo bench -p airlock-benches --bench mcp_load`
 
@@ -113,11 +116,24 @@ fn start_gateway(bin: &Path, upstream: u16, backend: u16) -> GatewayProcess {
     let shadow = std::env::var("AIRLOCK_BENCH_SHADOW")
         .map(|p| format!("shadow_policy = {:?}\n", std::fs::canonicalize(p).unwrap()))
         .unwrap_or_default();
+    let credentials = if std::env::var_os("AIRLOCK_BENCH_CREDENTIALS").is_some() {
+        let port = support::serve_on_thread(|_| {
+            let mut r = Response::new(Full::new(Bytes::from_static(
+                br#"{"access_token":"bench-token","token_type":"Bearer","expires_in":3600}"#,
+            )));
+            r.headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
+            r
+        });
+        format!("credentials = {{ kind = \"client_credentials\", token_url = \"http://127.0.0.1:{port}/token\", client_id = \"bench\", client_secret = \"bench-secret\" }}\n")
+    } else {
+        String::new()
+    };
     let config = format!(
         "[server]\ndata_dir = \"data\"\npolicy = \"policy\"\n{shadow}\
          [[principals]]\nid = \"agent\"\nrole = \"agent\"\ntoken_sha256 = \"{}\"\n\
-         [[mcp_servers]]\nname = \"bench\"\nurl = \"http://127.0.0.1:{upstream}/mcp\"\n\
-         [[tools]]\nname = \"http.*\"\nupstream = \"http://127.0.0.1:{backend}/echo\"\n",
+         [[mcp_servers]]\nname = \"bench\"\nurl = \"http://127.0.0.1:{upstream}/mcp\"\n{credentials}\
+         [[tools]]\nname = \"http.*\"\nupstream = \"http://127.0.0.1:{backend}/echo\"\n{credentials}",
         airlock_policy::hex(&Sha256::digest(AGENT.as_bytes()))
     );
     GatewayProcess::start_bin(
