@@ -75,12 +75,18 @@ pub struct Vault {
 
 /// One (upstream, subject)'s token: whoever holds the lock fetches it, the rest wait and
 /// find it.
-type Slot = Arc<tokio::sync::Mutex<Option<Cached>>>;
+type Slot = Arc<tokio::sync::Mutex<Cached>>;
 
+#[derive(Default)]
 struct Cached {
-    header: HeaderValue,
-    refresh_at: Instant,
+    token: Option<(HeaderValue, Instant)>,
+    /// The last failure and until when it answers for the endpoint: the calls that waited on
+    /// a fetch that failed fail with it, not each with a fetch of its own.
+    failed: Option<(Instant, ApiError, Option<String>)>,
 }
+
+/// How long a failed fetch answers for its token endpoint.
+const FAILURE_HOLDS: Duration = Duration::from_secs(1);
 
 /// Why no credential: said in words, with the provider's error code when it gave one.
 #[derive(Debug)]
@@ -161,9 +167,19 @@ impl Vault {
             .clone();
         // One fetch per key at a time: whoever waits here finds the token the first one got.
         let mut cached = slot.lock().await;
-        if let Some(c) = cached.as_ref().filter(|c| Instant::now() < c.refresh_at) {
+        let now = Instant::now();
+        if let Some((header, _)) = cached.token.as_ref().filter(|(_, at)| now < *at) {
             self.count(upstream, client, "cached");
-            return Ok(c.header.clone());
+            return Ok(header.clone());
+        }
+        if let Some((_, error, provider_error)) =
+            cached.failed.as_ref().filter(|(until, ..)| now < *until)
+        {
+            self.count(upstream, client, "failed");
+            return Err(Refused {
+                error: error.clone(),
+                provider_error: provider_error.clone(),
+            });
         }
         let fetched = self.fetch(upstream, client, subject.as_deref()).await;
         self.count(
@@ -171,7 +187,17 @@ impl Vault {
             client,
             if fetched.is_ok() { "fetched" } else { "failed" },
         );
-        let (token, lifetime) = fetched?;
+        let (token, lifetime) = match fetched {
+            Ok(t) => t,
+            Err(r) => {
+                cached.failed = Some((
+                    Instant::now() + FAILURE_HOLDS,
+                    r.error.clone(),
+                    r.provider_error.clone(),
+                ));
+                return Err(r);
+            }
+        };
         let mut header = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
             unavailable(
                 upstream,
@@ -181,10 +207,13 @@ impl Vault {
         })?;
         header.set_sensitive(true);
         let early = EARLY.min(lifetime / 2);
-        *cached = Some(Cached {
-            header: header.clone(),
-            refresh_at: Instant::now() + lifetime.saturating_sub(early),
-        });
+        *cached = Cached {
+            token: Some((
+                header.clone(),
+                Instant::now() + lifetime.saturating_sub(early),
+            )),
+            failed: None,
+        };
         Ok(header)
     }
 
