@@ -350,13 +350,6 @@ impl Approval {
         airlock_policy::subject(&self.tool, self.request.as_deref())
     }
 
-    /// The kind of what it holds: a tool call, or its request's kind.
-    pub fn request_kind(&self) -> airlock_policy::RequestKind {
-        self.request
-            .as_ref()
-            .map_or(airlock_policy::RequestKind::Tool, |r| r.kind)
-    }
-
     /// The fingerprint that approvals count toward and the grant binds: the edited one if any.
     pub fn effective_fingerprint(&self) -> &str {
         self.edited_fingerprint

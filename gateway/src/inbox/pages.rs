@@ -346,7 +346,7 @@ pub fn approval(
                 h1 { "Approve " (subject(a)) "?" }
             } @else {
                 h1 { (status_title(a.status.as_str())) ": " (subject(a)) }
-                (decided_note(a, a.request_kind().noun(), next))
+                (decided_note(a, a.request.as_ref().map_or("call", |r| r.kind.noun()), next))
             }
             @if let Some(e) = error {
                 p.error role="alert" data-canonical={ "/inbox/approvals/" (a.id) } { (in_words(e)) }
