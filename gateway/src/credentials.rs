@@ -67,15 +67,22 @@ pub fn subject_of(
 /// Tokens by (upstream, subject), and the token endpoints discovered by issuer.
 pub struct Vault {
     http: reqwest::Client,
-    tokens: Mutex<HashMap<(String, String), Slot>>,
+    /// By upstream, then subject (`""` for client credentials): looked up without allocating.
+    tokens: Mutex<HashMap<String, HashMap<String, Slot>>>,
     endpoints: tokio::sync::Mutex<HashMap<String, String>>,
     /// `airlock_credential_requests_total{upstream, kind, result}`.
     requests: IntCounterVec,
 }
 
 /// One (upstream, subject)'s token: whoever holds the lock fetches it, the rest wait and
-/// find it.
-type Slot = Arc<tokio::sync::Mutex<Cached>>;
+/// find it. Its counters are resolved once, not by label on every call.
+type Slot = Arc<SlotInner>;
+
+struct SlotInner {
+    cached: tokio::sync::Mutex<Cached>,
+    /// `airlock_credential_requests_total` for `cached`, `fetched`, `failed`.
+    counts: [prometheus::IntCounter; 3],
+}
 
 #[derive(Default)]
 struct Cached {
@@ -151,42 +158,31 @@ impl Vault {
                 }
             },
         };
-        let key = (
-            upstream.to_owned(),
-            subject
-                .as_ref()
-                .map(|s| s.principal.clone())
-                .unwrap_or_default(),
-        );
-        let slot = self
-            .tokens
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key)
-            .or_default()
-            .clone();
+        let who = subject.as_ref().map_or("", |s| s.principal.as_str());
+        let slot = self.slot(upstream, client, who);
         // One fetch per key at a time: whoever waits here finds the token the first one got.
-        let mut cached = slot.lock().await;
+        let mut cached = slot.cached.lock().await;
+        let [counted_cached, counted_fetched, counted_failed] = &slot.counts;
         let now = Instant::now();
         if let Some((header, _)) = cached.token.as_ref().filter(|(_, at)| now < *at) {
-            self.count(upstream, client, "cached");
+            counted_cached.inc();
             return Ok(header.clone());
         }
         if let Some((_, error, provider_error)) =
             cached.failed.as_ref().filter(|(until, ..)| now < *until)
         {
-            self.count(upstream, client, "failed");
+            counted_failed.inc();
             return Err(Refused {
                 error: error.clone(),
                 provider_error: provider_error.clone(),
             });
         }
         let fetched = self.fetch(upstream, client, subject.as_deref()).await;
-        self.count(
-            upstream,
-            client,
-            if fetched.is_ok() { "fetched" } else { "failed" },
-        );
+        if fetched.is_ok() {
+            counted_fetched.inc()
+        } else {
+            counted_failed.inc()
+        }
         let (token, lifetime) = match fetched {
             Ok(t) => t,
             Err(r) => {
@@ -215,6 +211,27 @@ impl Vault {
             failed: None,
         };
         Ok(header)
+    }
+
+    /// The slot of (`upstream`, `subject`), made on first use.
+    fn slot(&self, upstream: &str, client: &OAuthClient, subject: &str) -> Slot {
+        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = tokens.get(upstream).and_then(|m| m.get(subject)) {
+            return slot.clone();
+        }
+        let counter = |result| {
+            self.requests
+                .with_label_values(&[upstream, client.grant.as_str(), result])
+        };
+        let slot = Arc::new(SlotInner {
+            cached: Default::default(),
+            counts: [counter("cached"), counter("fetched"), counter("failed")],
+        });
+        tokens
+            .entry(upstream.to_owned())
+            .or_default()
+            .insert(subject.to_owned(), slot.clone());
+        slot
     }
 
     fn count(&self, upstream: &str, client: &OAuthClient, result: &str) {
