@@ -145,26 +145,7 @@ impl Backends {
         metrics: &Metrics,
     ) -> Result<Answer, ApiError> {
         // The route's credential, attached now that the call may run: never the agent's own.
-        let credential = match &route.credentials {
-            None => Vec::new(),
-            Some(Credentials::Static { headers }) => headers
-                .iter()
-                .filter_map(|(h, v)| {
-                    let name = hyper::header::HeaderName::from_bytes(h.as_bytes()).ok()?;
-                    let mut value = hyper::header::HeaderValue::from_str(v).ok()?;
-                    value.set_sensitive(true);
-                    Some((name, value))
-                })
-                .collect(),
-            Some(Credentials::OAuth(client)) => {
-                let value = self
-                    .vault
-                    .authorization(route.pattern.as_str(), client, &call.requester.id)
-                    .await
-                    .map_err(crate::credentials::Refused::into_api_error)?;
-                vec![(hyper::header::AUTHORIZATION, value)]
-            }
-        };
+        let credential = self.credential(route, call).await?;
         let headers = CallHeaders {
             call_id: &call.call_id,
             fingerprint: &call.fingerprint,
@@ -186,6 +167,35 @@ impl Backends {
             .with_label_values(&[route.pattern.as_str()])
             .observe(elapsed.as_secs_f64());
         self.http_answer(answer)
+    }
+
+    /// The headers of `route`'s `credentials` for `call`: fixed ones, or a bearer token from
+    /// the vault.
+    async fn credential(
+        &self,
+        route: &ToolRoute,
+        call: &CallRecord,
+    ) -> Result<Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>, ApiError> {
+        Ok(match &route.credentials {
+            None => Vec::new(),
+            Some(Credentials::Static { headers }) => headers
+                .iter()
+                .filter_map(|(h, v)| {
+                    let name = hyper::header::HeaderName::from_bytes(h.as_bytes()).ok()?;
+                    let mut value = hyper::header::HeaderValue::from_str(v).ok()?;
+                    value.set_sensitive(true);
+                    Some((name, value))
+                })
+                .collect(),
+            Some(Credentials::OAuth(client)) => {
+                let value = self
+                    .vault
+                    .authorization(route.pattern.as_str(), client, &call.requester.id)
+                    .await
+                    .map_err(crate::credentials::Refused::into_api_error)?;
+                vec![(hyper::header::AUTHORIZATION, value)]
+            }
+        })
     }
 
     /// The call will not be resumed after all (its suspension failed to store, or was

@@ -116,7 +116,15 @@ pub(super) fn validate(key: &str, raw: RawCredentials) -> Result<Credentials, Co
                         format!("`{h}` is not a header name"),
                     ));
                 }
-                headers.push((h.clone(), secret(&format!("{key}.headers.{h}"), &v)?));
+                let value = secret(&format!("{key}.headers.{h}"), &v)?;
+                // Checked here, so a call never goes out without a header that did not parse.
+                if hyper::header::HeaderValue::from_str(&value).is_err() {
+                    return Err(err(
+                        format!("{key}.headers.{h}"),
+                        "is not a valid header value",
+                    ));
+                }
+                headers.push((h.clone(), value));
             }
             return Ok(Credentials::Static { headers });
         }

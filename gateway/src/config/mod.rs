@@ -470,6 +470,7 @@ mod tests {
             (format!("{tool}credentials = {{ kind = \"user_oauth\", client_id = \"a\" }}\n"), "line "),
             (format!("{tool}credentials = {{ kind = \"static\", headers = {{ \"bad header\" = \"x\" }} }}\n"), "tools[0].credentials.headers"),
             (format!("{tool}credentials = {{ kind = \"static\", headers = {{ authorization = \"env:AIRLOCK_TEST_UNSET_VAR\" }} }}\n"), "tools[0].credentials.headers.authorization"),
+            (format!("{tool}credentials = {{ kind = \"static\", headers = {{ authorization = \"Bearer a\\nb\" }} }}\n"), "tools[0].credentials.headers.authorization"),
             ("[[tools]]\nname = \"x\"\nupstream = \"https://u:p@crm.internal/x\"\ncredentials = { kind = \"static\", headers = { a = \"b\" } }\n".to_owned(), "tools[0].credentials"),
             ("[[tools]]\nname = \"x\"\nupstream = \"builtin:demo.echo\"\ncredentials = { kind = \"static\", headers = { a = \"b\" } }\n".to_owned(), "tools[0].credentials"),
             (format!("{mcp}credentials = {{ kind = \"token_exchange\", client_id = \"a\", client_secret = \"b\", token_url = \"https://i/t\" }}\n"), "mcp_servers[0].credentials"),

@@ -137,17 +137,13 @@ async fn audit_credential_refused(gw: &Arc<Gateway>, call: &CallRecord, e: &ApiE
         "code": e.code.as_str(), "provider_error": e.details.get("provider_error"),
         "message": e.message,
     }));
-    let now = crate::clock::now_ms();
-    if let Err(e) = gw
-        .store_op(move |s| s.append_audit(airlock_storage::Kind::CredentialRefused, fields, now))
-        .await
-    {
-        tracing::error!(
-            code = e.code.as_str(),
-            "cannot audit a refused credential: {}",
-            e.message
-        );
-    }
+    audit(
+        gw,
+        airlock_storage::Kind::CredentialRefused,
+        fields,
+        "a refused credential",
+    )
+    .await;
 }
 
 /// `mcp.relayed` with `direction: "refused"`: what an upstream asked the agent's client during
@@ -158,15 +154,28 @@ async fn audit_refused(gw: &Arc<Gateway>, call: &CallRecord, server: &str, metho
         "fingerprint": call.fingerprint, "server": server, "direction": "refused",
         "methods": methods,
     }));
+    audit(
+        gw,
+        airlock_storage::Kind::McpRelayed,
+        fields,
+        "a refused upstream request",
+    )
+    .await;
+}
+
+/// Appends a record of what happened around a call; a failed write is logged, and the call's
+/// own outcome is recorded apart from it.
+async fn audit(
+    gw: &Arc<Gateway>,
+    kind: airlock_storage::Kind,
+    fields: serde_json::Map<String, Value>,
+    what: &str,
+) {
     let now = crate::clock::now_ms();
     if let Err(e) = gw
-        .store_op(move |s| s.append_audit(airlock_storage::Kind::McpRelayed, fields, now))
+        .store_op(move |s| s.append_audit(kind, fields, now))
         .await
     {
-        tracing::error!(
-            code = e.code.as_str(),
-            "cannot audit a refused upstream request: {}",
-            e.message
-        );
+        tracing::error!(code = e.code.as_str(), "cannot audit {what}: {}", e.message);
     }
 }
